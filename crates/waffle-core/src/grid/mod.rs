@@ -1,0 +1,1 @@
+//! L2: the memcached grid client. (Being written.)

@@ -1,0 +1,3 @@
+//! Waffle's core, shared by every database adapter.
+pub mod grid;
+pub mod pool;

@@ -1,0 +1,194 @@
+//! Local memcached nodes for the demo and the tests.
+//!
+//! A [`Node`] is a real `memcached` process listening on a free loopback port.
+//! It is started, waited for (bounded), and always stopped: dropping a `Node`
+//! kills and reaps the process, so a panicking test leaves nothing behind.
+//! Faults are injected with signals: [`Node::pause`] (SIGSTOP, a hung node),
+//! [`Node::resume`] (SIGCONT), [`Node::kill`] (SIGKILL) and [`Node::restart`]
+//! (a new, empty process on the same port).
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+/// How long a node may take to accept connections after it is started.
+const START_TIMEOUT_MS: u64 = 5_000;
+/// Attempts at finding a port that is free and stays free until memcached binds it.
+const START_ATTEMPTS: u32 = 8;
+
+/// Where the `memcached` binary is: `$WAFFLE_MEMCACHED`, else the first one on `PATH`,
+/// else Debian's `/usr/bin/memcached`.
+pub fn memcached_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("WAFFLE_MEMCACHED") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join("memcached");
+        if candidate.is_file() {
+            return Some(candidate);
+        }
+    }
+    let debian = PathBuf::from("/usr/bin/memcached");
+    debian.is_file().then_some(debian)
+}
+
+/// A memcached process on 127.0.0.1, stopped when dropped.
+pub struct Node {
+    child: Option<Child>,
+    port: u16,
+    memory_mib: u32,
+}
+
+impl Node {
+    /// Starts memcached with `memory_mib` MiB of item memory on a free loopback port.
+    pub fn start(memory_mib: u32) -> io::Result<Node> {
+        let mut last_err = None;
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port()?;
+            match spawn(port, memory_mib) {
+                Ok(child) => {
+                    return Ok(Node { child: Some(child), port, memory_mib });
+                }
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| io::Error::other("memcached did not start")))
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `127.0.0.1:PORT`, the form a grid list takes.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], self.port))
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// SIGSTOP: the node keeps its sockets open but answers nothing (a hung node).
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    /// SIGCONT: a paused node answers again, with whatever it held before.
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    /// SIGKILL, then reap. The port is free again afterwards.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kills the process (if alive) and starts a new, empty one on the same port.
+    pub fn restart(&mut self) -> io::Result<()> {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+        loop {
+            match spawn(self.port, self.memory_mib) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return Ok(());
+                }
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    fn signal(&self, sig: libc::c_int) {
+        if let Some(child) = &self.child {
+            // SAFETY: kill(2) on our own child's pid; the child is not reaped yet.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, sig);
+            }
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        // A paused process still dies on SIGKILL.
+        self.kill();
+    }
+}
+
+fn free_port() -> io::Result<u16> {
+    let listener = TcpListener::bind(("127.0.0.1", 0))?;
+    Ok(listener.local_addr()?.port())
+}
+
+fn spawn(port: u16, memory_mib: u32) -> io::Result<Child> {
+    let bin = memcached_binary().ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            "memcached not found (install Debian's memcached package or set WAFFLE_MEMCACHED)",
+        )
+    })?;
+    let mut cmd = Command::new(bin);
+    cmd.args(["-l", "127.0.0.1", "-U", "0", "-t", "2", "-c", "1024"])
+        .arg("-p")
+        .arg(port.to_string())
+        .arg("-m")
+        .arg(memory_mib.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: geteuid has no preconditions. memcached refuses to run as root without -u.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["-u", "root"]);
+    }
+    let mut child = cmd.spawn()?;
+    let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Err(io::Error::other(format!("memcached on port {port} exited: {status}")));
+        }
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            return Ok(child);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(io::ErrorKind::TimedOut, format!("memcached on port {port} did not listen")));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn start_answers_and_stop_frees_the_port() {
+        let mut node = Node::start(8).expect("memcached must be installed");
+        let mut s = TcpStream::connect(node.socket_addr()).unwrap();
+        s.write_all(b"mn\r\n").unwrap();
+        let mut buf = [0u8; 4];
+        s.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"MN\r\n");
+        node.kill();
+        assert!(TcpStream::connect_timeout(&node.socket_addr(), Duration::from_millis(200)).is_err());
+    }
+}
