@@ -1,0 +1,1 @@
+//! The `waffle` command's pieces, usable from tests.

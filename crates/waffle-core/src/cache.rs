@@ -1,0 +1,299 @@
+//! The page cache of one database file: L1, then the grid, then the disk.
+//!
+//! Read: L1 → push queue → grid (exclusive fetch, envelope checked against the
+//! version the file holds) → backing file. Whatever a read found below L1 goes
+//! into L1, but only if no write changed the page meanwhile.
+//!
+//! Write: the adapter writes the file first and only then calls
+//! [`PageCache::wrote`]: the page gets a new version (every older grid copy is
+//! now rejected) and L1 takes the new bytes. Pages L1 evicts go to the pusher.
+//!
+//! A version check and the L1 update it guards happen under one stripe lock
+//! per page, so a read that raced a write never installs the older bytes.
+
+use std::io;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use crate::backing::Backing;
+use crate::envelope::{self, Identity};
+use crate::grid::{Fetch, Grid};
+use crate::pool::{Evicted, Pool};
+use crate::pusher::Pusher;
+use crate::stats::{Stats, Tier};
+use crate::versions::{SavedVersions, Versions};
+
+const STRIPES: usize = 256;
+/// How long a clean close waits for the pusher to send L1 to the grid.
+pub const CLOSE_FLUSH_MS: u64 = 10_000;
+
+/// Where a read was answered from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    L1,
+    PushQueue,
+    L2,
+    Disk,
+}
+
+pub struct CacheOptions {
+    /// Names this incarnation of the database in every key and envelope.
+    pub cache_id: u64,
+    /// Versions saved by a clean close (warm restart); None starts cold.
+    pub saved: Option<SavedVersions>,
+    /// The page size the saved versions were made with; 0 when unknown.
+    pub page_bytes: usize,
+    pub local_bytes: u64,
+    pub push_queue_bytes: u64,
+    /// None: L1 only.
+    pub grid: Option<Arc<Grid>>,
+}
+
+pub struct PageCache {
+    cache_id: u64,
+    pool: Pool,
+    versions: Versions,
+    grid: Option<Arc<Grid>>,
+    pusher: Option<Pusher>,
+    stats: Arc<Stats>,
+    backing: Box<dyn Backing>,
+    stripes: Box<[Mutex<()>]>,
+    /// The page size in use; 0 until the first whole-page access.
+    page_bytes: AtomicUsize,
+}
+
+impl PageCache {
+    pub fn new(opts: CacheOptions, backing: Box<dyn Backing>) -> PageCache {
+        let stats = Arc::new(Stats::new());
+        let grid = opts.grid.filter(|g| !g.is_empty());
+        let pusher = grid
+            .as_ref()
+            .map(|g| Pusher::start(Arc::clone(g), Arc::clone(&stats), opts.cache_id, opts.push_queue_bytes));
+        PageCache {
+            cache_id: opts.cache_id,
+            pool: Pool::new(opts.local_bytes),
+            versions: opts.saved.map(Versions::restore).unwrap_or_default(),
+            grid,
+            pusher,
+            stats,
+            backing,
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+            page_bytes: AtomicUsize::new(opts.page_bytes),
+        }
+    }
+
+    pub fn cache_id(&self) -> u64 {
+        self.cache_id
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    pub fn grid(&self) -> Option<&Arc<Grid>> {
+        self.grid.as_ref()
+    }
+
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes.load(Ordering::Acquire)
+    }
+
+    /// Reads page `page` (of `buf.len()` bytes) into `buf`. Returns the bytes the
+    /// file holds there (fewer than `buf.len()` only at end of file; the rest is
+    /// zeroed) and where they came from.
+    pub fn read(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+        self.adopt_page_size(buf.len());
+        let t0 = Instant::now();
+        if self.pool.get(page, buf).is_some() {
+            self.stats.l1_hits.incr();
+            self.stats.record(Tier::L1, t0.elapsed());
+            return Ok((buf.len(), Source::L1));
+        }
+        self.stats.l1_misses.incr();
+        let version = self.versions.current(page);
+
+        if let Some(e) = self.pusher.as_ref().and_then(|p| p.take(page)) {
+            if e.version == version && e.bytes.len() == buf.len() {
+                buf.copy_from_slice(&e.bytes);
+                self.stats.push_queue_hits.incr();
+                self.fill(page, version, e.bytes);
+                return Ok((buf.len(), Source::PushQueue));
+            }
+        }
+
+        if let Some(grid) = &self.grid {
+            let t1 = Instant::now();
+            let key = envelope::key(self.cache_id, page);
+            let fetched = grid.fetch_and_expire(key.as_bytes());
+            self.stats.record(Tier::L2, t1.elapsed());
+            match fetched {
+                Fetch::Hit(value) => {
+                    self.stats.l2_fetch_bytes.add(value.len() as u64);
+                    let expect = Identity { cache_id: self.cache_id, page, version };
+                    match envelope::open(&value, expect, buf.len()) {
+                        Ok(payload) => {
+                            buf.copy_from_slice(payload);
+                            self.stats.l2_hits.incr();
+                            self.fill(page, version, payload.into());
+                            return Ok((buf.len(), Source::L2));
+                        }
+                        Err(reject) => self.stats.reject(reject),
+                    }
+                }
+                Fetch::Miss => self.stats.l2_misses.incr(),
+                Fetch::Skipped => self.stats.l2_skipped.incr(),
+                Fetch::Fault(kind) => self.stats.fault(kind),
+            }
+        }
+
+        let t2 = Instant::now();
+        let n = self.backing.read_at(buf, page * buf.len() as u64)?;
+        self.stats.record(Tier::Disk, t2.elapsed());
+        self.stats.disk_reads.incr();
+        if n < buf.len() {
+            // Past the end of the file: nothing to cache.
+            buf[n..].fill(0);
+            self.stats.disk_short_reads.incr();
+            return Ok((n, Source::Disk));
+        }
+        self.versions.touch(page);
+        self.fill(page, version, Box::from(&*buf));
+        Ok((n, Source::Disk))
+    }
+
+    /// The database wrote `bytes` as page `page`, and the write reached the file.
+    pub fn wrote(&self, page: u64, bytes: &[u8]) {
+        self.adopt_page_size(bytes.len());
+        self.stats.disk_writes.incr();
+        let mut evicted = Vec::new();
+        {
+            let _g = self.stripe(page);
+            let version = self.versions.bump(page);
+            self.discard_queued(page);
+            self.pool.insert(page, version, Box::from(bytes), &mut evicted);
+        }
+        self.settle(evicted);
+    }
+
+    /// The database changed part of page `page` (not a whole-page write):
+    /// the tiers forget it and the next read goes to the file.
+    pub fn invalidate(&self, page: u64) {
+        self.stats.partial_writes.incr();
+        let _g = self.stripe(page);
+        self.versions.bump(page);
+        self.discard_queued(page);
+        self.pool.remove(page);
+    }
+
+    /// The file was cut to `pages` pages.
+    pub fn truncated(&self, pages: u64) {
+        self.stats.truncates.incr();
+        let _all = self.all_stripes();
+        self.versions.bump_from(pages);
+        self.pool.remove_from(pages);
+        if let Some(p) = &self.pusher {
+            p.discard(|page| page >= pages);
+        }
+    }
+
+    /// Forgets everything: every page gets a version no grid copy has.
+    pub fn reset(&self) {
+        self.stats.resets.incr();
+        let _all = self.all_stripes();
+        self.versions.reset();
+        self.pool.clear();
+        if let Some(p) = &self.pusher {
+            p.discard(|_| true);
+        }
+    }
+
+    /// Pushes L1 to the grid, waits (bounded) for the pusher, and returns the
+    /// versions to save for a warm restart. Pushes that did not finish leave
+    /// only misses behind: a copy in the grid names the version it was made at.
+    pub fn close(self) -> SavedVersions {
+        if let Some(p) = &self.pusher {
+            let mut all = Vec::new();
+            self.pool.drain(&mut all);
+            for e in all {
+                p.push(e);
+            }
+            p.flush(Duration::from_millis(CLOSE_FLUSH_MS));
+        }
+        self.versions.save()
+    }
+
+    /// Waits until pages already evicted have been pushed (tests, benchmarks).
+    pub fn flush_pushes(&self, timeout: Duration) -> bool {
+        self.pusher.as_ref().is_none_or(|p| p.flush(timeout))
+    }
+
+    /// Everything the stats PRAGMA shows.
+    pub fn stats_json(&self) -> Map<String, Value> {
+        let mut m = self.stats.to_json();
+        m.insert("cache_id".into(), json!(format!("{:016x}", self.cache_id)));
+        m.insert("page_bytes".into(), json!(self.page_bytes()));
+        m.insert(
+            "l1".into(),
+            json!({
+                "capacity_bytes": self.pool.capacity_bytes(),
+                "used_bytes": self.pool.used_bytes(),
+                "pages": self.pool.len(),
+            }),
+        );
+        m.insert("push_queue_bytes".into(), json!(self.pusher.as_ref().map_or(0, |p| p.queued_bytes())));
+        m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
+        let nodes = self.grid.as_ref().map(|g| g.node_status()).unwrap_or_default();
+        m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
+        m
+    }
+
+    fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>) {
+        let mut evicted = Vec::new();
+        {
+            let _g = self.stripe(page);
+            if self.versions.current(page) != version {
+                return; // a write got there first; its bytes are in L1 already
+            }
+            self.pool.insert(page, version, bytes, &mut evicted);
+        }
+        self.settle(evicted);
+    }
+
+    /// Evicted pages go to the grid; without one they are simply dropped.
+    fn settle(&self, evicted: Vec<Evicted>) {
+        if let Some(p) = &self.pusher {
+            for e in evicted {
+                p.push(e);
+            }
+        }
+    }
+
+    fn discard_queued(&self, page: u64) {
+        if let Some(p) = &self.pusher {
+            p.take(page);
+        }
+    }
+
+    /// A new page size means page numbers now name other byte ranges: start over.
+    fn adopt_page_size(&self, len: usize) {
+        let old = self.page_bytes.load(Ordering::Acquire);
+        if old == len {
+            return;
+        }
+        if self.page_bytes.compare_exchange(old, len, Ordering::AcqRel, Ordering::Acquire).is_ok() && old != 0 {
+            self.reset();
+        }
+    }
+
+    fn stripe(&self, page: u64) -> MutexGuard<'_, ()> {
+        let i = (page.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % STRIPES;
+        self.stripes[i].lock().unwrap()
+    }
+
+    fn all_stripes(&self) -> Vec<MutexGuard<'_, ()>> {
+        self.stripes.iter().map(|s| s.lock().unwrap()).collect()
+    }
+}

@@ -1,0 +1,212 @@
+//! Configuration: parameters by name, each with an environment default.
+//!
+//! An adapter hands in a lookup (for SQLite: the URI parameter, else the
+//! environment variable). A bad value is an error that names the parameter and
+//! the value; an unreachable grid node is not a configuration error (it is a
+//! warning at run time and a miss).
+
+use std::fmt;
+
+use crate::grid::NodeSpec;
+
+/// One parameter: its URI name and its environment variable.
+pub struct Param {
+    pub name: &'static str,
+    pub env: &'static str,
+    pub help: &'static str,
+}
+
+pub const GRID: Param =
+    Param { name: "waffle_grid", env: "WAFFLE_GRID", help: "grid nodes, host:port[:weight],... (empty: L1 only)" };
+pub const LOCAL: Param = Param { name: "waffle_local", env: "WAFFLE_LOCAL", help: "L1 budget, e.g. 256MiB (default 256MiB)" };
+pub const TIMEOUT_MS: Param =
+    Param { name: "waffle_timeout_ms", env: "WAFFLE_TIMEOUT_MS", help: "deadline of one grid request in ms (default 5)" };
+pub const PUSH_QUEUE: Param = Param {
+    name: "waffle_push_queue",
+    env: "WAFFLE_PUSH_QUEUE",
+    help: "bound of pages waiting to be pushed, in bytes (default 16MiB)",
+};
+pub const DIRECT_IO: Param = Param {
+    name: "waffle_direct_io",
+    env: "WAFFLE_DIRECT_IO",
+    help: "read the backing file with O_DIRECT: on|off (default on)",
+};
+
+/// Every parameter, for documentation and `waffle --help`.
+pub const PARAMS: [&Param; 5] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO];
+
+pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
+pub const DEFAULT_TIMEOUT_MS: u64 = 5;
+pub const DEFAULT_PUSH_QUEUE_BYTES: u64 = 16 << 20;
+/// A grid request may wait at most this long; more would stall the database on a sick node.
+pub const MAX_TIMEOUT_MS: u64 = 60_000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Config {
+    pub grid: Vec<NodeSpec>,
+    pub local_bytes: u64,
+    pub timeout_ms: u64,
+    pub push_queue_bytes: u64,
+    pub direct_io: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            grid: Vec::new(),
+            local_bytes: DEFAULT_LOCAL_BYTES,
+            timeout_ms: DEFAULT_TIMEOUT_MS,
+            push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
+            direct_io: true,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    pub param: &'static str,
+    pub value: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "bad value for {}: '{}': {}", self.param, self.value, self.reason)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads every parameter through `uri` (by URI name), falling back to the environment.
+    pub fn from_lookup(uri: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
+        Self::from_sources(uri, |name| std::env::var(name).ok())
+    }
+
+    /// As [`Config::from_lookup`] with the environment given explicitly (tests).
+    pub fn from_sources(
+        uri: impl Fn(&str) -> Option<String>,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let get = |p: &Param| uri(p.name).or_else(|| env(p.env));
+        let mut c = Config::default();
+        if let Some(v) = get(&GRID) {
+            c.grid = NodeSpec::parse_list(&v).map_err(|reason| err(&GRID, &v, reason))?;
+        }
+        if let Some(v) = get(&LOCAL) {
+            c.local_bytes = parse_size(&v).map_err(|reason| err(&LOCAL, &v, reason))?;
+        }
+        if let Some(v) = get(&TIMEOUT_MS) {
+            c.timeout_ms = parse_count(&v, 1, MAX_TIMEOUT_MS).map_err(|reason| err(&TIMEOUT_MS, &v, reason))?;
+        }
+        if let Some(v) = get(&PUSH_QUEUE) {
+            c.push_queue_bytes = parse_size(&v).map_err(|reason| err(&PUSH_QUEUE, &v, reason))?;
+        }
+        if let Some(v) = get(&DIRECT_IO) {
+            c.direct_io = parse_switch(&v).map_err(|reason| err(&DIRECT_IO, &v, reason))?;
+        }
+        Ok(c)
+    }
+}
+
+fn err(p: &Param, value: &str, reason: String) -> ConfigError {
+    ConfigError { param: p.name, value: value.to_string(), reason }
+}
+
+/// `1234`, `64KiB`, `256MiB`, `2GiB` (also `K`, `M`, `G`, `KB`... as binary units). At most 1 TiB.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(split);
+    if digits.is_empty() {
+        return Err("expected a size such as 65536, 64KiB, 256MiB or 2GiB".into());
+    }
+    let n: u64 = digits.parse().map_err(|_| "the number is too large".to_string())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown unit '{other}' (use KiB, MiB or GiB)")),
+    };
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| "the size is too large".to_string())?;
+    if bytes > 1 << 40 {
+        return Err("the size is larger than 1TiB".into());
+    }
+    Ok(bytes)
+}
+
+fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    let n: u64 = s.trim().parse().map_err(|_| format!("expected a whole number from {min} to {max}"))?;
+    if !(min..=max).contains(&n) {
+        return Err(format!("expected a whole number from {min} to {max}"));
+    }
+    Ok(n)
+}
+
+fn parse_switch(s: &str) -> Result<bool, String> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "on" | "yes" | "true" => Ok(true),
+        "0" | "off" | "no" | "false" => Ok(false),
+        _ => Err("expected on or off".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let m: HashMap<String, String> = pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        Config::from_sources(|k| m.get(k).cloned(), |_| None)
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("65536"), Ok(65536));
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size(" 3 mb "), Ok(3 << 20));
+        for bad in ["", "MiB", "-1", "12XB", "1.5GiB", "99999999999999999999", "2TiB"] {
+            assert!(parse_size(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_when_nothing_given() {
+        assert_eq!(parse(&[]).unwrap(), Config::default());
+    }
+
+    #[test]
+    fn every_bad_value_names_its_parameter_and_value() {
+        for (param, value) in [
+            ("waffle_local", "lots"),
+            ("waffle_timeout_ms", "0"),
+            ("waffle_timeout_ms", "fast"),
+            ("waffle_push_queue", "1.5MiB"),
+            ("waffle_direct_io", "maybe"),
+            ("waffle_grid", "127.0.0.1"),
+            ("waffle_grid", "127.0.0.1:99999"),
+        ] {
+            let e = parse(&[(param, value)]).unwrap_err();
+            assert_eq!(e.param, param);
+            assert_eq!(e.value, value);
+            let text = e.to_string();
+            assert!(text.contains(param) && text.contains(value), "{text}");
+        }
+    }
+
+    #[test]
+    fn uri_wins_over_environment() {
+        let c = Config::from_sources(
+            |k| (k == "waffle_local").then(|| "1MiB".to_string()),
+            |k| (k == "WAFFLE_LOCAL" || k == "WAFFLE_TIMEOUT_MS").then(|| "7".to_string()),
+        )
+        .unwrap();
+        assert_eq!(c.local_bytes, 1 << 20);
+        assert_eq!(c.timeout_ms, 7);
+    }
+}

@@ -1,0 +1,194 @@
+//! The page envelope: what a grid value holds.
+//!
+//! A grid value is trusted only when its envelope names exactly the page the
+//! caller expects: same cache identity, same page number, same version, and a
+//! checksum that matches. Anything else is a reject (counted, never served).
+//!
+//! Layout (little-endian, 40 bytes of overhead):
+//!
+//! ```text
+//!  0      4      5      6        8              16             24             32        36           36+n
+//!  +------+------+------+--------+--------------+--------------+--------------+---------+------------+--------+
+//!  | magic| fmt  | flags| rsvd=0 | cache id u64 | page no u64  | version u64  | len u32 | payload(n) | crc32c |
+//!  +------+------+------+--------+--------------+--------------+--------------+---------+------------+--------+
+//!  "WAFL"   1      0                                                                                   over 0..36+n
+//! ```
+
+/// First four bytes of every envelope.
+pub const MAGIC: [u8; 4] = *b"WAFL";
+/// Format version this build writes and accepts.
+pub const FORMAT: u8 = 1;
+/// Bytes before the payload.
+pub const HEADER_BYTES: usize = 36;
+/// Bytes after the payload.
+pub const TRAILER_BYTES: usize = 4;
+/// Largest payload accepted (InnoDB's largest page is 64 KiB).
+pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
+
+/// Which page, of which cache incarnation, at which version.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Identity {
+    pub cache_id: u64,
+    pub page: u64,
+    pub version: u64,
+}
+
+/// Why a grid value was not served. Each is counted separately in the stats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Reject {
+    /// Shorter than header and trailer, or length field disagrees with the value's size.
+    Length,
+    /// Not our magic or format version, or flags this build does not know.
+    Format,
+    /// Checksum mismatch: corrupted in transit or in memory.
+    Checksum,
+    /// Another cache incarnation or another database wrote it.
+    Database,
+    /// Another page's envelope stored under this page's key.
+    Page,
+    /// An older (or newer) version than the file holds: stale.
+    Version,
+    /// Payload length differs from the page size being read.
+    Size,
+}
+
+impl Reject {
+    pub const ALL: [Reject; 7] =
+        [Reject::Length, Reject::Format, Reject::Checksum, Reject::Database, Reject::Page, Reject::Version, Reject::Size];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reject::Length => "length",
+            Reject::Format => "format",
+            Reject::Checksum => "checksum",
+            Reject::Database => "database",
+            Reject::Page => "page",
+            Reject::Version => "version",
+            Reject::Size => "size",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The grid key of a page: short, ASCII, namespaced by the cache identity so
+/// that many databases (and incarnations of one) share a grid without meeting.
+pub fn key(cache_id: u64, page: u64) -> String {
+    format!("wf{cache_id:016x}.{page:x}")
+}
+
+/// Builds the envelope for `payload` into a new buffer.
+pub fn seal(id: Identity, payload: &[u8]) -> Vec<u8> {
+    assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
+    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
+    out.extend_from_slice(&MAGIC);
+    out.push(FORMAT);
+    out.push(0); // flags: no compression, not sealed
+    out.extend_from_slice(&[0, 0]);
+    out.extend_from_slice(&id.cache_id.to_le_bytes());
+    out.extend_from_slice(&id.page.to_le_bytes());
+    out.extend_from_slice(&id.version.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(open(&out, id, payload.len()), Ok(payload));
+    out
+}
+
+/// Checks `value` against what the caller expects and returns the payload.
+/// Never panics, whatever the bytes.
+pub fn open(value: &[u8], expect: Identity, page_bytes: usize) -> Result<&[u8], Reject> {
+    if value.len() < HEADER_BYTES + TRAILER_BYTES {
+        return Err(Reject::Length);
+    }
+    if value[0..4] != MAGIC || value[4] != FORMAT || value[5] != 0 || value[6..8] != [0, 0] {
+        return Err(Reject::Format);
+    }
+    let payload_len = u32_at(value, 32) as usize;
+    if payload_len > MAX_PAYLOAD_BYTES || HEADER_BYTES + payload_len + TRAILER_BYTES != value.len() {
+        return Err(Reject::Length);
+    }
+    let body_end = HEADER_BYTES + payload_len;
+    if crc32c::crc32c(&value[..body_end]) != u32_at(value, body_end) {
+        return Err(Reject::Checksum);
+    }
+    if u64_at(value, 8) != expect.cache_id {
+        return Err(Reject::Database);
+    }
+    if u64_at(value, 16) != expect.page {
+        return Err(Reject::Page);
+    }
+    if u64_at(value, 24) != expect.version {
+        return Err(Reject::Version);
+    }
+    if payload_len != page_bytes {
+        return Err(Reject::Size);
+    }
+    Ok(&value[HEADER_BYTES..body_end])
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ID: Identity = Identity { cache_id: 0xfeed, page: 7, version: 3 };
+
+    fn page() -> Vec<u8> {
+        (0..4096u32).map(|i| (i * 31 % 251) as u8).collect()
+    }
+
+    #[test]
+    fn round_trip() {
+        let p = page();
+        let v = seal(ID, &p);
+        assert_eq!(v.len(), p.len() + HEADER_BYTES + TRAILER_BYTES);
+        assert_eq!(open(&v, ID, 4096).unwrap(), &p[..]);
+    }
+
+    #[test]
+    fn each_mismatch_has_its_reason() {
+        let v = seal(ID, &page());
+        assert_eq!(open(&v, Identity { cache_id: 1, ..ID }, 4096), Err(Reject::Database));
+        assert_eq!(open(&v, Identity { page: 8, ..ID }, 4096), Err(Reject::Page));
+        assert_eq!(open(&v, Identity { version: 2, ..ID }, 4096), Err(Reject::Version));
+        assert_eq!(open(&v, ID, 8192), Err(Reject::Size));
+        assert_eq!(open(&v[..v.len() - 1], ID, 4096), Err(Reject::Length));
+        assert_eq!(open(b"garbage", ID, 4096), Err(Reject::Length));
+        let mut flipped = v.clone();
+        flipped[HEADER_BYTES + 100] ^= 1;
+        assert_eq!(open(&flipped, ID, 4096), Err(Reject::Checksum));
+        let mut foreign = v.clone();
+        foreign[0] = b'X';
+        assert_eq!(open(&foreign, ID, 4096), Err(Reject::Format));
+        let mut flags = v;
+        flags[5] = 1;
+        assert_eq!(open(&flags, ID, 4096), Err(Reject::Format));
+    }
+
+    #[test]
+    fn every_truncation_and_every_bit_flip_is_rejected() {
+        let p: Vec<u8> = (0..512u32).map(|i| i as u8).collect();
+        let v = seal(ID, &p);
+        for n in 0..v.len() {
+            assert!(open(&v[..n], ID, 512).is_err(), "truncated to {n}");
+        }
+        for byte in 0..v.len() {
+            for bit in 0..8 {
+                let mut w = v.clone();
+                w[byte] ^= 1 << bit;
+                assert!(open(&w, ID, 512).is_err(), "flip byte {byte} bit {bit}");
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! The pusher: pages evicted from L1 wait in a bounded queue and a background
+//! thread pushes them to the grid in pipelined batches.
+//!
+//! A read never waits on a push: eviction only appends to the queue. A full
+//! queue drops its oldest page (the grid is a cache; the disk has the page)
+//! and counts the drop. An L1 miss looks in the queue first and takes the page
+//! back if it is there, so a page is never fetched from disk while its bytes
+//! sit in memory waiting for the network.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::envelope::{self, Identity};
+use crate::grid::Grid;
+use crate::pool::Evicted;
+use crate::stats::Stats;
+
+/// Pages per pipelined batch; one round trip per node per batch.
+pub const BATCH_PAGES: usize = 64;
+
+struct Pending {
+    seq: u64,
+    entry: Evicted,
+}
+
+#[derive(Default)]
+struct Queue {
+    pending: HashMap<u64, Pending>,
+    /// Push order: (page, seq). An item whose seq no longer matches `pending` was taken or replaced.
+    order: VecDeque<(u64, u64)>,
+    bytes: u64,
+    next_seq: u64,
+    in_flight: usize,
+}
+
+impl Queue {
+    fn remove(&mut self, page: u64) -> Option<Evicted> {
+        let p = self.pending.remove(&page)?;
+        self.bytes -= p.entry.bytes.len() as u64;
+        Some(p.entry)
+    }
+
+    fn pop_oldest(&mut self) -> Option<Evicted> {
+        while let Some((page, seq)) = self.order.pop_front() {
+            if self.pending.get(&page).is_some_and(|p| p.seq == seq) {
+                return self.remove(page);
+            }
+        }
+        None
+    }
+
+    /// Stale order entries are skipped lazily; compact when they dominate so `order` stays bounded.
+    fn compact(&mut self) {
+        if self.order.len() > 2 * self.pending.len() + 1024 {
+            let pending = &self.pending;
+            self.order.retain(|(page, seq)| pending.get(page).is_some_and(|p| p.seq == *seq));
+        }
+    }
+}
+
+struct Shared {
+    queue: Mutex<Queue>,
+    work: Condvar,
+    idle: Condvar,
+    stop: AtomicBool,
+    capacity_bytes: u64,
+    cache_id: u64,
+    grid: Arc<Grid>,
+    stats: Arc<Stats>,
+}
+
+pub struct Pusher {
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Pusher {
+    pub fn start(grid: Arc<Grid>, stats: Arc<Stats>, cache_id: u64, capacity_bytes: u64) -> Pusher {
+        let shared = Arc::new(Shared {
+            queue: Mutex::new(Queue::default()),
+            work: Condvar::new(),
+            idle: Condvar::new(),
+            stop: AtomicBool::new(false),
+            capacity_bytes,
+            cache_id,
+            grid,
+            stats,
+        });
+        let worker = Arc::clone(&shared);
+        let thread = thread::Builder::new()
+            .name("waffle-pusher".into())
+            .spawn(move || drain(&worker))
+            .expect("spawn the pusher thread");
+        Pusher { shared, thread: Some(thread) }
+    }
+
+    /// Queues an evicted page. Never blocks on the network.
+    pub fn push(&self, entry: Evicted) {
+        let len = entry.bytes.len() as u64;
+        if len > self.shared.capacity_bytes {
+            self.shared.stats.l2_push_drops.incr();
+            return;
+        }
+        let mut q = self.shared.queue.lock().unwrap();
+        q.remove(entry.page);
+        while q.bytes + len > self.shared.capacity_bytes {
+            if q.pop_oldest().is_none() {
+                break;
+            }
+            self.shared.stats.l2_push_drops.incr();
+        }
+        let seq = q.next_seq;
+        q.next_seq += 1;
+        q.order.push_back((entry.page, seq));
+        q.bytes += len;
+        q.pending.insert(entry.page, Pending { seq, entry });
+        q.compact();
+        debug_assert!(q.bytes <= self.shared.capacity_bytes);
+        drop(q);
+        self.shared.work.notify_one();
+    }
+
+    /// Takes a page back out of the queue (an L1 miss on a page not yet pushed).
+    pub fn take(&self, page: u64) -> Option<Evicted> {
+        self.shared.queue.lock().unwrap().remove(page)
+    }
+
+    /// Forgets queued pages for which `doomed(page)` holds (truncation, reset).
+    pub fn discard(&self, doomed: impl Fn(u64) -> bool) {
+        let mut q = self.shared.queue.lock().unwrap();
+        let pages: Vec<u64> = q.pending.keys().copied().filter(|&p| doomed(p)).collect();
+        for p in pages {
+            q.remove(p);
+        }
+    }
+
+    pub fn queued_bytes(&self) -> u64 {
+        self.shared.queue.lock().unwrap().bytes
+    }
+
+    /// Waits (at most `timeout`) until everything queued so far was sent. True if it was.
+    pub fn flush(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.shared.queue.lock().unwrap();
+        while !q.pending.is_empty() || q.in_flight > 0 {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            q = self.shared.idle.wait_timeout(q, deadline - now).unwrap().0;
+        }
+        true
+    }
+}
+
+impl Drop for Pusher {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        self.shared.work.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn drain(shared: &Shared) {
+    let mut batch: Vec<Evicted> = Vec::with_capacity(BATCH_PAGES);
+    loop {
+        {
+            let mut q = shared.queue.lock().unwrap();
+            q.in_flight = 0;
+            shared.idle.notify_all();
+            while q.pending.is_empty() && !shared.stop.load(Ordering::Acquire) {
+                q = shared.work.wait(q).unwrap();
+            }
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
+            while batch.len() < BATCH_PAGES {
+                match q.pop_oldest() {
+                    Some(e) => batch.push(e),
+                    None => break,
+                }
+            }
+            q.in_flight = batch.len();
+        }
+        send(shared, &batch);
+        batch.clear();
+    }
+}
+
+fn send(shared: &Shared, batch: &[Evicted]) {
+    let keys: Vec<String> = batch.iter().map(|e| envelope::key(shared.cache_id, e.page)).collect();
+    let values: Vec<Vec<u8>> = batch
+        .iter()
+        .map(|e| envelope::seal(Identity { cache_id: shared.cache_id, page: e.page, version: e.version }, &e.bytes))
+        .collect();
+    let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
+    let report = shared.grid.store_many(&items);
+    let stats = &shared.stats;
+    stats.l2_pushes.add(report.stored as u64);
+    stats.l2_push_failures.add((report.failed + report.skipped) as u64);
+    // Bytes offered to the network, stored or not.
+    stats.l2_push_bytes.add(values.iter().map(|v| v.len() as u64).sum());
+}

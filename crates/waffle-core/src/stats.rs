@@ -1,0 +1,269 @@
+//! Counters and latency histograms, readable while the database runs.
+//!
+//! Counters are relaxed atomics: each is exact, but a snapshot taken during
+//! traffic is not one instant across counters. Latencies go to hdrhistograms
+//! sharded by thread so that recording does not serialize readers.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use hdrhistogram::Histogram;
+use serde_json::{json, Map, Value};
+
+use crate::envelope::Reject;
+use crate::grid::FaultKind;
+
+const HISTOGRAM_SHARDS: usize = 8;
+/// Latencies above this are clamped (a request never legitimately takes a minute).
+const HISTOGRAM_MAX_US: u64 = 60_000_000;
+
+const FAULT_KINDS: [FaultKind; 4] = [FaultKind::Timeout, FaultKind::Io, FaultKind::Protocol, FaultKind::ServerError];
+
+fn fault_index(f: FaultKind) -> usize {
+    match f {
+        FaultKind::Timeout => 0,
+        FaultKind::Io => 1,
+        FaultKind::Protocol => 2,
+        FaultKind::ServerError => 3,
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tier {
+    L1,
+    L2,
+    Disk,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::L1, Tier::L2, Tier::Disk];
+    fn name(self) -> &'static str {
+        match self {
+            Tier::L1 => "l1",
+            Tier::L2 => "l2",
+            Tier::Disk => "disk",
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::Relaxed);
+    }
+    pub fn incr(&self) {
+        self.add(1);
+    }
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+struct Latency {
+    shards: Vec<Mutex<Histogram<u64>>>,
+}
+
+impl Latency {
+    fn new() -> Latency {
+        let shards = (0..HISTOGRAM_SHARDS)
+            .map(|_| Mutex::new(Histogram::new_with_bounds(1, HISTOGRAM_MAX_US, 2).expect("valid histogram bounds")))
+            .collect();
+        Latency { shards }
+    }
+
+    fn record(&self, d: Duration) {
+        let us = (d.as_micros() as u64).clamp(1, HISTOGRAM_MAX_US);
+        let mut h = self.shards[thread_shard()].lock().unwrap();
+        h.saturating_record(us);
+    }
+
+    fn merged(&self) -> Histogram<u64> {
+        let mut all = Histogram::new_with_bounds(1, HISTOGRAM_MAX_US, 2).expect("valid histogram bounds");
+        for s in &self.shards {
+            all.add(&*s.lock().unwrap()).expect("same bounds");
+        }
+        all
+    }
+
+    fn reset(&self) {
+        for s in &self.shards {
+            s.lock().unwrap().reset();
+        }
+    }
+}
+
+fn thread_shard() -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local!(static SHARD: Cell<usize> = const { Cell::new(usize::MAX) });
+    SHARD.with(|s| {
+        if s.get() == usize::MAX {
+            s.set(NEXT.fetch_add(1, Ordering::Relaxed) % HISTOGRAM_SHARDS);
+        }
+        s.get()
+    })
+}
+
+/// Everything the cache counts. Field names are the JSON names.
+pub struct Stats {
+    pub l1_hits: Counter,
+    pub l1_misses: Counter,
+    pub l2_hits: Counter,
+    pub l2_misses: Counter,
+    /// A miss because the page's node was marked down and not asked.
+    pub l2_skipped: Counter,
+    pub l2_rejects: [Counter; Reject::ALL.len()],
+    pub l2_faults: [Counter; FAULT_KINDS.len()],
+    pub l2_pushes: Counter,
+    pub l2_push_drops: Counter,
+    pub l2_push_failures: Counter,
+    pub l2_push_bytes: Counter,
+    pub l2_fetch_bytes: Counter,
+    /// L1 misses answered from the push queue (evicted, not yet pushed).
+    pub push_queue_hits: Counter,
+    pub disk_reads: Counter,
+    pub disk_short_reads: Counter,
+    pub disk_writes: Counter,
+    /// Writes that were not one whole page (the page is dropped from the tiers).
+    pub partial_writes: Counter,
+    pub truncates: Counter,
+    /// Whole-cache invalidations (page size changed).
+    pub resets: Counter,
+    latency: [Latency; 3],
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stats {
+    pub fn new() -> Stats {
+        Stats {
+            l1_hits: Counter::default(),
+            l1_misses: Counter::default(),
+            l2_hits: Counter::default(),
+            l2_misses: Counter::default(),
+            l2_skipped: Counter::default(),
+            l2_rejects: Default::default(),
+            l2_faults: Default::default(),
+            l2_pushes: Counter::default(),
+            l2_push_drops: Counter::default(),
+            l2_push_failures: Counter::default(),
+            l2_push_bytes: Counter::default(),
+            l2_fetch_bytes: Counter::default(),
+            push_queue_hits: Counter::default(),
+            disk_reads: Counter::default(),
+            disk_short_reads: Counter::default(),
+            disk_writes: Counter::default(),
+            partial_writes: Counter::default(),
+            truncates: Counter::default(),
+            resets: Counter::default(),
+            latency: [Latency::new(), Latency::new(), Latency::new()],
+        }
+    }
+
+    pub fn reject(&self, r: Reject) {
+        self.l2_rejects[r.index()].incr();
+    }
+
+    pub fn fault(&self, f: FaultKind) {
+        self.l2_faults[fault_index(f)].incr();
+    }
+
+    pub fn l2_rejects_total(&self) -> u64 {
+        self.l2_rejects.iter().map(Counter::get).sum()
+    }
+
+    pub fn record(&self, tier: Tier, d: Duration) {
+        self.latency[tier as usize].record(d);
+    }
+
+    /// Clears the latency histograms (counters only grow).
+    pub fn reset_latency(&self) {
+        for l in &self.latency {
+            l.reset();
+        }
+    }
+
+    /// The counters and latency percentiles (microseconds) as one JSON object.
+    pub fn to_json(&self) -> Map<String, Value> {
+        let mut rejects = Map::new();
+        for r in Reject::ALL {
+            rejects.insert(r.name().into(), json!(self.l2_rejects[r.index()].get()));
+        }
+        let mut faults = Map::new();
+        for f in FAULT_KINDS {
+            faults.insert(f.name().into(), json!(self.l2_faults[fault_index(f)].get()));
+        }
+        let mut latency = Map::new();
+        for t in Tier::ALL {
+            let h = self.latency[t as usize].merged();
+            latency.insert(
+                t.name().into(),
+                json!({
+                    "count": h.len(),
+                    "p50_us": h.value_at_quantile(0.50),
+                    "p95_us": h.value_at_quantile(0.95),
+                    "p99_us": h.value_at_quantile(0.99),
+                    "max_us": h.max(),
+                }),
+            );
+        }
+        let mut m = Map::new();
+        let mut put = |k: &str, v: Value| {
+            m.insert(k.into(), v);
+        };
+        put("l1_hits", json!(self.l1_hits.get()));
+        put("l1_misses", json!(self.l1_misses.get()));
+        put("l2_hits", json!(self.l2_hits.get()));
+        put("l2_misses", json!(self.l2_misses.get()));
+        put("l2_skipped", json!(self.l2_skipped.get()));
+        put("l2_rejects", Value::Object(rejects));
+        put("l2_rejects_total", json!(self.l2_rejects_total()));
+        put("l2_faults", Value::Object(faults));
+        put("l2_pushes", json!(self.l2_pushes.get()));
+        put("l2_push_drops", json!(self.l2_push_drops.get()));
+        put("l2_push_failures", json!(self.l2_push_failures.get()));
+        put("l2_push_bytes", json!(self.l2_push_bytes.get()));
+        put("l2_fetch_bytes", json!(self.l2_fetch_bytes.get()));
+        put("push_queue_hits", json!(self.push_queue_hits.get()));
+        put("disk_reads", json!(self.disk_reads.get()));
+        put("disk_short_reads", json!(self.disk_short_reads.get()));
+        put("disk_writes", json!(self.disk_writes.get()));
+        put("partial_writes", json!(self.partial_writes.get()));
+        put("truncates", json!(self.truncates.get()));
+        put("resets", json!(self.resets.get()));
+        put("latency", Value::Object(latency));
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_has_every_counter_and_percentiles() {
+        let s = Stats::new();
+        s.l1_hits.add(3);
+        s.reject(Reject::Version);
+        s.fault(FaultKind::Timeout);
+        for us in [10, 20, 30, 1000] {
+            s.record(Tier::L2, Duration::from_micros(us));
+        }
+        let j = Value::Object(s.to_json());
+        assert_eq!(j["l1_hits"], 3);
+        assert_eq!(j["l2_rejects"]["version"], 1);
+        assert_eq!(j["l2_rejects_total"], 1);
+        assert_eq!(j["l2_faults"]["timeout"], 1);
+        assert_eq!(j["latency"]["l2"]["count"], 4);
+        let p99 = j["latency"]["l2"]["p99_us"].as_u64().unwrap();
+        assert!((990..=1010).contains(&p99), "{p99}");
+        assert_eq!(j["latency"]["disk"]["count"], 0);
+    }
+}

@@ -1,0 +1,70 @@
+//! The few SQLite routines the shim calls, from wherever SQLite lives.
+//!
+//! A loadable extension must call the host's SQLite through the
+//! `sqlite3_api_routines` table handed to its entry point (the host may have
+//! SQLite compiled in, as Python's apsw and many shells do). A Rust program
+//! that links SQLite itself uses the linked symbols instead (feature `linked`).
+
+use std::os::raw::{c_char, c_int, c_void};
+
+use crate::ffi::sqlite3_vfs;
+
+#[derive(Clone, Copy)]
+pub struct Api {
+    pub vfs_find: unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs,
+    pub vfs_register: unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int,
+    pub uri_parameter: unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char,
+    pub malloc: unsafe extern "C" fn(c_int) -> *mut c_void,
+}
+
+// Positions in `struct sqlite3_api_routines` (sqlite3ext.h). The struct only
+// ever grows at the end, so these hold for every SQLite since 3.7.7.
+const SLOT_MALLOC: usize = 68;
+const SLOT_VFS_FIND: usize = 141;
+const SLOT_VFS_REGISTER: usize = 142;
+const SLOT_URI_PARAMETER: usize = 189;
+
+impl Api {
+    /// Reads the routines out of the table SQLite passes to an extension.
+    ///
+    /// # Safety
+    /// `routines` must be the `pApi` argument of an extension entry point.
+    pub unsafe fn from_routines(routines: *const c_void) -> Option<Api> {
+        if routines.is_null() {
+            return None;
+        }
+        let slots = routines as *const *const c_void;
+        let slot = |i: usize| {
+            // SAFETY: the table has at least SLOT_URI_PARAMETER+1 pointer slots on SQLite >= 3.7.7.
+            let p = unsafe { *slots.add(i) };
+            (!p.is_null()).then_some(p)
+        };
+        // SAFETY: each slot holds the function whose C signature the field declares.
+        unsafe {
+            Some(Api {
+                vfs_find: std::mem::transmute::<*const c_void, _>(slot(SLOT_VFS_FIND)?),
+                vfs_register: std::mem::transmute::<*const c_void, _>(slot(SLOT_VFS_REGISTER)?),
+                uri_parameter: std::mem::transmute::<*const c_void, _>(slot(SLOT_URI_PARAMETER)?),
+                malloc: std::mem::transmute::<*const c_void, _>(slot(SLOT_MALLOC)?),
+            })
+        }
+    }
+
+    /// The SQLite this program links (libsqlite3-sys).
+    #[cfg(feature = "linked")]
+    pub fn linked() -> Api {
+        use libsqlite3_sys as _;
+        extern "C" {
+            fn sqlite3_vfs_find(name: *const c_char) -> *mut sqlite3_vfs;
+            fn sqlite3_vfs_register(vfs: *mut sqlite3_vfs, make_default: c_int) -> c_int;
+            fn sqlite3_uri_parameter(filename: *const c_char, param: *const c_char) -> *const c_char;
+            fn sqlite3_malloc(n: c_int) -> *mut c_void;
+        }
+        Api {
+            vfs_find: sqlite3_vfs_find,
+            vfs_register: sqlite3_vfs_register,
+            uri_parameter: sqlite3_uri_parameter,
+            malloc: sqlite3_malloc,
+        }
+    }
+}

@@ -1,0 +1,327 @@
+//! The shim's file: our `sqlite3_file` header, then the real file's bytes
+//! (the layout of SQLite's ext/misc/cksumvfs.c).
+//!
+//! The main database file goes through the cache: whole-page reads are served
+//! by [`PageCache`](waffle_core::PageCache), writes reach the real file first
+//! and then update the cache. Every other file (journals, WAL, temp files)
+//! and every other method passes straight through.
+
+use std::os::raw::{c_char, c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::ffi::*;
+use crate::registry::{self, OpenDb};
+
+#[repr(C)]
+pub struct WaffleFile {
+    pub base: sqlite3_file,
+    /// The cache of the main database; null for pass-through files.
+    pub db: *const OpenDb,
+}
+
+/// Where the real file starts: right after our header, 8-byte aligned.
+pub const REAL_OFFSET: usize = std::mem::size_of::<WaffleFile>().next_multiple_of(8);
+
+/// # Safety
+/// `f` points to a file allocated with szOsFile = REAL_OFFSET + the real VFS's szOsFile.
+pub unsafe fn real(f: *mut sqlite3_file) -> *mut sqlite3_file {
+    (f as *mut u8).add(REAL_OFFSET) as *mut sqlite3_file
+}
+
+unsafe fn methods(r: *mut sqlite3_file) -> &'static sqlite3_io_methods {
+    &*(*r).pMethods
+}
+
+unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
+    let p = (*(f as *mut WaffleFile)).db;
+    (!p.is_null()).then(|| &*p)
+}
+
+/// Runs a callback body; a panic becomes an I/O error instead of unwinding into C.
+fn guard(f: impl FnOnce() -> c_int) -> c_int {
+    catch_unwind(AssertUnwindSafe(f)).unwrap_or(SQLITE_IOERR)
+}
+
+/// A page access: a power-of-two size SQLite uses for pages, at a multiple of it.
+fn page_of(amt: c_int, offset: i64) -> Option<u64> {
+    let amt = amt as i64;
+    let is_page_size = (512..=65536).contains(&amt) && amt & (amt - 1) == 0;
+    (is_page_size && offset >= 0 && offset % amt == 0).then(|| (offset / amt) as u64)
+}
+
+pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(main_close),
+    xRead: Some(main_read),
+    xWrite: Some(main_write),
+    xTruncate: Some(main_truncate),
+    xFileControl: Some(main_file_control),
+    xFetch: Some(no_fetch),
+    xUnfetch: Some(no_unfetch),
+    ..PASS_METHODS
+};
+
+pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(pass_close),
+    xRead: Some(pass_read),
+    xWrite: Some(pass_write),
+    xTruncate: Some(pass_truncate),
+    xSync: Some(pass_sync),
+    xFileSize: Some(pass_file_size),
+    xLock: Some(pass_lock),
+    xUnlock: Some(pass_unlock),
+    xCheckReservedLock: Some(pass_check_reserved_lock),
+    xFileControl: Some(pass_file_control),
+    xSectorSize: Some(pass_sector_size),
+    xDeviceCharacteristics: Some(pass_device_characteristics),
+    xShmMap: Some(pass_shm_map),
+    xShmLock: Some(pass_shm_lock),
+    xShmBarrier: Some(pass_shm_barrier),
+    xShmUnmap: Some(pass_shm_unmap),
+    xFetch: Some(pass_fetch),
+    xUnfetch: Some(pass_unfetch),
+};
+
+// ---- the main database file ----
+
+unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
+    let rc = pass_close(f);
+    let wf = f as *mut WaffleFile;
+    let p = std::mem::replace(&mut (*wf).db, std::ptr::null());
+    if !p.is_null() {
+        // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
+        let db = Arc::from_raw(p);
+        guard(|| {
+            registry::detach(db);
+            SQLITE_OK
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: i64) -> c_int {
+    let (Some(db), Some(page)) = (db(f), page_of(amt, offset)) else {
+        return pass_read(f, buf, amt, offset);
+    };
+    let out = std::slice::from_raw_parts_mut(buf as *mut u8, amt as usize);
+    let rc = guard(|| match db.cache.read(page, out) {
+        Ok((n, _)) if n == out.len() => SQLITE_OK,
+        Ok(_) => SQLITE_IOERR_SHORT_READ,
+        Err(e) => {
+            eprintln!("waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file", db.path.display());
+            SQLITE_IOERR_READ
+        }
+    });
+    if rc == SQLITE_OK || rc == SQLITE_IOERR_SHORT_READ {
+        return rc;
+    }
+    // Our own read path failed: the cache must never fail the database.
+    pass_read(f, buf, amt, offset)
+}
+
+unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, offset: i64) -> c_int {
+    // The write reaches the file first, always.
+    let rc = pass_write(f, buf, amt, offset);
+    let Some(db) = db(f) else { return rc };
+    guard(|| {
+        let bytes = std::slice::from_raw_parts(buf as *const u8, amt as usize);
+        match page_of(amt, offset) {
+            Some(page) if rc == SQLITE_OK => db.cache.wrote(page, bytes),
+            // A failed or partial-page write: whatever the file holds now, the tiers forget it.
+            _ => invalidate_range(db, offset, amt as i64),
+        }
+        SQLITE_OK
+    });
+    rc
+}
+
+fn invalidate_range(db: &OpenDb, offset: i64, len: i64) {
+    let page_bytes = db.cache.page_bytes() as i64;
+    if page_bytes == 0 || len <= 0 {
+        return; // nothing was ever cached by page
+    }
+    let first = offset.max(0) / page_bytes;
+    let last = (offset.max(0) + len - 1) / page_bytes;
+    for page in first..=last {
+        db.cache.invalidate(page as u64);
+    }
+}
+
+unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
+    let rc = pass_truncate(f, size);
+    if let Some(db) = db(f) {
+        guard(|| {
+            let page_bytes = db.cache.page_bytes() as i64;
+            if page_bytes > 0 {
+                // Also the partial last page: its tail is gone from the file.
+                db.cache.truncated((size.max(0) / page_bytes) as u64);
+            }
+            SQLITE_OK
+        });
+    }
+    rc
+}
+
+unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    if op == SQLITE_FCNTL_PRAGMA {
+        if let Some(db) = db(f) {
+            let args = arg as *mut *mut c_char;
+            let name = std::ffi::CStr::from_ptr(*args.add(1)).to_string_lossy().to_ascii_lowercase();
+            let value = (*args.add(2)).as_ref().map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned());
+            if let Some((rc, text)) = crate::pragma::handle(db, &name, value.as_deref()) {
+                if let Some(text) = text {
+                    *args = crate::vfs::sqlite_string(&text);
+                }
+                return rc;
+            }
+        }
+    }
+    pass_file_control(f, op, arg)
+}
+
+/// mmap is declined so that every read of the database is seen by the cache.
+unsafe extern "C" fn no_fetch(_f: *mut sqlite3_file, _off: i64, _amt: c_int, pp: *mut *mut c_void) -> c_int {
+    *pp = std::ptr::null_mut();
+    SQLITE_OK
+}
+
+unsafe extern "C" fn no_unfetch(_f: *mut sqlite3_file, _off: i64, _p: *mut c_void) -> c_int {
+    SQLITE_OK
+}
+
+/// Waits for evicted pages to reach the grid (tests and tools).
+pub fn flush(db: &OpenDb) -> bool {
+    db.cache.flush_pushes(Duration::from_secs(10))
+}
+
+// ---- pass-through to the real file ----
+
+unsafe extern "C" fn pass_close(f: *mut sqlite3_file) -> c_int {
+    let r = real(f);
+    if (*r).pMethods.is_null() {
+        return SQLITE_OK;
+    }
+    let rc = methods(r).xClose.map_or(SQLITE_OK, |x| x(r));
+    (*r).pMethods = std::ptr::null();
+    rc
+}
+
+unsafe extern "C" fn pass_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
+    let r = real(f);
+    methods(r).xRead.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+}
+
+unsafe extern "C" fn pass_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
+    let r = real(f);
+    methods(r).xWrite.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+}
+
+unsafe extern "C" fn pass_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
+    let r = real(f);
+    methods(r).xTruncate.map_or(SQLITE_IOERR, |x| x(r, size))
+}
+
+unsafe extern "C" fn pass_sync(f: *mut sqlite3_file, flags: c_int) -> c_int {
+    let r = real(f);
+    methods(r).xSync.map_or(SQLITE_IOERR, |x| x(r, flags))
+}
+
+unsafe extern "C" fn pass_file_size(f: *mut sqlite3_file, size: *mut i64) -> c_int {
+    let r = real(f);
+    methods(r).xFileSize.map_or(SQLITE_IOERR, |x| x(r, size))
+}
+
+unsafe extern "C" fn pass_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
+    let r = real(f);
+    methods(r).xLock.map_or(SQLITE_IOERR, |x| x(r, level))
+}
+
+unsafe extern "C" fn pass_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
+    let r = real(f);
+    methods(r).xUnlock.map_or(SQLITE_IOERR, |x| x(r, level))
+}
+
+unsafe extern "C" fn pass_check_reserved_lock(f: *mut sqlite3_file, out: *mut c_int) -> c_int {
+    let r = real(f);
+    methods(r).xCheckReservedLock.map_or(SQLITE_IOERR, |x| x(r, out))
+}
+
+unsafe extern "C" fn pass_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    let r = real(f);
+    methods(r).xFileControl.map_or(SQLITE_NOTFOUND, |x| x(r, op, arg))
+}
+
+unsafe extern "C" fn pass_sector_size(f: *mut sqlite3_file) -> c_int {
+    let r = real(f);
+    methods(r).xSectorSize.map_or(4096, |x| x(r))
+}
+
+unsafe extern "C" fn pass_device_characteristics(f: *mut sqlite3_file) -> c_int {
+    let r = real(f);
+    methods(r).xDeviceCharacteristics.map_or(0, |x| x(r))
+}
+
+unsafe extern "C" fn pass_shm_map(f: *mut sqlite3_file, pg: c_int, sz: c_int, extend: c_int, pp: *mut *mut c_void) -> c_int {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion < 2 {
+        return SQLITE_IOERR;
+    }
+    m.xShmMap.map_or(SQLITE_IOERR, |x| x(r, pg, sz, extend, pp))
+}
+
+unsafe extern "C" fn pass_shm_lock(f: *mut sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion < 2 {
+        return SQLITE_IOERR;
+    }
+    m.xShmLock.map_or(SQLITE_IOERR, |x| x(r, offset, n, flags))
+}
+
+unsafe extern "C" fn pass_shm_barrier(f: *mut sqlite3_file) {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion >= 2 {
+        if let Some(x) = m.xShmBarrier {
+            x(r)
+        }
+    }
+}
+
+unsafe extern "C" fn pass_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion < 2 {
+        return SQLITE_OK;
+    }
+    m.xShmUnmap.map_or(SQLITE_OK, |x| x(r, delete))
+}
+
+unsafe extern "C" fn pass_fetch(f: *mut sqlite3_file, off: i64, amt: c_int, pp: *mut *mut c_void) -> c_int {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion < 3 {
+        *pp = std::ptr::null_mut();
+        return SQLITE_OK;
+    }
+    m.xFetch.map_or_else(
+        || {
+            *pp = std::ptr::null_mut();
+            SQLITE_OK
+        },
+        |x| x(r, off, amt, pp),
+    )
+}
+
+unsafe extern "C" fn pass_unfetch(f: *mut sqlite3_file, off: i64, p: *mut c_void) -> c_int {
+    let r = real(f);
+    let m = methods(r);
+    if m.iVersion < 3 {
+        return SQLITE_OK;
+    }
+    m.xUnfetch.map_or(SQLITE_OK, |x| x(r, off, p))
+}

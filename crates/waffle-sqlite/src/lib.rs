@@ -1,0 +1,59 @@
+//! The SQLite adapter: a pass-through VFS named `waffle`.
+//!
+//! Open a database with `vfs=waffle` (URI `file:app.db?vfs=waffle&waffle_grid=...`)
+//! and its main file goes through Waffle's cache; journals, WAL and temp files
+//! pass straight through to the default VFS.
+//!
+//! ```text
+//!  SQLite pager ──xRead(page)──> file.rs ──> waffle_core::PageCache ──> L1 / grid / O_DIRECT file
+//!               ──xWrite(page)─> file.rs ──> real file (first) ──> PageCache::wrote
+//!               ──PRAGMA waffle_stats──> pragma.rs
+//!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process,
+//!                     sidecar lock so a second process is refused
+//! ```
+//!
+//! Two ways in, one source:
+//! - `libwaffle.so`, a loadable extension (`.load libwaffle`, entry point
+//!   [`sqlite3_waffle_init`]) that calls the host's SQLite through the
+//!   routines table it is handed;
+//! - [`register`] (feature `linked`) for Rust programs that link SQLite.
+
+use std::os::raw::{c_char, c_int, c_void};
+
+mod api;
+mod ffi;
+mod file;
+mod pragma;
+mod registry;
+mod vfs;
+
+pub use vfs::VFS_NAME;
+
+/// Entry point of the loadable extension: registers the `waffle` VFS and
+/// keeps the library loaded for the life of the process.
+///
+/// # Safety
+/// Called by SQLite with the extension's routines table.
+#[no_mangle]
+pub unsafe extern "C" fn sqlite3_waffle_init(
+    _db: *mut c_void,
+    _err: *mut *mut c_char,
+    routines: *const c_void,
+) -> c_int {
+    let Some(api) = api::Api::from_routines(routines) else {
+        return ffi::SQLITE_ERROR;
+    };
+    match vfs::register(api) {
+        ffi::SQLITE_OK => ffi::SQLITE_OK_LOAD_PERMANENTLY,
+        rc => rc,
+    }
+}
+
+/// Registers the `waffle` VFS with the SQLite this program links. Idempotent.
+#[cfg(feature = "linked")]
+pub fn register() -> Result<(), c_int> {
+    match vfs::register(api::Api::linked()) {
+        ffi::SQLITE_OK => Ok(()),
+        rc => Err(rc),
+    }
+}

@@ -1,0 +1,45 @@
+//! `PRAGMA waffle_*` on a database opened through the shim.
+//!
+//! SQLite hands every PRAGMA to the main file's xFileControl first; the ones
+//! named here are answered by the cache, all others go on to SQLite.
+
+use std::os::raw::c_int;
+
+use serde_json::{json, Value};
+
+use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
+use crate::registry::OpenDb;
+
+/// Answers a pragma: Some((rc, text)) if it is ours; text becomes the one-row
+/// result (or the error message when rc is not SQLITE_OK).
+pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)> {
+    match name {
+        "waffle_stats" => Some(read_only(name, value).unwrap_or_else(|| (SQLITE_OK, Some(stats(db))))),
+        "waffle_flush" => Some(read_only(name, value).unwrap_or_else(|| {
+            let done = crate::file::flush(db);
+            (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
+        })),
+        _ => None,
+    }
+}
+
+fn read_only(name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)> {
+    value.map(|v| (SQLITE_ERROR, Some(format!("PRAGMA {name} takes no value (got '{v}')"))))
+}
+
+/// One JSON object: the cache's counters, latencies, nodes and settings.
+pub fn stats(db: &OpenDb) -> String {
+    let mut m = db.cache.stats_json();
+    m.insert("file".into(), json!(db.path.display().to_string()));
+    m.insert(
+        "config".into(),
+        json!({
+            "grid": db.config.grid.iter().map(|n| n.label()).collect::<Vec<_>>(),
+            "local_bytes": db.config.local_bytes,
+            "timeout_ms": db.config.timeout_ms,
+            "push_queue_bytes": db.config.push_queue_bytes,
+            "direct_io": db.config.direct_io,
+        }),
+    );
+    Value::Object(m).to_string()
+}

@@ -1,0 +1,114 @@
+//! The databases this process has open through `waffle`, one cache each.
+//!
+//! Every connection to one database file in this process shares one
+//! [`PageCache`] (a write through one connection must be seen by the others),
+//! keyed by the file's device and inode. The first open takes the sidecar
+//! lock (so a second process gets a clear error) and the last close pushes L1
+//! to the grid and saves the versions for a warm restart.
+
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use waffle_core::backing::DirectFile;
+use waffle_core::grid::{Grid, GridOptions};
+use waffle_core::sidecar::Sidecar;
+use waffle_core::{CacheOptions, Config, PageCache};
+
+pub struct OpenDb {
+    pub cache: PageCache,
+    pub path: PathBuf,
+    pub config: Config,
+    sidecar: Sidecar,
+}
+
+struct Entry {
+    db: Arc<OpenDb>,
+    refs: usize,
+}
+
+type Key = (u64, u64);
+
+static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
+
+fn key_of(path: &Path) -> Result<Key, String> {
+    let m = std::fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// Joins (or creates) the cache of the database at `path`, which the caller has just opened.
+pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
+    let key = key_of(path)?;
+    let mut open = OPEN.lock().unwrap();
+    let open = open.get_or_insert_with(HashMap::new);
+    if let Some(e) = open.get_mut(&key) {
+        if e.db.config != config {
+            eprintln!(
+                "waffle: {} is already open in this process; keeping its first settings ({:?})",
+                path.display(),
+                e.db.config
+            );
+        }
+        e.refs += 1;
+        return Ok(Arc::clone(&e.db));
+    }
+    let (sidecar, warm) = Sidecar::acquire(path).map_err(|e| e.to_string())?;
+    let (backing, warning) =
+        DirectFile::open(path, config.direct_io).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
+    if let Some(w) = warning {
+        eprintln!("{w}");
+    }
+    let grid = (!config.grid.is_empty()).then(|| {
+        let opts = GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() };
+        Arc::new(Grid::new(config.grid.clone(), opts))
+    });
+    let (cache_id, page_bytes, saved) = match warm {
+        Some(w) => (w.cache_id, w.page_bytes as usize, Some(w.saved)),
+        None => (waffle_core::random_cache_id(), 0, None),
+    };
+    let cache = PageCache::new(
+        CacheOptions {
+            cache_id,
+            saved,
+            page_bytes,
+            local_bytes: config.local_bytes,
+            push_queue_bytes: config.push_queue_bytes,
+            grid,
+        },
+        Box::new(backing),
+    );
+    let db = Arc::new(OpenDb { cache, path: path.to_path_buf(), config, sidecar });
+    open.insert(key, Entry { db: Arc::clone(&db), refs: 1 });
+    Ok(db)
+}
+
+/// Leaves the cache; the last one out closes it cleanly. The registry stays
+/// locked meanwhile so that a reopen in this process waits for the close.
+pub fn detach(db: Arc<OpenDb>) {
+    let mut guard = OPEN.lock().unwrap();
+    let open = guard.get_or_insert_with(HashMap::new);
+    let Some(key) = open.iter().find(|(_, e)| Arc::ptr_eq(&e.db, &db)).map(|(k, _)| *k) else {
+        debug_assert!(false, "detach of a database that is not attached");
+        return;
+    };
+    let entry = open.get_mut(&key).expect("found above");
+    entry.refs -= 1;
+    if entry.refs > 0 {
+        return;
+    }
+    drop(open.remove(&key));
+    match Arc::try_unwrap(db) {
+        Ok(owned) => close(owned),
+        Err(_) => debug_assert!(false, "a database with no connections is still referenced"),
+    }
+}
+
+fn close(db: OpenDb) {
+    let cache_id = db.cache.cache_id();
+    let page_bytes = db.cache.page_bytes() as u64;
+    let saved = db.cache.close();
+    if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved) {
+        eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
+    }
+}

@@ -1,0 +1,244 @@
+//! The `waffle` VFS: a pass-through over the default VFS that sizes its files
+//! for our header plus the real file, and attaches the main database file to
+//! its cache on open.
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::path::Path;
+use std::sync::{Arc, OnceLock};
+
+use waffle_core::Config;
+
+use crate::api::Api;
+use crate::ffi::*;
+use crate::file::{self, WaffleFile, MAIN_METHODS, PASS_METHODS, REAL_OFFSET};
+use crate::registry;
+
+pub const VFS_NAME: &CStr = c"waffle";
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Registers the `waffle` VFS (not as the default) over SQLite's default VFS.
+/// Registering twice is harmless.
+pub fn register(api: Api) -> c_int {
+    let api = *API.get_or_init(|| api);
+    // SAFETY: the api functions are SQLite's own; names are NUL-terminated.
+    unsafe {
+        if !(api.vfs_find)(VFS_NAME.as_ptr()).is_null() {
+            return SQLITE_OK;
+        }
+        let base = (api.vfs_find)(std::ptr::null());
+        if base.is_null() {
+            return SQLITE_ERROR;
+        }
+        let vfs = Box::leak(Box::new(sqlite3_vfs {
+            iVersion: (*base).iVersion.min(3),
+            szOsFile: (REAL_OFFSET as c_int) + (*base).szOsFile,
+            mxPathname: (*base).mxPathname,
+            pNext: std::ptr::null_mut(),
+            zName: VFS_NAME.as_ptr(),
+            pAppData: base as *mut c_void,
+            xOpen: Some(x_open),
+            xDelete: Some(x_delete),
+            xAccess: Some(x_access),
+            xFullPathname: Some(x_full_pathname),
+            xDlOpen: Some(x_dl_open),
+            xDlError: Some(x_dl_error),
+            xDlSym: Some(x_dl_sym),
+            xDlClose: Some(x_dl_close),
+            xRandomness: Some(x_randomness),
+            xSleep: Some(x_sleep),
+            xCurrentTime: Some(x_current_time),
+            xGetLastError: Some(x_get_last_error),
+            xCurrentTimeInt64: Some(x_current_time_int64),
+            xSetSystemCall: Some(x_set_system_call),
+            xGetSystemCall: Some(x_get_system_call),
+            xNextSystemCall: Some(x_next_system_call),
+        }));
+        (api.vfs_register)(vfs, 0)
+    }
+}
+
+/// A copy of `text` in memory from sqlite3_malloc, for SQLite to free.
+pub fn sqlite_string(text: &str) -> *mut c_char {
+    let api = API.get().expect("registered before any file is open");
+    let n = text.len() + 1;
+    // SAFETY: sqlite3_malloc returns n writable bytes or null.
+    unsafe {
+        let p = (api.malloc)(n as c_int) as *mut u8;
+        if !p.is_null() {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len());
+            *p.add(text.len()) = 0;
+        }
+        p as *mut c_char
+    }
+}
+
+unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
+    (*vfs).pAppData as *mut sqlite3_vfs
+}
+
+/// The cache settings of a main database: its URI parameters, else the environment.
+unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
+    let api = API.get().expect("registered");
+    Config::from_lookup(|param| {
+        let key = std::ffi::CString::new(param).ok()?;
+        let v = (api.uri_parameter)(name, key.as_ptr());
+        (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned())
+    })
+    .map_err(|e| e.to_string())
+}
+
+unsafe extern "C" fn x_open(
+    vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    f: *mut sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
+    let wf = f as *mut WaffleFile;
+    (*wf).base.pMethods = std::ptr::null();
+    (*wf).db = std::ptr::null();
+    let real = file::real(f);
+    (*real).pMethods = std::ptr::null();
+    let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();
+    let config = if is_main {
+        match config_for(name) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                eprintln!("waffle: cannot open {}: {e}", CStr::from_ptr(name).to_string_lossy());
+                return SQLITE_CANTOPEN;
+            }
+        }
+    } else {
+        None
+    };
+    let b = base(vfs);
+    let rc = (*b).xOpen.map_or(SQLITE_CANTOPEN, |x| x(b, name, real, flags, out_flags));
+    if rc != SQLITE_OK {
+        close_real(real);
+        return rc;
+    }
+    let Some(config) = config else {
+        (*wf).base.pMethods = &PASS_METHODS;
+        return SQLITE_OK;
+    };
+    let path_text = CStr::from_ptr(name).to_string_lossy().into_owned();
+    match std::panic::catch_unwind(|| registry::attach(Path::new(&path_text), config)) {
+        Ok(Ok(db)) => {
+            (*wf).db = Arc::into_raw(db);
+            (*wf).base.pMethods = &MAIN_METHODS;
+            SQLITE_OK
+        }
+        Ok(Err(e)) => {
+            eprintln!("waffle: cannot open {path_text}: {e}");
+            close_real(real);
+            SQLITE_CANTOPEN
+        }
+        Err(_) => {
+            eprintln!("waffle: cannot open {path_text}: internal error");
+            close_real(real);
+            SQLITE_CANTOPEN
+        }
+    }
+}
+
+unsafe fn close_real(real: *mut sqlite3_file) {
+    if !(*real).pMethods.is_null() {
+        if let Some(x) = (*(*real).pMethods).xClose {
+            x(real);
+        }
+        (*real).pMethods = std::ptr::null();
+    }
+}
+
+unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
+    let b = base(vfs);
+    (*b).xDelete.map_or(SQLITE_ERROR, |x| x(b, name, sync_dir))
+}
+
+unsafe extern "C" fn x_access(vfs: *mut sqlite3_vfs, name: *const c_char, flags: c_int, out: *mut c_int) -> c_int {
+    let b = base(vfs);
+    (*b).xAccess.map_or(SQLITE_ERROR, |x| x(b, name, flags, out))
+}
+
+unsafe extern "C" fn x_full_pathname(vfs: *mut sqlite3_vfs, name: *const c_char, n: c_int, out: *mut c_char) -> c_int {
+    let b = base(vfs);
+    (*b).xFullPathname.map_or(SQLITE_ERROR, |x| x(b, name, n, out))
+}
+
+unsafe extern "C" fn x_dl_open(vfs: *mut sqlite3_vfs, name: *const c_char) -> *mut c_void {
+    let b = base(vfs);
+    (*b).xDlOpen.map_or(std::ptr::null_mut(), |x| x(b, name))
+}
+
+unsafe extern "C" fn x_dl_error(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) {
+    let b = base(vfs);
+    if let Some(x) = (*b).xDlError {
+        x(b, n, out)
+    }
+}
+
+unsafe extern "C" fn x_dl_sym(vfs: *mut sqlite3_vfs, h: *mut c_void, sym: *const c_char) -> sqlite3_syscall_ptr {
+    let b = base(vfs);
+    (*b).xDlSym.and_then(|x| x(b, h, sym))
+}
+
+unsafe extern "C" fn x_dl_close(vfs: *mut sqlite3_vfs, h: *mut c_void) {
+    let b = base(vfs);
+    if let Some(x) = (*b).xDlClose {
+        x(b, h)
+    }
+}
+
+unsafe extern "C" fn x_randomness(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
+    let b = base(vfs);
+    (*b).xRandomness.map_or(0, |x| x(b, n, out))
+}
+
+unsafe extern "C" fn x_sleep(vfs: *mut sqlite3_vfs, us: c_int) -> c_int {
+    let b = base(vfs);
+    (*b).xSleep.map_or(0, |x| x(b, us))
+}
+
+unsafe extern "C" fn x_current_time(vfs: *mut sqlite3_vfs, out: *mut f64) -> c_int {
+    let b = base(vfs);
+    (*b).xCurrentTime.map_or(SQLITE_ERROR, |x| x(b, out))
+}
+
+unsafe extern "C" fn x_get_last_error(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
+    let b = base(vfs);
+    (*b).xGetLastError.map_or(0, |x| x(b, n, out))
+}
+
+unsafe extern "C" fn x_current_time_int64(vfs: *mut sqlite3_vfs, out: *mut i64) -> c_int {
+    let b = base(vfs);
+    if (*b).iVersion < 2 {
+        return SQLITE_ERROR;
+    }
+    (*b).xCurrentTimeInt64.map_or(SQLITE_ERROR, |x| x(b, out))
+}
+
+unsafe extern "C" fn x_set_system_call(vfs: *mut sqlite3_vfs, name: *const c_char, p: sqlite3_syscall_ptr) -> c_int {
+    let b = base(vfs);
+    if (*b).iVersion < 3 {
+        return SQLITE_NOTFOUND;
+    }
+    (*b).xSetSystemCall.map_or(SQLITE_NOTFOUND, |x| x(b, name, p))
+}
+
+unsafe extern "C" fn x_get_system_call(vfs: *mut sqlite3_vfs, name: *const c_char) -> sqlite3_syscall_ptr {
+    let b = base(vfs);
+    if (*b).iVersion < 3 {
+        return None;
+    }
+    (*b).xGetSystemCall.and_then(|x| x(b, name))
+}
+
+unsafe extern "C" fn x_next_system_call(vfs: *mut sqlite3_vfs, name: *const c_char) -> *const c_char {
+    let b = base(vfs);
+    if (*b).iVersion < 3 {
+        return std::ptr::null();
+    }
+    (*b).xNextSystemCall.map_or(std::ptr::null(), |x| x(b, name))
+}
