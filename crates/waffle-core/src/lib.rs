@@ -23,18 +23,18 @@
 //! start the next open cold and lets a clean close start it warm.
 
 pub mod backing;
-// pub mod cache; // re-enabled once grid/ exports its API
-// pub mod config; // re-enabled once grid/ exports its API
+pub mod cache;
+pub mod config;
 pub mod envelope;
 pub mod grid;
 pub mod pool;
-// pub mod pusher; // re-enabled once grid/ exports its API
+pub mod pusher;
 pub mod sidecar;
-// pub mod stats; // re-enabled once grid/ exports its API
+pub mod stats;
 pub mod versions;
 
-// pub use cache::{CacheOptions, PageCache, Source};
-// pub use config::{Config, ConfigError};
+pub use cache::{CacheOptions, PageCache, Source};
+pub use config::{Config, ConfigError};
 
 /// A random 64-bit identity for a new cache incarnation.
 pub fn random_cache_id() -> u64 {

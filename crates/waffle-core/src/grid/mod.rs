@@ -1,1 +1,30 @@
-//! L2: the memcached grid client. (Being written.)
+//! L2: the memcached grid client.
+//!
+//! Pages evicted from L1 are pushed to a grid of plain memcached servers and
+//! fetched back (and expired: exclusive caching) on an L1 miss. Written here,
+//! on the meta text protocol, rather than with a client crate: it is the product.
+//!
+//! - `spec`: the configured node list; `options`: deadlines, pool, backoff.
+//! - `ketama`: key to node, exactly as libmemcached's weighted ketama.
+//! - `protocol`: requests and replies as pure functions over bytes.
+//! - `connection`: one socket, every wait bounded by the request's deadline.
+//! - `health`: up/down with backoff and a single half-open probe.
+//! - `node`: a node's pool, health and counters; `client`: [`Grid`].
+//!
+//! The grid never fails the database: a fault, a timeout or a down node is a
+//! miss for the caller (see [`Fetch`]), and every request has a deadline.
+
+pub mod client;
+mod connection;
+mod health;
+pub mod ketama;
+mod node;
+pub mod options;
+pub mod outcome;
+pub mod protocol;
+pub mod spec;
+
+pub use client::Grid;
+pub use options::GridOptions;
+pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
+pub use spec::NodeSpec;

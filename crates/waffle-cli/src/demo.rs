@@ -1,0 +1,162 @@
+//! `waffle demo`: the whole idea in one run.
+//!
+//! Starts two memcached nodes on free loopback ports, builds a database
+//! several times larger than the L1 it then uses, and runs the same random
+//! point-read workload twice: grid off (L1 only, the rest from disk) and grid
+//! on (L1, then the grid, then disk). Prints throughput, where reads were
+//! answered, and the speedup; stops the nodes it started.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use waffle_nodes::Node;
+
+use crate::dataset::{self, Spec};
+use crate::open::{self, Settings};
+
+#[derive(Clone, Debug)]
+pub struct DemoOptions {
+    pub dir: PathBuf,
+    pub data_bytes: u64,
+    pub local_bytes: u64,
+    pub sqlite_cache_kib: u64,
+    pub threads: usize,
+    pub seconds: u64,
+    pub page_bytes: u32,
+    pub timeout_ms: u64,
+}
+
+/// One configuration's measurements.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    pub name: &'static str,
+    pub queries: u64,
+    pub seconds: f64,
+    pub l1_hits: u64,
+    pub l2_hits: u64,
+    pub disk_reads: u64,
+    pub page_reads: u64,
+    pub errors: u64,
+}
+
+impl Outcome {
+    pub fn qps(&self) -> f64 {
+        self.queries as f64 / self.seconds.max(1e-9)
+    }
+    fn pct(&self, n: u64) -> f64 {
+        100.0 * n as f64 / self.page_reads.max(1) as f64
+    }
+}
+
+pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
+    std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {}: {e}", opts.dir.display()))?;
+    let path = opts.dir.join("demo.db");
+    let spec = Spec::for_size(opts.data_bytes, opts.page_bytes);
+    let file_bytes = dataset::ensure(&path, &spec).map_err(|e| format!("building {}: {e}", path.display()))?;
+
+    // Each node gets as much as the whole file: memcached's per-item overhead and slab rounding are large.
+    let node_mib = (file_bytes >> 20).max(16) as u32;
+    let nodes = [Node::start(node_mib), Node::start(node_mib)];
+    let nodes: Vec<Node> = nodes.into_iter().collect::<Result<_, _>>().map_err(|e| format!("starting memcached: {e}"))?;
+    let grid: Vec<String> = nodes.iter().map(Node::addr).collect();
+
+    println!(
+        "waffle demo: {:.0} MiB database ({} rows), L1 {} MiB + SQLite cache {} KiB per connection, {} threads, {} s per configuration",
+        file_bytes as f64 / (1 << 20) as f64,
+        spec.rows,
+        opts.local_bytes >> 20,
+        opts.sqlite_cache_kib,
+        opts.threads,
+        opts.seconds
+    );
+    println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
+
+    let mut outcomes = Vec::new();
+    for (name, grid) in [("grid off", Vec::new()), ("grid on", grid)] {
+        let settings = Settings { grid, local_bytes: opts.local_bytes, timeout_ms: opts.timeout_ms };
+        let o = measure(name, &path, &settings, spec.rows, opts)?;
+        outcomes.push(o);
+    }
+    drop(nodes);
+    print_table(&outcomes);
+    Ok(outcomes)
+}
+
+fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows: u64, opts: &DemoOptions) -> Result<Outcome, String> {
+    let err = |e: rusqlite::Error| format!("{name}: {e}");
+    let conns: Vec<_> =
+        (0..opts.threads).map(|_| open::open(path, settings, opts.sqlite_cache_kib)).collect::<Result<_, _>>().map_err(err)?;
+    // Warm-up: one pass over the table, so L1 (and the grid, when on) hold what they can.
+    let _: i64 = conns[0].query_row("SELECT sum(length(payload)) FROM rows", [], |r| r.get(0)).map_err(err)?;
+    let before = open::stats(&conns[0]).map_err(err)?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let queries = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    let start = Instant::now();
+    let workers: Vec<_> = conns
+        .into_iter()
+        .enumerate()
+        .map(|(i, conn)| {
+            let (stop, queries, errors) = (Arc::clone(&stop), Arc::clone(&queries), Arc::clone(&errors));
+            thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(i as u64 + 1);
+                let mut stmt = conn.prepare("SELECT length(payload) FROM rows WHERE id = ?1").expect("prepare");
+                while !stop.load(Ordering::Relaxed) {
+                    let id = rng.gen_range(0..rows) as i64;
+                    match stmt.query_row([id], |r| r.get::<_, i64>(0)) {
+                        Ok(_) => queries.fetch_add(1, Ordering::Relaxed),
+                        Err(_) => errors.fetch_add(1, Ordering::Relaxed),
+                    };
+                }
+                drop(stmt);
+                conn
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(opts.seconds));
+    stop.store(true, Ordering::Relaxed);
+    let conns: Vec<_> = workers.into_iter().map(|w| w.join().expect("worker")).collect();
+    let seconds = start.elapsed().as_secs_f64();
+    let after = open::stats(&conns[0]).map_err(err)?;
+    drop(conns);
+
+    let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    let l1 = d("l1_hits") + d("push_queue_hits");
+    let page_reads = d("l1_hits") + d("l1_misses");
+    Ok(Outcome {
+        name,
+        queries: queries.load(Ordering::Relaxed),
+        seconds,
+        l1_hits: l1,
+        l2_hits: d("l2_hits"),
+        disk_reads: d("disk_reads"),
+        page_reads,
+        errors: errors.load(Ordering::Relaxed),
+    })
+}
+
+fn print_table(outcomes: &[Outcome]) {
+    println!();
+    println!("{:<10} {:>11} {:>9} {:>10} {:>11} {:>7}", "config", "queries/s", "L1 hits", "grid hits", "disk reads", "errors");
+    for o in outcomes {
+        println!(
+            "{:<10} {:>11.0} {:>8.1}% {:>9.1}% {:>10.1}% {:>7}",
+            o.name,
+            o.qps(),
+            o.pct(o.l1_hits),
+            o.pct(o.l2_hits),
+            o.pct(o.disk_reads),
+            o.errors
+        );
+    }
+    if let [off, on] = outcomes {
+        println!();
+        println!("speedup with the grid: {:.2}x", on.qps() / off.qps().max(1e-9));
+    }
+}

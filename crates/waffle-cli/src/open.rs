@@ -1,0 +1,36 @@
+//! Opening SQLite connections through the `waffle` VFS.
+
+use std::path::Path;
+
+use rusqlite::{Connection, OpenFlags};
+
+/// The cache settings of one configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Settings {
+    /// Grid nodes (host:port); empty = L1 only.
+    pub grid: Vec<String>,
+    pub local_bytes: u64,
+    pub timeout_ms: u64,
+}
+
+/// Opens `path` through waffle with `settings`, SQLite's own page cache set to `sqlite_cache_kib`.
+pub fn open(path: &Path, settings: &Settings, sqlite_cache_kib: u64) -> rusqlite::Result<Connection> {
+    waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
+    let uri = format!(
+        "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}",
+        path.display(),
+        settings.grid.join(","),
+        settings.local_bytes,
+        settings.timeout_ms.max(1),
+    );
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = Connection::open_with_flags(uri, flags)?;
+    conn.pragma_update(None, "cache_size", -(sqlite_cache_kib as i64))?;
+    Ok(conn)
+}
+
+/// `PRAGMA waffle_stats` as JSON.
+pub fn stats(conn: &Connection) -> rusqlite::Result<serde_json::Value> {
+    let text: String = conn.query_row("PRAGMA waffle_stats", [], |r| r.get(0))?;
+    Ok(serde_json::from_str(&text).expect("waffle_stats is JSON"))
+}

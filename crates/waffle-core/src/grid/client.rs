@@ -1,0 +1,330 @@
+//! The grid: keys mapped to nodes by ketama, requests as meta commands.
+//!
+//! Multi-key calls group keys by node, write every node's pipeline first and
+//! then read every node's replies, so a call takes about one round trip of the
+//! slowest node rather than the sum of them. A down node is never remapped:
+//! its keys are misses until it is back (the disk has every page).
+
+use super::health::Admission;
+use super::ketama::Continuum;
+use super::node::{Exchange, Node};
+use super::options::GridOptions;
+use super::outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
+use super::protocol::{self, Reply, MAX_VALUE_BYTES};
+use super::spec::NodeSpec;
+
+/// The L2 client. `Send + Sync`: share one `Grid` between threads.
+pub struct Grid {
+    nodes: Vec<Node>,
+    continuum: Continuum,
+    opts: GridOptions,
+}
+
+/// How a pipeline's replies ended.
+struct PipelineEnd {
+    /// Whether the connection may be reused (no reply that leaves its state in doubt).
+    reusable: bool,
+}
+
+impl Grid {
+    /// Never connects and never fails. A host that does not resolve makes a node
+    /// that is always down (one warning line on stderr); it keeps its place on
+    /// the ketama ring, so other nodes keep their keys.
+    pub fn new(nodes: Vec<NodeSpec>, opts: GridOptions) -> Grid {
+        let opts = opts.normalized();
+        let continuum = Continuum::new(&nodes);
+        let nodes = nodes.iter().map(|spec| Node::new(spec, &opts)).collect();
+        Grid { nodes, continuum, opts }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn options(&self) -> &GridOptions {
+        &self.opts
+    }
+
+    /// The node of `key` (libmemcached's weighted ketama), None if there is no node.
+    pub fn node_index(&self, key: &[u8]) -> Option<usize> {
+        self.continuum.node_for_key(key)
+    }
+
+    /// `mg <key> v T-1`: the value, and the item left expired, in one round trip
+    /// (the exclusive fetch: a page comes back to L1 and leaves L2).
+    pub fn fetch_and_expire(&self, key: &[u8]) -> Fetch {
+        self.fetch_one(key, true)
+    }
+
+    /// `mg <key> v`: the value, the item left as it is.
+    pub fn get(&self, key: &[u8]) -> Fetch {
+        self.fetch_one(key, false)
+    }
+
+    fn fetch_one(&self, key: &[u8], expire: bool) -> Fetch {
+        if !checked_key(key) {
+            return Fetch::Fault(FaultKind::Protocol);
+        }
+        let Some(node) = self.node_index(key).map(|i| &self.nodes[i]) else {
+            return Fetch::Skipped;
+        };
+        let admission = node.admit();
+        if admission == Admission::Skip {
+            return Fetch::Skipped;
+        }
+        let mut request = Vec::with_capacity(key.len() + 16);
+        protocol::encode_get(&mut request, key, expire, None);
+        let mut exchange = match node.begin(admission, &request) {
+            Ok(exchange) => exchange,
+            Err(kind) => return Fetch::Fault(kind),
+        };
+        let deadline = exchange.deadline;
+        let reply = exchange.conn.next_reply(deadline, |reply| match reply {
+            Reply::Value { data, .. } => Ok(Fetch::Hit(data.to_vec())),
+            Reply::End => Ok(Fetch::Miss),
+            Reply::ServerError(_) | Reply::ClientError(_) | Reply::Error => Err(FaultKind::ServerError),
+            _ => Err(FaultKind::Protocol),
+        });
+        match reply.and_then(|r| r) {
+            Ok(fetch) => {
+                exchange.finish(true);
+                fetch
+            }
+            Err(kind) => Fetch::Fault(exchange.fail(kind)),
+        }
+    }
+
+    /// Many `fetch_and_expire` at once: per node one pipeline of quiet
+    /// `mg <key> v T-1 q O<i>` ended by `mn` (quiet mode leaves misses out;
+    /// the opaque says which key a value answers). Results are in `keys` order.
+    /// A key given twice is a hit at most once (the first fetch expires it).
+    pub fn fetch_many_and_expire(&self, keys: &[&[u8]]) -> Vec<Fetch> {
+        let mut results = vec![Fetch::Miss; keys.len()];
+        let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        for (i, key) in keys.iter().enumerate() {
+            if !checked_key(key) {
+                results[i] = Fetch::Fault(FaultKind::Protocol);
+            } else if let Some(node) = self.node_index(key) {
+                per_node[node].push(i);
+            } else {
+                results[i] = Fetch::Skipped;
+            }
+        }
+
+        // Write every node's pipeline, then read every node's replies.
+        let mut in_flight: Vec<(Exchange<'_>, &[usize])> = Vec::new();
+        for (node, indexes) in self.nodes.iter().zip(&per_node) {
+            if indexes.is_empty() {
+                continue;
+            }
+            let admission = node.admit();
+            if admission == Admission::Skip {
+                indexes.iter().for_each(|&i| results[i] = Fetch::Skipped);
+                continue;
+            }
+            let mut request = Vec::with_capacity(indexes.len() * 48);
+            for (opaque, &i) in indexes.iter().enumerate() {
+                protocol::encode_get(&mut request, keys[i], true, Some(opaque as u32));
+            }
+            protocol::encode_noop(&mut request);
+            match node.begin(admission, &request) {
+                Ok(exchange) => in_flight.push((exchange, indexes)),
+                Err(kind) => indexes.iter().for_each(|&i| results[i] = Fetch::Fault(kind)),
+            }
+        }
+        for (mut exchange, indexes) in in_flight {
+            let mut answered = vec![false; indexes.len()];
+            let mut next_opaque = 0usize;
+            let mut server_error = false;
+            let outcome = read_pipeline(&mut exchange, |reply| match reply {
+                Reply::Value { data, flags } => {
+                    // Replies come in request order: each opaque is a later one than the last.
+                    let opaque = protocol::flag(flags, b'O').and_then(protocol::parse_u32).map(|o| o as usize);
+                    match opaque {
+                        Some(o) if (next_opaque..indexes.len()).contains(&o) => {
+                            answered[o] = true;
+                            next_opaque = o + 1;
+                            results[indexes[o]] = Fetch::Hit(data.to_vec());
+                            Ok(true)
+                        }
+                        _ => Err(FaultKind::Protocol),
+                    }
+                }
+                Reply::End => Ok(true), // a miss, had quiet mode not hidden it
+                Reply::ServerError(_) => {
+                    server_error = true;
+                    Ok(true)
+                }
+                Reply::ClientError(_) | Reply::Error => {
+                    server_error = true;
+                    Ok(false)
+                }
+                _ => Err(FaultKind::Protocol),
+            });
+            let unanswered = |kind: Option<FaultKind>, results: &mut Vec<Fetch>| {
+                for (o, &i) in indexes.iter().enumerate() {
+                    if !answered[o] {
+                        results[i] = kind.map_or(Fetch::Miss, Fetch::Fault);
+                    }
+                }
+            };
+            match outcome {
+                Ok(end) => {
+                    // Which key a SERVER_ERROR was about is not said: none of the unanswered is a sure miss.
+                    unanswered(server_error.then_some(FaultKind::ServerError), &mut results);
+                    exchange.finish(end.reusable);
+                }
+                // Values already received stay hits: they are complete, and now expired on the node.
+                Err(kind) => unanswered(Some(exchange.fail(kind)), &mut results),
+            }
+        }
+        results
+    }
+
+    /// Stores items with pipelined quiet sets: per node one write of
+    /// `ms <key> <len> T<ttl> q` + data for each item, then `mn`, then the
+    /// replies up to `MN`; any reply before `MN` is one item that failed.
+    /// At most one round trip per node; nodes are written first, then read.
+    pub fn store_many(&self, items: &[(&[u8], &[u8])]) -> StoreReport {
+        let mut report = StoreReport::default();
+        let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
+        for (i, (key, data)) in items.iter().enumerate() {
+            if !checked_key(key) || data.len() > MAX_VALUE_BYTES {
+                report.failed += 1; // a value we could not read back is not worth storing
+            } else if let Some(node) = self.node_index(key) {
+                per_node[node].push(i);
+            } else {
+                report.skipped += 1;
+            }
+        }
+
+        let mut in_flight: Vec<(Exchange<'_>, usize)> = Vec::new();
+        for (node, indexes) in self.nodes.iter().zip(&per_node) {
+            if indexes.is_empty() {
+                continue;
+            }
+            let admission = node.admit();
+            if admission == Admission::Skip {
+                report.skipped += indexes.len();
+                continue;
+            }
+            let bytes: usize = indexes.iter().map(|&i| items[i].0.len() + items[i].1.len() + 32).sum();
+            let mut request = Vec::with_capacity(bytes + 4);
+            for &i in indexes {
+                protocol::encode_set(&mut request, items[i].0, items[i].1, self.opts.ttl_s);
+            }
+            protocol::encode_noop(&mut request);
+            match node.begin(admission, &request) {
+                Ok(exchange) => in_flight.push((exchange, indexes.len())),
+                Err(_) => report.failed += indexes.len(),
+            }
+        }
+        for (mut exchange, count) in in_flight {
+            let mut failures = 0usize;
+            let outcome = read_pipeline(&mut exchange, |reply| {
+                let reusable = match reply {
+                    Reply::Done { .. } => return Ok(true), // not sent in quiet mode; harmless
+                    Reply::NotStored { .. } | Reply::Exists { .. } | Reply::NotFound { .. } => true,
+                    Reply::ServerError(_) => true,
+                    // e.g. "CLIENT_ERROR bad data chunk" then "ERROR": one item, two lines.
+                    Reply::ClientError(_) | Reply::Error => false,
+                    _ => return Err(FaultKind::Protocol),
+                };
+                failures += 1;
+                Ok(reusable)
+            });
+            match outcome {
+                Ok(end) => {
+                    let failed = failures.min(count);
+                    report.stored += count - failed;
+                    report.failed += failed;
+                    exchange.finish(end.reusable);
+                }
+                Err(kind) => {
+                    // Some items may be stored, but none is known to be: count them all failed.
+                    exchange.fail(kind);
+                    report.failed += count;
+                }
+            }
+        }
+        report
+    }
+
+    /// `md <key>`. True when the key is known not to be on its node any more
+    /// (deleted, or not there); false when that is unknown (node down, fault).
+    pub fn delete(&self, key: &[u8]) -> bool {
+        if !checked_key(key) {
+            return false;
+        }
+        let Some(node) = self.node_index(key).map(|i| &self.nodes[i]) else {
+            return false;
+        };
+        let admission = node.admit();
+        if admission == Admission::Skip {
+            return false;
+        }
+        let mut request = Vec::with_capacity(key.len() + 8);
+        protocol::encode_delete(&mut request, key);
+        let Ok(mut exchange) = node.begin(admission, &request) else {
+            return false;
+        };
+        let deadline = exchange.deadline;
+        let reply = exchange.conn.next_reply(deadline, |reply| match reply {
+            Reply::Done { .. } | Reply::NotFound { .. } => Ok(()),
+            Reply::ServerError(_) | Reply::ClientError(_) | Reply::Error => Err(FaultKind::ServerError),
+            _ => Err(FaultKind::Protocol),
+        });
+        match reply.and_then(|r| r) {
+            Ok(()) => {
+                exchange.finish(true);
+                true
+            }
+            Err(kind) => {
+                exchange.fail(kind);
+                false
+            }
+        }
+    }
+
+    pub fn node_status(&self) -> Vec<NodeStatus> {
+        self.nodes.iter().map(Node::status).collect()
+    }
+
+    /// Idle pooled connections per node (for tests and tools).
+    pub fn idle_connections(&self) -> Vec<usize> {
+        self.nodes.iter().map(Node::idle_count).collect()
+    }
+}
+
+/// Reads replies up to `MN`, handing each other one to `on_reply`, which says
+/// whether the connection stays reusable (or that the reply is a protocol fault).
+fn read_pipeline(
+    exchange: &mut Exchange<'_>,
+    mut on_reply: impl FnMut(Reply<'_>) -> Result<bool, FaultKind>,
+) -> Result<PipelineEnd, FaultKind> {
+    let deadline = exchange.deadline;
+    let mut reusable = true;
+    // Each reply consumes bytes, and `next_reply` is bounded by the deadline: the loop ends.
+    loop {
+        let step = exchange.conn.next_reply(deadline, |reply| match reply {
+            Reply::Noop => Ok(None),
+            other => on_reply(other).map(Some),
+        })??;
+        match step {
+            None => return Ok(PipelineEnd { reusable }),
+            Some(ok) => reusable &= ok,
+        }
+    }
+}
+
+/// Keys go into the protocol as they are: one with a space or a line break
+/// would desynchronize the stream. A caller bug, loud in debug builds.
+fn checked_key(key: &[u8]) -> bool {
+    let valid = protocol::is_valid_key(key);
+    debug_assert!(valid, "grid key must be 1..=250 printable ASCII bytes without space: {key:?}");
+    valid
+}

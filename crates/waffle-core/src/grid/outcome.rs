@@ -1,0 +1,77 @@
+//! What the grid answers: results of fetches and stores, and per-node status.
+
+use serde::Serialize;
+
+/// The result of fetching one key. Everything but `Hit` means "read the disk".
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fetch {
+    Hit(Vec<u8>),
+    Miss,
+    /// The key's node is down (in backoff), or the grid has no node: nothing was asked.
+    Skipped,
+    Fault(FaultKind),
+}
+
+impl Fetch {
+    pub fn is_hit(&self) -> bool {
+        matches!(self, Fetch::Hit(_))
+    }
+}
+
+/// Why a request failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FaultKind {
+    /// The deadline passed (connect, write or read). The node is marked down.
+    Timeout,
+    /// Connection refused, reset or closed. The node is marked down.
+    Io,
+    /// A reply we could not parse or did not expect, or a key we refuse to send.
+    /// After a bad reply the node is marked down (the stream can no longer be trusted).
+    Protocol,
+    /// The node answered `SERVER_ERROR`/`CLIENT_ERROR`/`ERROR`: it is alive, not marked down.
+    ServerError,
+}
+
+impl FaultKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            FaultKind::Timeout => "timeout",
+            FaultKind::Io => "io",
+            FaultKind::Protocol => "protocol",
+            FaultKind::ServerError => "server_error",
+        }
+    }
+
+    /// Whether this fault says the node is unusable (as opposed to "it refused this item").
+    pub(crate) fn marks_node_down(&self) -> bool {
+        !matches!(self, FaultKind::ServerError)
+    }
+}
+
+/// The result of [`super::Grid::store_many`]: every item is counted exactly once.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoreReport {
+    /// Acknowledged by the node (no failure line before `MN`).
+    pub stored: usize,
+    /// Refused by the node (`NS`, `SERVER_ERROR`...), lost to a fault, or invalid (bad key, too large).
+    pub failed: usize,
+    /// Not sent: the node was down (or the grid has no node).
+    pub skipped: usize,
+}
+
+/// A node's health and counters, for stats and tools.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeStatus {
+    /// "host:port" as configured.
+    pub addr: String,
+    /// False while the node is in backoff (or its address could not be resolved).
+    pub up: bool,
+    /// Round trips sent (a pipelined batch is one).
+    pub requests: u64,
+    /// Round trips that ended in a fault of any kind (timeouts included).
+    pub failures: u64,
+    /// Round trips that ended at their deadline.
+    pub timeouts: u64,
+    /// Times the node went from up to down.
+    pub marked_down: u64,
+}
