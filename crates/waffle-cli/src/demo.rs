@@ -42,6 +42,9 @@ pub struct Outcome {
     pub disk_reads: u64,
     pub page_reads: u64,
     pub errors: u64,
+    /// Median latency of a grid fetch and of a disk read, microseconds (warm-up included).
+    pub grid_p50_us: u64,
+    pub disk_p50_us: u64,
 }
 
 impl Outcome {
@@ -138,25 +141,36 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
         disk_reads: d("disk_reads"),
         page_reads,
         errors: errors.load(Ordering::Relaxed),
+        grid_p50_us: after["latency"]["l2"]["p50_us"].as_u64().unwrap_or(0),
+        disk_p50_us: after["latency"]["disk"]["p50_us"].as_u64().unwrap_or(0),
     })
 }
 
 fn print_table(outcomes: &[Outcome]) {
     println!();
-    println!("{:<10} {:>11} {:>9} {:>10} {:>11} {:>7}", "config", "queries/s", "L1 hits", "grid hits", "disk reads", "errors");
+    println!(
+        "{:<10} {:>11} {:>9} {:>10} {:>11} {:>7} {:>9} {:>9}",
+        "config", "queries/s", "L1 hits", "grid hits", "disk reads", "errors", "grid p50", "disk p50"
+    );
     for o in outcomes {
         println!(
-            "{:<10} {:>11.0} {:>8.1}% {:>9.1}% {:>10.1}% {:>7}",
+            "{:<10} {:>11.0} {:>8.1}% {:>9.1}% {:>10.1}% {:>7} {:>6} us {:>6} us",
             o.name,
             o.qps(),
             o.pct(o.l1_hits),
             o.pct(o.l2_hits),
             o.pct(o.disk_reads),
-            o.errors
+            o.errors,
+            o.grid_p50_us,
+            o.disk_p50_us
         );
     }
     if let [off, on] = outcomes {
         println!();
         println!("speedup with the grid: {:.2}x", on.qps() / off.qps().max(1e-9));
+        println!(
+            "median grid fetch {} us, median disk read {} us: the grid pays where it is the cheaper of the two",
+            on.grid_p50_us, off.disk_p50_us
+        );
     }
 }

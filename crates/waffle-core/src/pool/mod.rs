@@ -31,10 +31,13 @@
 //! # Accounting
 //!
 //! `capacity_bytes` and `used_bytes` count payload bytes only (the sum of the
-//! cached entries' lengths); per-entry overhead is NOT counted. It is about
-//! 48 B slot + ~25 B map entry, plus ~40 B for the ghost key that main's
-//! share holds per entry, plus the allocator's header on the Box: roughly
-//! 110-130 B per entry, i.e. ~0.2% at 64 KiB pages and ~3% at 4 KiB pages.
+//! cached entries' lengths); per-entry overhead is NOT counted. Per cached
+//! entry it is: a 48 B slab slot; a map entry (17 B at a load factor between
+//! 7/16 and 7/8, so 20-40 B); about 0.9 ghost keys (16-32 B ring slot plus a
+//! 20-40 B map entry each); and the allocator's header on the caller's Box.
+//! In all roughly 100-170 B per entry: ~0.2% at 64 KiB pages, ~3-4% at
+//! 4 KiB pages. The slab, maps and ring never shrink (not even on `clear`):
+//! they stay at the peak the budget allowed, which is what bounds them.
 //!
 //! An entry longer than its shard's budget, or of zero length, is not cached
 //! and comes straight back as evicted (a zero-length entry would cost no

@@ -536,6 +536,11 @@ mod tests {
     }
 
     #[test]
+    fn slot_is_48_bytes_as_documented() {
+        assert_eq!(mem::size_of::<Slot>(), 48);
+    }
+
+    #[test]
     fn frequency_saturates_at_three() {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
