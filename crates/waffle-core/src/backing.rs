@@ -120,7 +120,7 @@ struct AlignedBuf {
 
 impl AlignedBuf {
     fn new(len: usize) -> AlignedBuf {
-        assert!(len > 0 && len % DIRECT_ALIGN == 0);
+        assert!(len > 0 && len.is_multiple_of(DIRECT_ALIGN));
         let layout = Layout::from_size_align(len, DIRECT_ALIGN).expect("valid layout");
         // SAFETY: layout has non-zero size.
         let ptr = unsafe { alloc::alloc(layout) };

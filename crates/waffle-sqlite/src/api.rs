@@ -9,12 +9,17 @@ use std::os::raw::{c_char, c_int, c_void};
 
 use crate::ffi::sqlite3_vfs;
 
+type VfsFind = unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs;
+type VfsRegister = unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int;
+type UriParameter = unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char;
+type Malloc = unsafe extern "C" fn(c_int) -> *mut c_void;
+
 #[derive(Clone, Copy)]
 pub struct Api {
-    pub vfs_find: unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs,
-    pub vfs_register: unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int,
-    pub uri_parameter: unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char,
-    pub malloc: unsafe extern "C" fn(c_int) -> *mut c_void,
+    pub vfs_find: VfsFind,
+    pub vfs_register: VfsRegister,
+    pub uri_parameter: UriParameter,
+    pub malloc: Malloc,
 }
 
 // Positions in `struct sqlite3_api_routines` (sqlite3ext.h). The struct only
@@ -42,10 +47,10 @@ impl Api {
         // SAFETY: each slot holds the function whose C signature the field declares.
         unsafe {
             Some(Api {
-                vfs_find: std::mem::transmute::<*const c_void, _>(slot(SLOT_VFS_FIND)?),
-                vfs_register: std::mem::transmute::<*const c_void, _>(slot(SLOT_VFS_REGISTER)?),
-                uri_parameter: std::mem::transmute::<*const c_void, _>(slot(SLOT_URI_PARAMETER)?),
-                malloc: std::mem::transmute::<*const c_void, _>(slot(SLOT_MALLOC)?),
+                vfs_find: std::mem::transmute::<*const c_void, VfsFind>(slot(SLOT_VFS_FIND)?),
+                vfs_register: std::mem::transmute::<*const c_void, VfsRegister>(slot(SLOT_VFS_REGISTER)?),
+                uri_parameter: std::mem::transmute::<*const c_void, UriParameter>(slot(SLOT_URI_PARAMETER)?),
+                malloc: std::mem::transmute::<*const c_void, Malloc>(slot(SLOT_MALLOC)?),
             })
         }
     }
