@@ -77,8 +77,17 @@ impl Node {
     }
 
     /// SIGSTOP: the node keeps its sockets open but answers nothing (a hung node).
+    /// Returns once every thread of the process is stopped (the signal is
+    /// delivered asynchronously; a request sent too early could still be
+    /// answered). Panics if that takes more than a few seconds.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        let Some(pid) = self.pid() else { return };
+        let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < deadline, "memcached {pid} did not stop after SIGSTOP");
+            thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// SIGCONT: a paused node answers again, with whatever it held before.
@@ -129,6 +138,21 @@ impl Drop for Node {
         // A paused process still dies on SIGKILL.
         self.kill();
     }
+}
+
+/// Whether every thread of `pid` is in the stopped state ('T' in /proc/PID/task/*/stat).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    for task in tasks {
+        let Ok(task) = task else { return false };
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else { return false };
+        // The state letter follows the parenthesized command name.
+        let state = stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next());
+        if !matches!(state, Some('T' | 't')) {
+            return false;
+        }
+    }
+    true
 }
 
 fn free_port() -> io::Result<u16> {

@@ -1,0 +1,437 @@
+//! The grid client against real memcached processes (waffle_nodes), and
+//! against a fake node that answers what a broken one would.
+//! Every wait is bounded; every process is killed when its `Node` drops.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use waffle_core::grid::{FaultKind, Fetch, Grid, GridOptions, NodeSpec, StoreReport};
+use waffle_nodes::Node;
+
+/// Generous deadlines for tests that are about results, not timing: the
+/// machine is small and shared.
+fn relaxed() -> GridOptions {
+    GridOptions { timeout_ms: 2000, connect_timeout_ms: 2000, backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }
+}
+
+/// Short deadlines for the fault tests.
+fn tight() -> GridOptions {
+    GridOptions { timeout_ms: 50, connect_timeout_ms: 50, backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }
+}
+
+fn start_node() -> Node {
+    Node::start(64).expect("memcached must be installed (Debian package memcached)")
+}
+
+/// `Node::pause` returns once every thread of the node is stopped.
+fn pause(node: &Node) {
+    node.pause();
+}
+
+fn grid_of(nodes: &[&Node], opts: GridOptions) -> Grid {
+    let list: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
+    Grid::new(NodeSpec::parse_list(&list.join(",")).unwrap(), opts)
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("waffle:test:page:{i}").into_bytes()
+}
+
+/// Polls `f` every 20 ms until it returns Some, for at most `limit`.
+fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(t) = f() {
+            return Some(t);
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn fetch_and_expire_is_exclusive() {
+    let node = start_node();
+    let grid = grid_of(&[&node], relaxed());
+    let report = grid.store_many(&[(b"k1", b"page one"), (b"k2", b"page two")]);
+    assert_eq!(report, StoreReport { stored: 2, failed: 0, skipped: 0 });
+
+    assert_eq!(grid.fetch_and_expire(b"k1"), Fetch::Hit(b"page one".to_vec()));
+    assert_eq!(grid.fetch_and_expire(b"k1"), Fetch::Miss);
+    assert_eq!(grid.get(b"k1"), Fetch::Miss);
+
+    // A plain get leaves the item in place.
+    assert_eq!(grid.get(b"k2"), Fetch::Hit(b"page two".to_vec()));
+    assert_eq!(grid.get(b"k2"), Fetch::Hit(b"page two".to_vec()));
+    assert_eq!(grid.fetch_and_expire(b"k2"), Fetch::Hit(b"page two".to_vec()));
+    assert_eq!(grid.get(b"k2"), Fetch::Miss);
+
+    // Sequential requests reuse one pooled connection.
+    assert_eq!(grid.idle_connections(), vec![1]);
+    let status = &grid.node_status()[0];
+    assert!(status.up);
+    assert_eq!((status.requests, status.failures, status.timeouts, status.marked_down), (8, 0, 0, 0));
+}
+
+#[test]
+fn pipelined_store_many_across_three_nodes() {
+    let nodes = [start_node(), start_node(), start_node()];
+    let grid = grid_of(&[&nodes[0], &nodes[1], &nodes[2]], relaxed());
+    let mut rng = SmallRng::seed_from_u64(42);
+    // Binary values of many sizes, including bytes that look like protocol (\r\n, "MN").
+    let values: Vec<Vec<u8>> = (0..600)
+        .map(|i| {
+            let len = if i % 50 == 0 { 0 } else { rng.gen_range(1..20_000) };
+            let mut v: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            if len > 8 {
+                v[..8].copy_from_slice(b"\r\nMN\r\nEN");
+            }
+            v
+        })
+        .collect();
+    let keys: Vec<Vec<u8>> = (0..600).map(key).collect();
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| k.as_slice()).zip(values.iter().map(|v| v.as_slice())).collect();
+
+    let before: Vec<u64> = grid.node_status().iter().map(|s| s.requests).collect();
+    assert_eq!(grid.store_many(&items), StoreReport { stored: 600, failed: 0, skipped: 0 });
+    // One round trip per node.
+    let after: Vec<u64> = grid.node_status().iter().map(|s| s.requests).collect();
+    assert_eq!(after.iter().zip(&before).map(|(a, b)| a - b).collect::<Vec<_>>(), vec![1, 1, 1]);
+
+    let mut per_node = [0usize; 3];
+    for (k, v) in keys.iter().zip(&values) {
+        per_node[grid.node_index(k).unwrap()] += 1;
+        assert_eq!(grid.get(k), Fetch::Hit(v.clone()), "key {}", String::from_utf8_lossy(k));
+    }
+    assert!(per_node.iter().all(|&n| n > 100), "keys spread over the nodes: {per_node:?}");
+
+    let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let fetched = grid.fetch_many_and_expire(&key_refs);
+    for (i, f) in fetched.iter().enumerate() {
+        assert_eq!(f, &Fetch::Hit(values[i].clone()), "key {i}");
+    }
+    assert!(grid.fetch_many_and_expire(&key_refs).iter().all(|f| *f == Fetch::Miss));
+}
+
+#[test]
+fn a_pipeline_large_both_ways_does_not_stall() {
+    // 15 MB of requests while 18 MB of replies come back: more than the socket
+    // buffers hold both ways, so a client that wrote everything before reading
+    // would wait on the node while the node waits on it (checked: it times out).
+    let node = Node::start(128).expect("memcached must be installed");
+    let grid = grid_of(&[&node], GridOptions { timeout_ms: 10_000, connect_timeout_ms: 10_000, ..relaxed() });
+    let keys: Vec<Vec<u8>> = (0..60_000).map(|i| format!("{i:0>250}").into_bytes()).collect();
+    let value = vec![0x5au8; 300];
+    for chunk in keys.chunks(10_000) {
+        let items: Vec<(&[u8], &[u8])> = chunk.iter().map(|k| (k.as_slice(), value.as_slice())).collect();
+        assert_eq!(grid.store_many(&items), StoreReport { stored: chunk.len(), failed: 0, skipped: 0 });
+    }
+    let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let fetched = grid.fetch_many_and_expire(&key_refs);
+    assert_eq!(fetched.iter().filter(|f| **f == Fetch::Hit(value.clone())).count(), keys.len());
+    assert_eq!(grid.node_status()[0].requests, 7);
+}
+
+#[test]
+fn fetch_many_keeps_key_order_with_misses_and_duplicates() {
+    let nodes = [start_node(), start_node()];
+    let grid = grid_of(&[&nodes[0], &nodes[1]], relaxed());
+    let keys: Vec<Vec<u8>> = (0..40).map(key).collect();
+    let stored: Vec<(&[u8], &[u8])> = keys.iter().step_by(2).map(|k| (k.as_slice(), k.as_slice())).collect();
+    assert_eq!(grid.store_many(&stored).stored, 20);
+
+    let mut asked: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    asked.push(keys[0].as_slice()); // the same key again: a miss, it was expired by the first
+    let fetched = grid.fetch_many_and_expire(&asked);
+    for (i, f) in fetched.iter().enumerate().take(40) {
+        let expected = if i % 2 == 0 { Fetch::Hit(keys[i].clone()) } else { Fetch::Miss };
+        assert_eq!(f, &expected, "key {i}");
+    }
+    assert_eq!(fetched[40], Fetch::Miss);
+    assert_eq!(grid.fetch_many_and_expire(&[]), vec![]);
+}
+
+#[test]
+fn a_refused_item_fails_alone_and_the_connection_stays_in_sync() {
+    let node = start_node();
+    let grid = grid_of(&[&node], relaxed());
+    let big = vec![7u8; 1536 * 1024]; // over memcached's default 1 MiB item limit: SERVER_ERROR
+    let huge = vec![7u8; 3 << 20]; // over the client's limit: never sent
+    let report = grid.store_many(&[(b"a", b"1"), (b"big", &big), (b"b", b"2"), (b"huge", &huge), (b"c", b"3")]);
+    assert_eq!(report, StoreReport { stored: 3, failed: 2, skipped: 0 });
+    assert_eq!(grid.get(b"a"), Fetch::Hit(b"1".to_vec()));
+    assert_eq!(grid.get(b"c"), Fetch::Hit(b"3".to_vec()));
+    assert_eq!(grid.get(b"big"), Fetch::Miss);
+    let status = &grid.node_status()[0];
+    assert!(status.up);
+    assert_eq!(status.failures, 0, "an item refused is not a node failure");
+    assert_eq!(grid.idle_connections(), vec![1]);
+}
+
+#[test]
+fn delete_makes_the_key_unreachable() {
+    let node = start_node();
+    let grid = grid_of(&[&node], relaxed());
+    grid.store_many(&[(b"d", b"x")]);
+    assert!(grid.delete(b"d"));
+    assert_eq!(grid.get(b"d"), Fetch::Miss);
+    assert!(grid.delete(b"d"), "a key that is not there is gone too");
+}
+
+#[test]
+fn ttl_is_sent_with_the_item() {
+    let node = start_node();
+    let grid = grid_of(&[&node], GridOptions { ttl_s: 100, ..relaxed() });
+    assert_eq!(grid.store_many(&[(b"t", b"x")]).stored, 1);
+    // Ask memcached directly for the remaining TTL.
+    let mut s = TcpStream::connect(node.socket_addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(b"mg t t\r\n").unwrap();
+    let mut buf = [0u8; 64];
+    let n = s.read(&mut buf).unwrap();
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    assert!(reply == "HD t100\r\n" || reply == "HD t99\r\n", "{reply:?}");
+}
+
+#[test]
+fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
+    let node = start_node();
+    let opts = tight();
+    let timeout = Duration::from_millis(opts.timeout_ms);
+    let grid = grid_of(&[&node], opts);
+    // Warm the pool so the first fault is a read timeout on an open connection.
+    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A"), (b"b", b"B")]).stored == 2).then_some(())), Some(()));
+
+    pause(&node);
+    let start = Instant::now();
+    assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Fault(FaultKind::Timeout));
+    let took = start.elapsed();
+    assert!(took >= timeout - Duration::from_millis(2), "gave up early: {took:?}");
+    assert!(took < timeout * 20, "deadline not kept: {took:?}");
+
+    let start = Instant::now();
+    assert_eq!(grid.fetch_and_expire(b"b"), Fetch::Skipped);
+    assert_eq!(grid.store_many(&[(b"c", b"C")]), StoreReport { stored: 0, failed: 0, skipped: 1 });
+    assert!(!grid.delete(b"c"));
+    assert!(start.elapsed() < timeout, "a down node must be skipped without waiting");
+    let status = &grid.node_status()[0];
+    assert!(!status.up);
+    assert_eq!((status.timeouts, status.marked_down), (1, 1));
+
+    // After the backoff one probe goes, still into the paused node: timeout, longer backoff.
+    thread::sleep(Duration::from_millis(120));
+    let start = Instant::now();
+    assert_eq!(grid.get(b"b"), Fetch::Fault(FaultKind::Timeout));
+    assert!(start.elapsed() < timeout * 20);
+    assert_eq!(grid.get(b"b"), Fetch::Skipped);
+
+    node.resume();
+    // "b" was never touched (only "a" was asked, then expired when the node resumed).
+    let back = eventually(Duration::from_secs(5), || match grid.get(b"b") {
+        Fetch::Skipped | Fetch::Fault(_) => None,
+        other => Some(other),
+    });
+    assert_eq!(back, Some(Fetch::Hit(b"B".to_vec())));
+    let status = &grid.node_status()[0];
+    assert!(status.up);
+    assert_eq!(status.marked_down, 1, "a failed probe is no new marking down");
+}
+
+#[test]
+fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
+    let mut node = start_node();
+    let grid = grid_of(&[&node], tight());
+    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())), Some(()));
+    assert_eq!(grid.idle_connections(), vec![1]);
+
+    node.kill();
+    assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Fault(FaultKind::Io));
+    assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Skipped);
+    assert!(!grid.node_status()[0].up);
+    assert_eq!(grid.idle_connections(), vec![0]);
+
+    node.restart().expect("restart memcached on the same port");
+    let back = eventually(Duration::from_secs(5), || (grid.store_many(&[(b"n", b"N")]).stored == 1).then_some(()));
+    assert_eq!(back, Some(()));
+    assert!(grid.node_status()[0].up);
+    assert_eq!(grid.fetch_and_expire(b"n"), Fetch::Hit(b"N".to_vec()));
+    assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Miss, "a restarted node is empty");
+}
+
+#[test]
+fn a_down_node_does_not_touch_the_keys_of_the_others() {
+    let nodes = [start_node(), start_node()];
+    // The live node must answer within the deadline even on a loaded machine.
+    let opts = GridOptions { timeout_ms: 250, connect_timeout_ms: 250, ..tight() };
+    let timeout = Duration::from_millis(opts.timeout_ms);
+    let grid = grid_of(&[&nodes[0], &nodes[1]], opts);
+    let keys: Vec<Vec<u8>> = (0..60).map(key).collect();
+    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), &b"v"[..])).collect();
+    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&items).stored == 60).then_some(())), Some(()));
+
+    pause(&nodes[1]);
+    let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let start = Instant::now();
+    let fetched = grid.fetch_many_and_expire(&key_refs);
+    assert!(start.elapsed() < timeout * 20);
+    for (k, f) in keys.iter().zip(&fetched) {
+        match grid.node_index(k) {
+            Some(0) => assert_eq!(f, &Fetch::Hit(b"v".to_vec())),
+            Some(1) => assert_eq!(f, &Fetch::Fault(FaultKind::Timeout)),
+            other => panic!("node {other:?}"),
+        }
+    }
+    // The next call skips the paused node and is not remapped to the other one.
+    let report = grid.store_many(&items);
+    let on_paused = keys.iter().filter(|k| grid.node_index(k) == Some(1)).count();
+    assert_eq!(report, StoreReport { stored: 60 - on_paused, failed: 0, skipped: on_paused });
+    nodes[1].resume();
+}
+
+#[test]
+fn many_threads_share_one_grid() {
+    fn assert_send_sync<T: Send + Sync>() {}
+    assert_send_sync::<Grid>();
+
+    let nodes = [start_node(), start_node()];
+    let opts = GridOptions { max_connections_per_node: 3, ..relaxed() };
+    let grid = grid_of(&[&nodes[0], &nodes[1]], opts);
+    thread::scope(|scope| {
+        for t in 0..8 {
+            let grid = &grid;
+            scope.spawn(move || {
+                for i in 0..150 {
+                    let k = format!("t{t}:k{i}").into_bytes();
+                    let v = format!("value {t} {i}").into_bytes();
+                    assert_eq!(grid.store_many(&[(&k, &v)]).stored, 1);
+                    assert_eq!(grid.fetch_and_expire(&k), Fetch::Hit(v));
+                    assert_eq!(grid.fetch_and_expire(&k), Fetch::Miss);
+                }
+            });
+        }
+    });
+    assert!(grid.idle_connections().iter().all(|&n| (1..=3).contains(&n)), "{:?}", grid.idle_connections());
+    assert!(grid.node_status().iter().all(|s| s.up && s.failures == 0));
+}
+
+#[test]
+fn an_empty_grid_asks_nobody() {
+    let grid = Grid::new(vec![], GridOptions::default());
+    assert!(grid.is_empty());
+    assert_eq!(grid.node_index(b"k"), None);
+    assert_eq!(grid.fetch_and_expire(b"k"), Fetch::Skipped);
+    assert_eq!(grid.fetch_many_and_expire(&[b"k"]), vec![Fetch::Skipped]);
+    assert_eq!(grid.store_many(&[(b"k", b"v")]), StoreReport { stored: 0, failed: 0, skipped: 1 });
+    assert!(!grid.delete(b"k"));
+    assert!(grid.node_status().is_empty());
+}
+
+#[test]
+fn an_unresolvable_host_is_a_node_that_is_always_down() {
+    // A 64-byte label cannot be encoded in a DNS query: the lookup fails locally, sending nothing.
+    let host = format!("{}.invalid", "x".repeat(64));
+    let grid = Grid::new(NodeSpec::parse_list(&format!("{host}:11211")).unwrap(), GridOptions::default());
+    assert_eq!(grid.node_count(), 1);
+    assert_eq!(grid.fetch_and_expire(b"k"), Fetch::Skipped);
+    assert_eq!(grid.store_many(&[(b"k", b"v")]).skipped, 1);
+    let status = &grid.node_status()[0];
+    assert!(!status.up);
+    assert_eq!(status.requests, 0);
+    assert_eq!(status.addr, format!("{host}:11211"));
+}
+
+#[test]
+#[cfg_attr(debug_assertions, should_panic(expected = "grid key"))]
+fn a_key_with_a_space_is_refused() {
+    let grid = Grid::new(NodeSpec::parse_list("127.0.0.1:1").unwrap(), GridOptions::default());
+    assert_eq!(grid.fetch_and_expire(b"two words"), Fetch::Fault(FaultKind::Protocol));
+}
+
+/// A node that answers the first request line with `reply` and then keeps
+/// the connection open (until the client closes it, or 5 s).
+fn fake_node(reply: &'static [u8]) -> (String, thread::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    listener.set_nonblocking(true).unwrap();
+    let handle = thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut conn = loop {
+            match listener.accept() {
+                Ok((conn, _)) => break conn,
+                Err(_) if Instant::now() < deadline => thread::sleep(Duration::from_millis(5)),
+                Err(_) => return,
+            }
+        };
+        conn.set_nonblocking(false).unwrap();
+        conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n") {
+            match conn.read(&mut byte) {
+                Ok(1) => request.push(byte[0]),
+                _ => return,
+            }
+        }
+        let _ = conn.write_all(reply);
+        let _ = conn.read(&mut byte); // until the client hangs up
+    });
+    (addr, handle)
+}
+
+fn fetch_from_fake(reply: &'static [u8]) -> (Fetch, waffle_core::grid::NodeStatus) {
+    let (addr, handle) = fake_node(reply);
+    let grid = Grid::new(NodeSpec::parse_list(&addr).unwrap(), GridOptions { timeout_ms: 300, connect_timeout_ms: 300, ..GridOptions::default() });
+    let fetch = grid.fetch_and_expire(b"k");
+    let status = grid.node_status().remove(0);
+    drop(grid); // closes the connection: the fake ends
+    handle.join().unwrap();
+    (fetch, status)
+}
+
+#[test]
+fn broken_replies_are_faults_that_mark_the_node_down() {
+    for (reply, kind) in [
+        (&b"HELLO\r\n"[..], FaultKind::Protocol),
+        (b"VA 2\r\nabcdef\r\n", FaultKind::Protocol),
+        (b"VA 99999999\r\n", FaultKind::Protocol),
+        (b"EN\n", FaultKind::Protocol),
+        (b"MN\r\n", FaultKind::Protocol),
+        (b"VA 10\r\nabc", FaultKind::Timeout),
+        (b"", FaultKind::Timeout),
+    ] {
+        let (fetch, status) = fetch_from_fake(reply);
+        assert_eq!(fetch, Fetch::Fault(kind), "reply {:?}", String::from_utf8_lossy(reply));
+        assert!(!status.up);
+        assert_eq!(status.marked_down, 1);
+    }
+}
+
+#[test]
+fn a_server_error_is_a_fault_but_the_node_stays_up() {
+    let (fetch, status) = fetch_from_fake(b"SERVER_ERROR out of memory\r\n");
+    assert_eq!(fetch, Fetch::Fault(FaultKind::ServerError));
+    assert!(status.up);
+    assert_eq!((status.failures, status.marked_down), (1, 0));
+}
+
+#[test]
+fn a_node_that_hangs_up_mid_value_is_an_io_fault() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut buf = [0u8; 256];
+        let _ = conn.read(&mut buf);
+        let _ = conn.write_all(b"VA 10\r\nabc");
+        // Dropping `conn` closes it mid-value.
+    });
+    let grid = Grid::new(NodeSpec::parse_list(&addr).unwrap(), GridOptions { timeout_ms: 2000, ..GridOptions::default() });
+    assert_eq!(grid.fetch_and_expire(b"k"), Fetch::Fault(FaultKind::Io));
+    server.join().unwrap();
+}
