@@ -33,7 +33,8 @@ struct Queue {
     order: VecDeque<(u64, u64)>,
     bytes: u64,
     next_seq: u64,
-    in_flight: usize,
+    /// The batch the pusher is sending now: still readable by `take` until it is stored.
+    in_flight: Option<Arc<Vec<Evicted>>>,
 }
 
 impl Queue {
@@ -123,9 +124,17 @@ impl Pusher {
         self.shared.work.notify_one();
     }
 
-    /// Takes a page back out of the queue (an L1 miss on a page not yet pushed).
+    /// Takes a page back out of the queue (an L1 miss on a page not yet
+    /// pushed). A page in the batch being sent is copied: its push goes on,
+    /// and the grid copy it leaves is valid (same version) or will be rejected.
     pub fn take(&self, page: u64) -> Option<Evicted> {
-        self.shared.queue.lock().unwrap().remove(page)
+        let mut q = self.shared.queue.lock().unwrap();
+        if let Some(e) = q.remove(page) {
+            return Some(e);
+        }
+        let batch = q.in_flight.as_ref()?;
+        let e = batch.iter().find(|e| e.page == page)?;
+        Some(Evicted { page, version: e.version, bytes: e.bytes.clone() })
     }
 
     /// Forgets queued pages for which `doomed(page)` holds (truncation, reset).
@@ -145,7 +154,7 @@ impl Pusher {
     pub fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         let mut q = self.shared.queue.lock().unwrap();
-        while !q.pending.is_empty() || q.in_flight > 0 {
+        while !q.pending.is_empty() || q.in_flight.is_some() {
             let now = Instant::now();
             if now >= deadline {
                 return false;
@@ -167,11 +176,10 @@ impl Drop for Pusher {
 }
 
 fn drain(shared: &Shared) {
-    let mut batch: Vec<Evicted> = Vec::with_capacity(BATCH_PAGES);
     loop {
-        {
+        let batch = {
             let mut q = shared.queue.lock().unwrap();
-            q.in_flight = 0;
+            q.in_flight = None;
             shared.idle.notify_all();
             while q.pending.is_empty() && !shared.stop.load(Ordering::Acquire) {
                 q = shared.work.wait(q).unwrap();
@@ -179,16 +187,18 @@ fn drain(shared: &Shared) {
             if shared.stop.load(Ordering::Acquire) {
                 return;
             }
+            let mut batch = Vec::with_capacity(BATCH_PAGES);
             while batch.len() < BATCH_PAGES {
                 match q.pop_oldest() {
                     Some(e) => batch.push(e),
                     None => break,
                 }
             }
-            q.in_flight = batch.len();
-        }
+            let batch = Arc::new(batch);
+            q.in_flight = Some(Arc::clone(&batch));
+            batch
+        };
         send(shared, &batch);
-        batch.clear();
     }
 }
 
