@@ -29,11 +29,14 @@ pub struct DemoOptions {
     pub seconds: u64,
     pub page_bytes: u32,
     pub timeout_ms: u64,
+    /// Devices to run on, in order: "real" (this machine's disk) or an emulated profile name.
+    pub devices: Vec<String>,
 }
 
 /// One configuration's measurements.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    pub device: String,
     pub name: &'static str,
     pub queries: u64,
     pub seconds: f64,
@@ -42,7 +45,7 @@ pub struct Outcome {
     pub disk_reads: u64,
     pub page_reads: u64,
     pub errors: u64,
-    /// Median latency of a grid fetch and of a disk read, microseconds (warm-up included).
+    /// Median latency of a grid fetch and of a disk read during the measured run, microseconds.
     pub grid_p50_us: u64,
     pub disk_p50_us: u64,
 }
@@ -77,13 +80,22 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
         opts.threads,
         opts.seconds
     );
+    println!("disks: {} (emulated profiles add service time on top of this machine's disk; docs/benchmarks.md)", opts.devices.iter().map(|d| device_label(d)).collect::<Vec<_>>().join(", "));
     println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
 
     let mut outcomes = Vec::new();
-    for (name, grid) in [("grid off", Vec::new()), ("grid on", grid)] {
-        let settings = Settings { grid, local_bytes: opts.local_bytes, timeout_ms: opts.timeout_ms };
-        let o = measure(name, &path, &settings, spec.rows, opts)?;
-        outcomes.push(o);
+    for device in &opts.devices {
+        for (name, grid) in [("grid off", Vec::new()), ("grid on", grid.clone())] {
+            let settings = Settings {
+                grid,
+                local_bytes: opts.local_bytes,
+                timeout_ms: opts.timeout_ms,
+                device: (device != "real").then(|| device.clone()),
+            };
+            let mut o = measure(name, &path, &settings, spec.rows, opts)?;
+            o.device = device_label(device);
+            outcomes.push(o);
+        }
     }
     drop(nodes);
     print_table(&outcomes);
@@ -96,6 +108,7 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
         (0..opts.threads).map(|_| open::open(path, settings, opts.sqlite_cache_kib)).collect::<Result<_, _>>().map_err(err)?;
     // Warm-up: one pass over the table, so L1 (and the grid, when on) hold what they can.
     let _: i64 = conns[0].query_row("SELECT sum(length(payload)) FROM rows", [], |r| r.get(0)).map_err(err)?;
+    let _: String = conns[0].query_row("PRAGMA waffle_stats=reset", [], |r| r.get(0)).map_err(err)?;
     let before = open::stats(&conns[0]).map_err(err)?;
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -133,6 +146,7 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
     let l1 = d("l1_hits") + d("push_queue_hits");
     let page_reads = d("l1_hits") + d("l1_misses");
     Ok(Outcome {
+        device: String::new(),
         name,
         queries: queries.load(Ordering::Relaxed),
         seconds,
@@ -146,15 +160,24 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
     })
 }
 
+fn device_label(d: &str) -> String {
+    if d == "real" {
+        "real disk".to_string()
+    } else {
+        format!("{d} (EMULATED)")
+    }
+}
+
 fn print_table(outcomes: &[Outcome]) {
     println!();
     println!(
-        "{:<10} {:>11} {:>9} {:>10} {:>11} {:>7} {:>9} {:>9}",
-        "config", "queries/s", "L1 hits", "grid hits", "disk reads", "errors", "grid p50", "disk p50"
+        "{:<20} {:<9} {:>10} {:>8} {:>9} {:>9} {:>6} {:>9} {:>9}",
+        "disk", "config", "queries/s", "L1 hits", "grid hits", "disk reads", "errors", "grid p50", "disk p50"
     );
     for o in outcomes {
         println!(
-            "{:<10} {:>11.0} {:>8.1}% {:>9.1}% {:>10.1}% {:>7} {:>6} us {:>6} us",
+            "{:<20} {:<9} {:>10.0} {:>7.1}% {:>8.1}% {:>9.1}% {:>6} {:>6} us {:>6} us",
+            o.device,
             o.name,
             o.qps(),
             o.pct(o.l1_hits),
@@ -165,12 +188,16 @@ fn print_table(outcomes: &[Outcome]) {
             o.disk_p50_us
         );
     }
-    if let [off, on] = outcomes {
-        println!();
-        println!("speedup with the grid: {:.2}x", on.qps() / off.qps().max(1e-9));
-        println!(
-            "median grid fetch {} us, median disk read {} us: the grid pays where it is the cheaper of the two",
-            on.grid_p50_us, off.disk_p50_us
-        );
+    println!();
+    for pair in outcomes.chunks(2) {
+        if let [off, on] = pair {
+            println!(
+                "{}: speedup with the grid {:.2}x (median grid fetch {} us, median disk read {} us)",
+                off.device,
+                on.qps() / off.qps().max(1e-9),
+                on.grid_p50_us,
+                off.disk_p50_us
+            );
+        }
     }
 }

@@ -39,6 +39,10 @@ enum Command {
         /// Deadline of one grid request.
         #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
         timeout_ms: u64,
+        /// Backing devices to run on, comma-separated: real (this machine's disk)
+        /// and EMULATED profiles hdd-10k, ssd-2009, nvme, cloud-block (docs/benchmarks.md).
+        #[arg(long, default_value = "real,hdd-10k", value_delimiter = ',', value_parser = device)]
+        devices: Vec<String>,
         /// Where the database goes (reused while its parameters match).
         #[arg(long, default_value = "waffle-demo")]
         dir: PathBuf,
@@ -57,6 +61,10 @@ fn size(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
 
+fn device(s: &str) -> Result<String, String> {
+    waffle_core::emulation::DeviceProfile::by_name(s.trim()).map(|_| s.trim().to_string())
+}
+
 fn page_size(s: &str) -> Result<u32, String> {
     let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
     if !(512..=65536).contains(&n) || !n.is_power_of_two() {
@@ -68,7 +76,7 @@ fn page_size(s: &str) -> Result<u32, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { data, local, sqlite_cache_kib, threads, seconds, page_size, timeout_ms, dir } => {
+        Command::Demo { data, local, sqlite_cache_kib, threads, seconds, page_size, timeout_ms, devices, dir } => {
             if local >= data {
                 Err(format!("--local ({local} bytes) must be smaller than --data ({data} bytes) for the demo to mean anything"))
             } else {
@@ -81,6 +89,7 @@ fn main() -> ExitCode {
                     seconds,
                     page_bytes: page_size,
                     timeout_ms,
+                    devices,
                 })
                 .map(|_| ())
             }

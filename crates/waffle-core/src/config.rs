@@ -7,6 +7,7 @@
 
 use std::fmt;
 
+use crate::emulation::DeviceProfile;
 use crate::grid::NodeSpec;
 
 /// One parameter: its URI name and its environment variable.
@@ -32,8 +33,14 @@ pub const DIRECT_IO: Param = Param {
     help: "read the backing file with O_DIRECT: on|off (default on)",
 };
 
+pub const DEVICE: Param = Param {
+    name: "waffle_device",
+    env: "WAFFLE_DEVICE",
+    help: "emulate a slower backing device for benchmarks: real|hdd-10k|ssd-2009|nvme|cloud-block (default real)",
+};
+
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 5] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO];
+pub const PARAMS: [&Param; 6] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE];
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5;
@@ -48,6 +55,8 @@ pub struct Config {
     pub timeout_ms: u64,
     pub push_queue_bytes: u64,
     pub direct_io: bool,
+    /// An emulated device profile (benchmarks only); None reads the real disk as it is.
+    pub device: Option<DeviceProfile>,
 }
 
 impl Default for Config {
@@ -58,6 +67,7 @@ impl Default for Config {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
             direct_io: true,
+            device: None,
         }
     }
 }
@@ -104,6 +114,9 @@ impl Config {
         }
         if let Some(v) = get(&DIRECT_IO) {
             c.direct_io = parse_switch(&v).map_err(|reason| err(&DIRECT_IO, &v, reason))?;
+        }
+        if let Some(v) = get(&DEVICE) {
+            c.device = DeviceProfile::by_name(v.trim()).map_err(|reason| err(&DEVICE, &v, reason))?;
         }
         Ok(c)
     }
@@ -188,6 +201,7 @@ mod tests {
             ("waffle_timeout_ms", "fast"),
             ("waffle_push_queue", "1.5MiB"),
             ("waffle_direct_io", "maybe"),
+            ("waffle_device", "floppy"),
             ("waffle_grid", "127.0.0.1"),
             ("waffle_grid", "127.0.0.1:99999"),
         ] {

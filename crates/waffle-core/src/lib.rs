@@ -25,6 +25,7 @@
 pub mod backing;
 pub mod cache;
 pub mod config;
+pub mod emulation;
 pub mod envelope;
 pub mod grid;
 pub mod pool;

@@ -14,7 +14,15 @@ use crate::registry::OpenDb;
 /// result (or the error message when rc is not SQLITE_OK).
 pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)> {
     match name {
-        "waffle_stats" => Some(read_only(name, value).unwrap_or_else(|| (SQLITE_OK, Some(stats(db))))),
+        "waffle_stats" => Some(match value {
+            None => (SQLITE_OK, Some(stats(db))),
+            // Counters only grow; the latency histograms can start over (after a warm-up).
+            Some(v) if v.eq_ignore_ascii_case("reset") => {
+                db.cache.stats().reset_latency();
+                (SQLITE_OK, Some(stats(db)))
+            }
+            Some(v) => (SQLITE_ERROR, Some(format!("PRAGMA waffle_stats takes no value or 'reset' (got '{v}')"))),
+        }),
         "waffle_flush" => Some(read_only(name, value).unwrap_or_else(|| {
             let done = crate::file::flush(db);
             (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
@@ -39,6 +47,7 @@ pub fn stats(db: &OpenDb) -> String {
             "timeout_ms": db.config.timeout_ms,
             "push_queue_bytes": db.config.push_queue_bytes,
             "direct_io": db.config.direct_io,
+            "device": db.config.device.map_or("real".to_string(), |p| format!("{} (emulated)", p.name)),
         }),
     );
     Value::Object(m).to_string()

@@ -11,7 +11,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use waffle_core::backing::DirectFile;
+use waffle_core::backing::{Backing, DirectFile};
+use waffle_core::emulation::EmulatedDevice;
 use waffle_core::grid::{Grid, GridOptions};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
@@ -59,6 +60,10 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     if let Some(w) = warning {
         eprintln!("{w}");
     }
+    let backing: Box<dyn Backing> = match config.device {
+        Some(profile) => Box::new(EmulatedDevice::new(backing, profile)),
+        None => Box::new(backing),
+    };
     let grid = (!config.grid.is_empty()).then(|| {
         let opts = GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() };
         Arc::new(Grid::new(config.grid.clone(), opts))
@@ -76,7 +81,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
             push_queue_bytes: config.push_queue_bytes,
             grid,
         },
-        Box::new(backing),
+        backing,
     );
     let db = Arc::new(OpenDb { cache, path: path.to_path_buf(), config, sidecar });
     open.insert(key, Entry { db: Arc::clone(&db), refs: 1 });
