@@ -1,0 +1,354 @@
+//! The loadable extension `libwaffle.so` in hosts we did not build: Debian's
+//! `sqlite3` shell (3.40) and Python's apsw (/usr/bin/python3). Also the
+//! one-owner rule across processes and the error for a bad URI value, as a
+//! user sees them (stderr of the host process).
+//!
+//! The .so is looked for in target/release (what `cargo build --release`
+//! makes) and next to this test binary (target/debug, built as part of
+//! `cargo test`); the newest one that is not older than the sources is used.
+//! None there, or only stale ones: the test fails and says how to build it.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+use support::*;
+
+const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+
+// ---------------------------------------------------------------- finding things
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
+}
+
+fn newest_source() -> (SystemTime, PathBuf) {
+    let mut newest = (SystemTime::UNIX_EPOCH, PathBuf::new());
+    let mut stack: Vec<PathBuf> = ["crates/waffle-sqlite", "crates/waffle-core"]
+        .iter()
+        .flat_map(|c| [workspace().join(c).join("src"), workspace().join(c).join("Cargo.toml")])
+        .collect();
+    while let Some(p) = stack.pop() {
+        let Ok(meta) = std::fs::metadata(&p) else {
+            continue;
+        };
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
+        } else if let Ok(t) = meta.modified() {
+            if t > newest.0 {
+                newest = (t, p);
+            }
+        }
+    }
+    newest
+}
+
+/// The extension to load: the newest fresh `libwaffle.so`, or a failure that says what to do.
+fn libwaffle() -> PathBuf {
+    if let Some(p) = std::env::var_os("WAFFLE_SO") {
+        let p = PathBuf::from(p);
+        assert!(p.is_file(), "WAFFLE_SO={} does not exist", p.display());
+        return p;
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+    let mut candidates = vec![target.join("release/libwaffle.so")];
+    if let Some(profile) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
+        candidates.push(profile.join("libwaffle.so"));
+        candidates.push(profile.join("deps/libwaffle.so"));
+    }
+    candidates.push(target.join("debug/libwaffle.so"));
+    let (src_time, src) = newest_source();
+    let found: Vec<(SystemTime, PathBuf)> =
+        candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).collect();
+    if found.is_empty() {
+        panic!(
+            "libwaffle.so not found (looked for {candidates:?}). Build the extension first: \
+             `cargo build --release -p waffle-sqlite` (or `cargo build --release`)"
+        );
+    }
+    let (time, path) = found.iter().max_by_key(|(t, _)| *t).unwrap().clone();
+    assert!(
+        time >= src_time,
+        "{} is older than {}: rebuild the extension with `cargo build --release -p waffle-sqlite`",
+        path.display(),
+        src.display()
+    );
+    eprintln!("using {}", path.display());
+    path
+}
+
+fn sqlite3_shell() -> PathBuf {
+    let p = PathBuf::from("/usr/bin/sqlite3");
+    assert!(p.is_file(), "the sqlite3 shell is missing: apt-get install sqlite3");
+    p
+}
+
+fn python() -> PathBuf {
+    let p = PathBuf::from("/usr/bin/python3");
+    assert!(p.is_file(), "/usr/bin/python3 is missing: apt-get install python3 python3-apsw");
+    let out = Command::new(&p).args(["-c", "import apsw"]).output().expect("run /usr/bin/python3");
+    assert!(
+        out.status.success(),
+        "/usr/bin/python3 cannot import apsw: apt-get install python3-apsw\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p
+}
+
+// ---------------------------------------------------------------- running children
+
+/// Runs `cmd` with `input` on stdin; kills it if it takes longer than CHILD_TIMEOUT.
+fn run(cmd: &mut Command, input: &str) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(CHILD_TIMEOUT) {
+        Ok(out) => out.expect("wait for child"),
+        Err(_) => {
+            // SAFETY: kill(2) on our own child, which has not been reaped (its waiter is still blocked).
+            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
+            panic!("{cmd:?} did not finish in {CHILD_TIMEOUT:?}");
+        }
+    }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A child process that holds a database open until dropped (or told to stop).
+struct Holder {
+    child: Child,
+}
+
+impl Holder {
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Holder {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const PY_PRELUDE: &str = r#"
+import apsw, json, sys
+so, uri = sys.argv[1], sys.argv[2]
+boot = apsw.Connection(":memory:")
+# apsw 3.40 spells them enableloadextension/loadextension; newer ones also with underscores.
+(getattr(boot, "enable_load_extension", None) or boot.enableloadextension)(True)
+(getattr(boot, "load_extension", None) or boot.loadextension)(so)
+flags = apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
+"#;
+
+fn py_holder(so: &Path, uri: &str) -> Holder {
+    let script = format!(
+        "{PY_PRELUDE}\nc = apsw.Connection(uri, flags=flags)\nc.cursor().execute('CREATE TABLE IF NOT EXISTS held(x)')\n\
+         print('ready', flush=True)\nsys.stdin.read()\nc.close()\n"
+    );
+    let mut child = Command::new(python())
+        .arg("-c")
+        .arg(script)
+        .arg(so)
+        .arg(uri)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn python");
+    let stdout = child.stdout.take().unwrap();
+    let holder = Holder { child };
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(CHILD_TIMEOUT).expect("python holder did not get ready");
+    assert_eq!(line.trim(), "ready", "python holder could not open {uri}");
+    holder
+}
+
+// ---------------------------------------------------------------- the tests
+
+#[test]
+fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
+    let so = libwaffle();
+    let node = start_node(32);
+    let dir = TempDir::new("ext-shell");
+    let db = dir.join("shell.db");
+    let uri =
+        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let script = format!(
+        ".bail on\n.load {so}\n.open '{uri}'\n\
+         PRAGMA cache_size = 10;\n\
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
+         WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200)\n\
+           INSERT INTO t SELECT i, printf('%.3000c', char(65 + i % 26)) FROM c;\n\
+         PRAGMA waffle_flush;\n\
+         SELECT count(*), sum(length(v)), sum(unicode(v)) FROM t;\n\
+         PRAGMA waffle_stats;\n",
+        so = so.display()
+    );
+    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "sqlite3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "expected flush, totals, stats; got:\n{stdout}\nstderr: {stderr}");
+    assert_eq!(lines[0], "ok", "PRAGMA waffle_flush");
+    let letters: u64 = (1..=200u64).map(|i| 65 + i % 26).sum();
+    assert_eq!(lines[1], format!("200|600000|{letters}"), "the rows read back through waffle");
+    let s: Value =
+        serde_json::from_str(lines[2]).unwrap_or_else(|e| panic!("waffle_stats is not JSON ({e}): {}", lines[2]));
+    assert_eq!(s["config"]["grid"][0], Value::String(node.addr()), "{s}");
+    assert_eq!(n(&s, "config.local_bytes"), 64 << 10, "{s}");
+    assert!(n(&s, "disk_writes") >= 200, "{s}");
+    assert!(n(&s, "l2_pushes") > 0, "the shell's database pushed nothing to the grid: {s}");
+    assert!(n(&s, "l2_hits") > 0, "the shell's reads never hit the grid: {s}");
+    assert!(stderr.trim().is_empty(), "unexpected stderr: {stderr}");
+
+    // The file alone, through plain SQLite, has everything (the disk is the truth).
+    let out = run(Command::new(sqlite3_shell()).arg(&db), "PRAGMA integrity_check;\nSELECT count(*) FROM t;\n");
+    assert_eq!(text(&out.stdout), "ok\n200\n", "plain sqlite3 on the file: {}", text(&out.stderr));
+}
+
+#[test]
+fn python_apsw_loads_the_extension_and_caches_through_the_grid() {
+    let so = libwaffle();
+    let node = start_node(32);
+    let dir = TempDir::new("ext-apsw");
+    let db = dir.join("apsw.db");
+    let uri =
+        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let script = format!(
+        r#"{PY_PRELUDE}
+c = apsw.Connection(uri, flags=flags)
+cur = c.cursor()
+cur.execute("PRAGMA cache_size = 10")
+cur.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+cur.execute("BEGIN")
+for i in range(1, 201):
+    cur.execute("INSERT INTO t VALUES (?, ?)", (i, bytes([i % 251]) * 3000))
+cur.execute("COMMIT")
+flushed = list(cur.execute("PRAGMA waffle_flush"))[0][0]
+cur.execute("PRAGMA shrink_memory")
+rows = 0
+for (i, v) in list(cur.execute("SELECT id, v FROM t ORDER BY id")):
+    assert v == bytes([i % 251]) * 3000, i
+    rows += 1
+stats = json.loads(list(cur.execute("PRAGMA waffle_stats"))[0][0])
+vfs = [v for v in apsw.vfsnames()]
+c.close()
+print(json.dumps({{"flushed": flushed, "rows": rows, "stats": stats, "vfs": vfs}}))
+"#
+    );
+    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri), "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "python failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    let r: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(r["flushed"], "ok");
+    assert_eq!(r["rows"], 200);
+    assert!(r["vfs"].as_array().unwrap().iter().any(|v| v == "waffle"), "waffle is not a registered VFS: {r}");
+    let s = &r["stats"];
+    assert_eq!(s["config"]["grid"][0], Value::String(node.addr()), "{s}");
+    assert!(n(s, "l2_pushes") > 0, "apsw's database pushed nothing to the grid: {s}");
+    assert!(n(s, "l2_hits") > 0, "apsw's reads never hit the grid: {s}");
+    assert!(n(s, "disk_writes") >= 200, "{s}");
+}
+
+#[test]
+fn a_second_process_is_refused_and_told_the_owner_pid() {
+    let so = libwaffle();
+    let dir = TempDir::new("ext-owner");
+
+    // Python (the extension) holds it; the sqlite3 shell (the extension) is refused.
+    let db = dir.join("owned.db");
+    let uri = waffle_uri(&db, &[]);
+    let holder = py_holder(&so, &uri);
+    let out = run(
+        Command::new(sqlite3_shell()).arg(":memory:"),
+        &format!(".load {}\n.open '{uri}'\nSELECT count(*) FROM held;\n", so.display()),
+    );
+    let stderr = text(&out.stderr);
+    let want = format!("the database is already open through waffle in process {}", holder.pid());
+    assert!(
+        stderr.contains(&format!("waffle: cannot open {}", db.display())) && stderr.contains(&want),
+        "the shell's stderr should name the owner's pid ({want}); stderr: {stderr}\nstdout: {}",
+        text(&out.stdout)
+    );
+    assert!(
+        text(&out.stdout).trim().is_empty(),
+        "the refused shell should not have read the table: {}",
+        text(&out.stdout)
+    );
+    drop(holder);
+
+    // This process (waffle linked in) holds it; Python is refused and told our pid.
+    let db2 = dir.join("owned2.db");
+    let uri2 = waffle_uri(&db2, &[]);
+    let conn = open_waffle(&db2, &[]);
+    conn.execute_batch("CREATE TABLE held(x)").unwrap();
+    let script = format!(
+        "{PY_PRELUDE}\ntry:\n    apsw.Connection(uri, flags=flags).cursor().execute('SELECT * FROM held')\n    print('opened')\n\
+         except apsw.CantOpenError as e:\n    print('refused')\n"
+    );
+    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri2), "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout.trim(), "refused", "python should get SQLITE_CANTOPEN; stderr: {stderr}");
+    let want = format!("the database is already open through waffle in process {}", std::process::id());
+    assert!(stderr.contains(&want), "python's stderr should name this process ({want}): {stderr}");
+
+    // Once the owner closes it, the other process may open it.
+    drop(conn);
+    let script = format!("{PY_PRELUDE}\nc = apsw.Connection(uri, flags=flags)\nprint(list(c.cursor().execute('SELECT count(*) FROM held'))[0][0])\n");
+    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri2), "");
+    assert_eq!(text(&out.stdout).trim(), "0", "after the owner closed it: {}", text(&out.stderr));
+}
+
+#[test]
+fn a_bad_uri_value_fails_the_open_and_names_the_parameter() {
+    let so = libwaffle();
+    let dir = TempDir::new("ext-baduri");
+
+    let db = dir.join("bad.db");
+    let uri = waffle_uri(&db, &[("waffle_local", "lots")]);
+    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &format!(".load {}\n.open '{uri}'\n", so.display()));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("waffle: cannot open") && stderr.contains("waffle_local") && stderr.contains("'lots'"),
+        "stderr should name waffle_local and 'lots': {stderr}"
+    );
+    assert!(stderr.contains("unable to open database"), "the shell's open should fail: {stderr}");
+    assert!(!db.exists(), "a refused open must not create the database");
+
+    let db = dir.join("bad2.db");
+    let uri = waffle_uri(&db, &[("waffle_timeout_ms", "0")]);
+    let script = format!(
+        "{PY_PRELUDE}\ntry:\n    apsw.Connection(uri, flags=flags)\n    print('opened')\nexcept apsw.CantOpenError:\n    print('refused')\n"
+    );
+    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri), "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(stdout.trim(), "refused", "stderr: {stderr}");
+    assert!(
+        stderr.contains("waffle_timeout_ms") && stderr.contains("'0'"),
+        "stderr should name waffle_timeout_ms and '0': {stderr}"
+    );
+    assert!(!db.exists(), "a refused open must not create the database");
+}

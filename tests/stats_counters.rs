@@ -1,0 +1,195 @@
+//! `PRAGMA waffle_stats` counts what the workload did.
+//!
+//! Besides "this counter moved", every snapshot is checked for the identities
+//! the read path implies (each page read ends in exactly one place):
+//!
+//!   reads       = l1_hits + l1_misses
+//!   l1_misses   = push_queue_hits + grid attempts         (with a grid)
+//!   grid attempts = l2_hits + l2_misses + l2_skipped + l2_rejects_total + faults
+//!               = latency.l2.count
+//!   disk_reads  = grid attempts - l2_hits                 (with a grid)
+//!               = l1_misses                               (without)
+//!   latency.l1.count = l1_hits, latency.disk.count = disk_reads
+
+mod support;
+
+use rusqlite::{params, Connection};
+use serde_json::Value;
+use support::*;
+
+const ROW: usize = 3000; // one row per 4 KiB leaf page
+
+fn faults(s: &Value) -> u64 {
+    ["timeout", "io", "protocol", "server_error"].iter().map(|k| n(s, &format!("l2_faults.{k}"))).sum()
+}
+
+fn check_identities(s: &Value, with_grid: bool) {
+    let attempts = n(s, "l2_hits") + n(s, "l2_misses") + n(s, "l2_skipped") + n(s, "l2_rejects_total") + faults(s);
+    let rejects: u64 = ["length", "format", "checksum", "database", "page", "size", "version"]
+        .iter()
+        .map(|k| n(s, &format!("l2_rejects.{k}")))
+        .sum();
+    assert_eq!(rejects, n(s, "l2_rejects_total"), "l2_rejects_total is not the sum of its kinds: {s}");
+    assert_eq!(n(s, "latency.l1.count"), n(s, "l1_hits"), "one L1 latency per L1 hit: {s}");
+    assert_eq!(n(s, "latency.disk.count"), n(s, "disk_reads"), "one disk latency per disk read: {s}");
+    assert_eq!(n(s, "latency.l2.count"), attempts, "one grid latency per grid attempt: {s}");
+    if with_grid {
+        assert_eq!(
+            n(s, "l1_misses"),
+            n(s, "push_queue_hits") + attempts,
+            "each L1 miss goes to the queue or the grid: {s}"
+        );
+        assert_eq!(n(s, "disk_reads"), attempts - n(s, "l2_hits"), "each grid non-hit reads the disk: {s}");
+    } else {
+        assert_eq!(n(s, "disk_reads"), n(s, "l1_misses"), "without a grid each L1 miss reads the disk: {s}");
+    }
+}
+
+fn fill(conn: &Connection, from: i64, to: i64) {
+    let tx = conn.unchecked_transaction().unwrap();
+    for id in from..=to {
+        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, pattern(id as u64, ROW)]).unwrap();
+    }
+    tx.commit().unwrap();
+}
+
+fn read_row(conn: &Connection, id: i64) {
+    drop_pager_cache(conn);
+    let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?", [id], |r| r.get(0)).unwrap();
+    assert!(v == pattern(id as u64, ROW), "row {id}");
+}
+
+fn read_all(conn: &Connection, rows: i64) {
+    drop_pager_cache(conn);
+    let mut stmt = conn.prepare("SELECT id, v FROM t ORDER BY id").unwrap();
+    let mut count = 0;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))).unwrap() {
+        let (id, v) = row.unwrap();
+        assert!(v == pattern(id as u64, ROW), "row {id}");
+        count += 1;
+    }
+    assert_eq!(count, rows);
+}
+
+#[test]
+fn without_a_grid_only_l1_and_disk_count() {
+    let dir = TempDir::new("stats-nogrid");
+    let path = dir.join("n.db");
+    {
+        let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
+        conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+        let s0 = stats(&conn);
+        fill(&conn, 1, 200);
+        let s1 = stats(&conn);
+        // 200 new leaf pages at least, plus interior pages and page 1.
+        let wrote = n(&s1, "disk_writes") - n(&s0, "disk_writes");
+        assert!((200..=260).contains(&wrote), "200 one-page rows should write 200..260 pages, wrote {wrote}: {s1}");
+        assert_eq!(n(&s1, "l2_pushes") + n(&s1, "l2_push_failures") + n(&s1, "l2_push_drops"), 0, "{s1}");
+        let flushed: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).unwrap();
+        assert_eq!(flushed, "ok", "PRAGMA waffle_flush without a grid has nothing to wait for");
+    }
+    // Reopened: L1 starts empty, so the first reads go to the disk.
+    let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    read_all(&conn, 200);
+    let s = stats(&conn);
+    assert!(n(&s, "disk_reads") >= 200, "200 leaf pages were read from the disk: {s}");
+    for k in
+        ["l2_hits", "l2_misses", "l2_skipped", "l2_rejects_total", "l2_pushes", "l2_push_failures", "l2_push_drops"]
+    {
+        assert_eq!(n(&s, k), 0, "{k} without a grid: {s}");
+    }
+    assert_eq!(faults(&s), 0, "{s}");
+    assert_eq!(n(&s, "latency.l2.count"), 0, "{s}");
+    assert_eq!(s["nodes"].as_array().map(|a| a.len()), Some(0), "no grid, no nodes: {s}");
+    assert_eq!(s["config"]["grid"].as_array().map(|a| a.len()), Some(0), "{s}");
+    assert_eq!(n(&s, "config.local_bytes"), 64 << 20, "{s}");
+    check_identities(&s, false);
+
+    // A hot row, re-read N times with SQLite's own cache dropped each time:
+    // every page it touches (page 1, the table's root, the leaf) is an L1 hit.
+    read_row(&conn, 7);
+    let s0 = stats(&conn);
+    const N: u64 = 50;
+    for _ in 0..N {
+        read_row(&conn, 7);
+    }
+    let s1 = stats(&conn);
+    let hits = n(&s1, "l1_hits") - n(&s0, "l1_hits");
+    assert_eq!(hits % N, 0, "each query should touch the same pages: {hits} L1 hits for {N} queries");
+    assert_eq!(hits / N, 3, "a point query on a 2-level table touches page 1, the root and one leaf: {hits}/{N}");
+    eprintln!("hot row: {hits} L1 hits for {N} queries");
+    assert_eq!(n(&s1, "l1_misses"), n(&s0, "l1_misses"), "a hot row with a big L1 never misses: {s1}");
+    assert_eq!(n(&s1, "disk_reads"), n(&s0, "disk_reads"), "{s1}");
+    assert_eq!(n(&s1, "latency.l1.count") - n(&s0, "latency.l1.count"), hits, "{s1}");
+    check_identities(&s1, false);
+
+    // Writes are counted once per page written.
+    fill(&conn, 201, 210);
+    let s2 = stats(&conn);
+    let wrote = n(&s2, "disk_writes") - n(&s1, "disk_writes");
+    assert!((10..=14).contains(&wrote), "10 one-page rows should write 10..14 pages, wrote {wrote}: {s2}");
+    assert_eq!(n(&s2, "partial_writes"), 0, "SQLite writes whole pages: {s2}");
+
+    // The stats pragma takes no value.
+    let err = conn.query_row("PRAGMA waffle_stats = 1", [], |r| r.get::<_, String>(0)).unwrap_err().to_string();
+    assert!(err.contains("waffle_stats") && err.contains("takes no value"), "{err}");
+}
+
+#[test]
+fn with_a_grid_pushes_and_hits_count() {
+    let node = start_node(32);
+    let dir = TempDir::new("stats-grid");
+    let path = dir.join("g.db");
+    let conn = open_waffle(&path, &[("waffle_grid", &node.addr()), ("waffle_local", "16KiB")]);
+    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+    let s0 = stats(&conn);
+    assert_eq!(n(&s0, "l2_pushes"), 0, "{s0}");
+    assert_eq!(s0["nodes"][0]["addr"], Value::String(node.addr()), "{s0}");
+
+    fill(&conn, 1, 100);
+    flush(&conn);
+    let s1 = stats(&conn);
+    let pushes = n(&s1, "l2_pushes");
+    // 100 leaf pages went through a 4-page L1: nearly all were evicted and pushed.
+    assert!(pushes >= 90, "100 pages through a 16 KiB L1 should push at least 90, pushed {pushes}: {s1}");
+    assert!(n(&s1, "l2_push_bytes") >= pushes * 4096, "each push carries a page: {s1}");
+    assert_eq!(n(&s1, "push_queue_bytes"), 0, "flushed: nothing waits: {s1}");
+    assert_eq!(n(&s1, "l2_push_failures") + n(&s1, "l2_push_drops"), 0, "{s1}");
+
+    read_all(&conn, 100);
+    let s2 = stats(&conn);
+    let hits = n(&s2, "l2_hits") - n(&s1, "l2_hits");
+    assert!(hits >= 90, "re-reading 100 pushed pages should hit the grid at least 90 times, hit {hits}: {s2}");
+    assert!(n(&s2, "l2_fetch_bytes") >= hits * 4096, "{s2}");
+    assert!(n(&s2, "latency.l2.count") > n(&s1, "latency.l2.count"), "{s2}");
+    assert!(n(&s2, "latency.l2.p50_us") > 0 && n(&s2, "latency.l2.max_us") >= n(&s2, "latency.l2.p50_us"), "{s2}");
+    let node_json = &s2["nodes"][0];
+    assert!(node_json["up"].as_bool().unwrap(), "{s2}");
+    assert!(node_json["requests"].as_u64().unwrap() >= hits, "each fetch is a request to the node: {s2}");
+    assert_eq!(node_json["failures"].as_u64().unwrap(), 0, "{s2}");
+    assert_eq!(n(&s2, "l1.capacity_bytes"), 16 << 10, "{s2}");
+    assert!(n(&s2, "l1.used_bytes") <= 16 << 10, "{s2}");
+    check_identities(&s2, true);
+
+    // Misses: the node forgets everything (flush_all); re-reading finds nothing there.
+    flush(&conn);
+    memcached_flush_all(&node.addr());
+    read_all(&conn, 100);
+    let s3 = stats(&conn);
+    let misses = n(&s3, "l2_misses") - n(&s2, "l2_misses");
+    assert!(misses >= 90, "after flush_all at least 90 of 100 pages should miss, missed {misses}: {s3}");
+    assert!(n(&s3, "disk_reads") - n(&s2, "disk_reads") >= misses, "each miss reads the disk: {s3}");
+    check_identities(&s3, true);
+    eprintln!("grid: {pushes} pushes, {hits} hits, {misses} misses after flush_all");
+}
+
+fn memcached_flush_all(addr: &str) {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    s.write_all(b"flush_all\r\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert_eq!(line, "OK\r\n", "flush_all on {addr}");
+}

@@ -1,0 +1,273 @@
+//! Shared helpers of the end-to-end tests: temp dirs, memcached nodes, opening
+//! databases through `waffle`, reading its stats, talking to a node directly,
+//! and finding which page of a database file holds a row.
+//!
+//! Every helper fails loudly (panics with what is missing and how to get it):
+//! an end-to-end test never skips.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Once;
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+pub use waffle_nodes::Node;
+
+// ---------------------------------------------------------------- temp dirs
+
+/// A fresh directory under the system temp dir (on the real disk here),
+/// removed when dropped.
+pub struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+        let path = std::env::temp_dir().join(format!(
+            "waffle-e2e-{name}-{}-{}-{nanos}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).unwrap_or_else(|e| panic!("cannot create {}: {e}", path.display()));
+        TempDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------- nodes
+
+/// A real memcached on a free loopback port (killed when dropped).
+pub fn start_node(memory_mib: u32) -> Node {
+    Node::start(memory_mib).unwrap_or_else(|e| {
+        panic!(
+            "cannot start memcached ({e}). The end-to-end tests need memcached 1.6 \
+             (Debian: apt-get install memcached, or set WAFFLE_MEMCACHED=/path/to/memcached)"
+        )
+    })
+}
+
+/// "addr1,addr2,..." for `waffle_grid`.
+pub fn grid_of(nodes: &[&Node]) -> String {
+    nodes.iter().map(|n| n.addr()).collect::<Vec<_>>().join(",")
+}
+
+// ---------------------------------------------------------------- opening databases
+
+/// Registers the `waffle` VFS with the SQLite rusqlite links (once per process).
+pub fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| waffle::register().expect("waffle::register() failed"));
+}
+
+/// `file:{path}?vfs=waffle&k=v&...`
+pub fn waffle_uri(path: &Path, params: &[(&str, &str)]) -> String {
+    let p = path.to_str().expect("temp paths are UTF-8");
+    assert!(!p.contains(['?', '#', '%']), "path {p} needs URI escaping; pick another temp dir");
+    let mut uri = format!("file:{p}?vfs=waffle");
+    for (k, v) in params {
+        uri.push_str(&format!("&{k}={v}"));
+    }
+    uri
+}
+
+pub fn uri_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// Opens `path` through `waffle` with the given URI parameters. Parameters
+/// not given are pinned here (no grid, direct I/O on) so that a WAFFLE_*
+/// variable in the environment cannot change what a test measures.
+pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
+    try_open_waffle(path, params).unwrap_or_else(|e| panic!("open {} through waffle: {e}", path.display()))
+}
+
+pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result<Connection> {
+    register();
+    let mut all: Vec<(&str, &str)> = params.to_vec();
+    for (k, v) in [("waffle_grid", ""), ("waffle_local", "256MiB"), ("waffle_timeout_ms", "1000")] {
+        if !all.iter().any(|(name, _)| *name == k) {
+            all.push((k, v));
+        }
+    }
+    let conn = Connection::open_with_flags(waffle_uri(path, &all), uri_flags())?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+/// A plain database: SQLite's default VFS, nothing of ours in the way.
+pub fn open_plain(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn
+}
+
+// ---------------------------------------------------------------- stats
+
+/// `PRAGMA waffle_stats` as JSON.
+pub fn stats(conn: &Connection) -> Value {
+    let text: String = conn
+        .query_row("PRAGMA waffle_stats", [], |r| r.get(0))
+        .expect("PRAGMA waffle_stats returns one row (is this database open through waffle?)");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("PRAGMA waffle_stats is not JSON ({e}): {text}"))
+}
+
+/// A counter by JSON path, e.g. `n(&s, "l2_rejects.version")`.
+pub fn n(stats: &Value, path: &str) -> u64 {
+    let mut v = stats;
+    for part in path.split('.') {
+        v = v.get(part).unwrap_or_else(|| panic!("waffle_stats has no {path}: {stats}"));
+    }
+    v.as_u64().unwrap_or_else(|| panic!("waffle_stats {path} is not a count: {v}"))
+}
+
+/// The cache identity of an open database (16 hex digits).
+pub fn cache_id(conn: &Connection) -> u64 {
+    let s = stats(conn);
+    let text = s["cache_id"].as_str().unwrap_or_else(|| panic!("no cache_id in {s}"));
+    u64::from_str_radix(text, 16).unwrap_or_else(|e| panic!("cache_id {text}: {e}"))
+}
+
+/// `PRAGMA waffle_flush`: waits until every evicted page was pushed.
+pub fn flush(conn: &Connection) {
+    let r: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).expect("PRAGMA waffle_flush");
+    assert_eq!(r, "ok", "PRAGMA waffle_flush did not finish");
+}
+
+/// Frees this connection's own page cache (SQLite's pager), so the next
+/// statement reads its pages through the VFS again.
+pub fn drop_pager_cache(conn: &Connection) {
+    conn.execute_batch("PRAGMA shrink_memory").expect("PRAGMA shrink_memory");
+}
+
+// ---------------------------------------------------------------- talking to a node directly
+
+/// The grid key of a page (waffle page index = SQLite page number - 1).
+pub fn key(cache_id: u64, page_index: u64) -> String {
+    waffle_core::envelope::key(cache_id, page_index)
+}
+
+/// `mg <key> v` on a fresh connection: the value, or None on `EN`. Does not
+/// change the item (no T flag).
+pub fn mg(addr: &str, key: &str) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect to memcached at {addr}: {e}"));
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(format!("mg {key} v\r\n").as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap_or_else(|e| panic!("mg {key} on {addr}: no reply ({e})"));
+    if line == "EN\r\n" {
+        return None;
+    }
+    let mut words = line.split_whitespace();
+    assert_eq!(words.next(), Some("VA"), "mg {key} on {addr}: unexpected reply {line:?}");
+    let len: usize = words.next().and_then(|w| w.parse().ok()).unwrap_or_else(|| panic!("bad VA line {line:?}"));
+    let mut data = vec![0u8; len + 2];
+    r.read_exact(&mut data).unwrap();
+    assert_eq!(&data[len..], b"\r\n");
+    data.truncate(len);
+    Some(data)
+}
+
+/// The identity an envelope names: (cache_id, page index, version).
+pub fn envelope_identity(v: &[u8]) -> (u64, u64, u64) {
+    assert!(v.len() >= waffle_core::envelope::HEADER_BYTES, "not an envelope: {} bytes", v.len());
+    assert_eq!(&v[0..4], b"WAFL", "not an envelope (magic)");
+    let u = |at: usize| u64::from_le_bytes(v[at..at + 8].try_into().unwrap());
+    (u(8), u(16), u(24))
+}
+
+// ---------------------------------------------------------------- the database file itself
+
+/// Reads the database file and returns, for every row of every table b-tree
+/// leaf, its rowid and the SQLite page number (1-based) holding it. Page 1
+/// (sqlite_schema) is left out. Only meaningful for a file without free pages
+/// (old leaves would be listed too) and rowids unique across tables.
+pub fn leaf_pages_by_rowid(db: &Path, page_size: usize) -> HashMap<i64, u64> {
+    let bytes = std::fs::read(db).unwrap_or_else(|e| panic!("read {}: {e}", db.display()));
+    assert_eq!(bytes.len() % page_size, 0, "{} is not whole pages of {page_size}", db.display());
+    let mut out = HashMap::new();
+    for (i, page) in bytes.chunks(page_size).enumerate() {
+        if i == 0 || page[0] != 0x0d {
+            continue; // page 1, or not a table leaf
+        }
+        let cells = u16::from_be_bytes([page[3], page[4]]) as usize;
+        for c in 0..cells {
+            let at = 8 + 2 * c;
+            let mut off = u16::from_be_bytes([page[at], page[at + 1]]) as usize;
+            let (_payload, used) = varint(&page[off..]);
+            off += used;
+            let (rowid, _) = varint(&page[off..]);
+            out.insert(rowid as i64, i as u64 + 1);
+        }
+    }
+    out
+}
+
+/// SQLite's big-endian varint: (value, bytes used).
+fn varint(b: &[u8]) -> (u64, usize) {
+    let mut v: u64 = 0;
+    for (i, &byte) in b.iter().enumerate().take(9) {
+        if i == 8 {
+            return ((v << 8) | byte as u64, 9);
+        }
+        v = (v << 7) | (byte & 0x7f) as u64;
+        if byte & 0x80 == 0 {
+            return (v, i + 1);
+        }
+    }
+    panic!("truncated varint")
+}
+
+// ---------------------------------------------------------------- time
+
+/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
+pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Deterministic pseudo-random bytes (a page-sized row that does not compress
+/// or repeat, so a wrong page is never the right bytes by accident).
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

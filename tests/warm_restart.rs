@@ -1,0 +1,233 @@
+//! Invariant 4: a clean close keeps the grid's copies usable (warm restart),
+//! a crash makes every copy from before it untrusted.
+//!
+//! 1. Create, close cleanly, reopen with the same grid: same cache id, reads
+//!    come from the grid (no rejects), data correct.
+//! 2. A child process (this test binary, re-run with WAFFLE_E2E_CHILD set)
+//!    opens the database (warm), writes, pushes, and is SIGKILLed.
+//! 3. Reopen: a new cache id, not one grid hit in a full scan although the
+//!    node still holds the child's copies; data correct; integrity ok.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use rusqlite::{params, Connection};
+use support::*;
+
+const ROW: usize = 3000; // one row per 4 KiB leaf page
+const CHILD_ENV_DB: &str = "WAFFLE_E2E_CHILD_DB";
+const CHILD_ENV_GRID: &str = "WAFFLE_E2E_CHILD_GRID";
+/// "committed": commit, push, wait. "in_transaction": then also start a big
+/// UPDATE that spills pages into the file, and wait with it open.
+const CHILD_ENV_MODE: &str = "WAFFLE_E2E_CHILD_MODE";
+
+fn params_for(grid: &str) -> Vec<(&str, &str)> {
+    vec![("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")]
+}
+
+fn value(id: i64, generation: u64) -> Vec<u8> {
+    pattern((generation << 32) | id as u64, ROW)
+}
+
+/// Reads every row once (SQLite's cache dropped first) and compares.
+fn check_rows(conn: &Connection, expect: impl Fn(i64) -> Vec<u8>, count: i64) {
+    drop_pager_cache(conn);
+    let mut stmt = conn.prepare("SELECT id, v FROM t ORDER BY id").unwrap();
+    let mut seen = 0;
+    for row in stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))).unwrap() {
+        let (id, v) = row.unwrap();
+        seen += 1;
+        assert_eq!(id, seen, "rows are 1..={count}");
+        assert!(v == expect(id), "row {id} has wrong bytes");
+    }
+    assert_eq!(seen, count);
+}
+
+/// Run as a child process: open (warm), write, push, report, and wait to be killed.
+#[test]
+fn child_process_entry_does_nothing_unless_spawned_by_the_crash_test() {
+    let (Some(db), Some(grid)) = (std::env::var_os(CHILD_ENV_DB), std::env::var(CHILD_ENV_GRID).ok()) else {
+        return;
+    };
+    let db = PathBuf::from(db);
+    let conn = open_waffle(&db, &params_for(&grid));
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for id in 1..=50i64 {
+        tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 2), id]).unwrap();
+    }
+    for id in 201..=300i64 {
+        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 2)]).unwrap();
+    }
+    tx.commit().unwrap();
+    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
+    flush(&conn);
+    if std::env::var(CHILD_ENV_MODE).as_deref() == Ok("in_transaction") {
+        // 150 one-page rows through a 10-page SQLite cache: dirty pages spill
+        // into the database file before the commit that never comes.
+        conn.execute_batch("BEGIN").unwrap();
+        for id in 100..=250i64 {
+            conn.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 3), id]).unwrap();
+        }
+        flush(&conn);
+    }
+    println!("ready {:016x} {}", cache_id(&conn), std::process::id());
+    std::thread::sleep(Duration::from_secs(60)); // the parent kills us long before
+    panic!("the crash test did not kill this child");
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
+fn crash_child(db: &Path, grid: &str, mode: &str) -> u64 {
+    let exe = std::env::current_exe().unwrap();
+    let child = Command::new(exe)
+        .args([
+            "--exact",
+            "child_process_entry_does_nothing_unless_spawned_by_the_crash_test",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_ENV_DB, db)
+        .env(CHILD_ENV_GRID, grid)
+        .env(CHILD_ENV_MODE, mode)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the test binary as the child");
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            // libtest may print "test <name> ... " on the same line first.
+            if let Some(at) = line.find("ready ") {
+                let _ = tx.send(line[at + 6..].to_string());
+                break;
+            }
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(15)).expect("the child never got ready");
+    let mut words = ready.split_whitespace();
+    let id = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
+    let pid: u32 = words.next().unwrap().parse().unwrap();
+    assert_eq!(pid, child.0.id());
+    // The sidecar names the child as the owner while it runs.
+    let side = std::fs::read(waffle_core::sidecar::Sidecar::path_for(db)).unwrap();
+    assert_eq!(u32::from_le_bytes(side[8..12].try_into().unwrap()), pid, "the sidecar should name the child");
+    child.0.kill().expect("SIGKILL the child");
+    let status = child.0.wait().unwrap();
+    assert!(!status.success(), "the child was killed, not finished: {status}");
+    id
+}
+
+#[test]
+fn a_clean_close_is_warm_and_a_crash_is_cold() {
+    let node = start_node(64);
+    let addr = node.addr();
+    let dir = TempDir::new("warm");
+    let db = dir.join("w.db");
+
+    // Session 1: create, close cleanly (L1 goes to the grid, versions saved).
+    let first_id = create_closed(&db, &addr);
+
+    // Session 2: warm. Same identity; the pages come from the grid.
+    {
+        let conn = open_waffle(&db, &params_for(&addr));
+        conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+        assert_eq!(cache_id(&conn), first_id, "a clean close followed by a reopen must be warm (same cache id)");
+        check_rows(&conn, |id| value(id, 1), 200);
+        let s = stats(&conn);
+        assert!(n(&s, "l2_hits") >= 190, "a warm reopen should read (nearly) every page from the grid: {s}");
+        assert!(n(&s, "disk_reads") <= 10, "a warm reopen should hardly read the disk: {s}");
+        assert_eq!(n(&s, "l2_rejects_total"), 0, "the saved versions must match the grid's copies: {s}");
+    }
+
+    // Session 3: a child process opens it (warm), writes, pushes, and is killed.
+    let child_id = crash_child(&db, &addr, "committed");
+    assert_eq!(child_id, first_id, "the child's open after a clean close is warm too");
+    let pages = std::fs::metadata(&db).unwrap().len() / 4096;
+    let before_crash: Vec<String> = (0..pages).map(|p| key(child_id, p)).filter(|k| mg(&addr, k).is_some()).collect();
+    assert!(before_crash.len() > 50, "the child's pages should be in the grid: only {} of {pages}", before_crash.len());
+
+    // Session 4: cold. A new identity; nothing from before is asked for.
+    let conn = open_waffle(&db, &params_for(&addr));
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    let new_id = cache_id(&conn);
+    assert_ne!(new_id, child_id, "after a crash the reopen must take a new cache id");
+    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
+    let s = stats(&conn);
+    assert_eq!(n(&s, "l2_hits"), 0, "a single scan after a crash must not hit any copy from before it: {s}");
+    assert!(n(&s, "l2_misses") > 0 && n(&s, "disk_reads") >= 300, "the scan reads the disk: {s}");
+    assert_eq!(n(&s, "l2_rejects_total"), 0, "old copies are under keys never asked for, not rejected: {s}");
+    let still_there = before_crash.iter().filter(|k| mg(&addr, k).is_some()).count();
+    assert_eq!(still_there, before_crash.len(), "the old copies were not even asked for (fetching expires them)");
+    let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(r, "ok");
+}
+
+/// What every crash test starts from: 200 rows, closed cleanly.
+fn create_closed(db: &Path, grid: &str) -> u64 {
+    let conn = open_waffle(db, &params_for(grid));
+    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for id in 1..=200i64 {
+        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
+    }
+    tx.commit().unwrap();
+    cache_id(&conn)
+}
+
+/// A crash with a transaction open and its pages already in the file: the
+/// reopen through waffle plays the hot journal back (writes through the
+/// cache) and serves the committed state, not one byte of the lost
+/// transaction, and nothing from the grid copies made before the crash.
+#[test]
+fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
+    let node = start_node(64);
+    let addr = node.addr();
+    let dir = TempDir::new("crash-txn");
+    let db = dir.join("c.db");
+    let first_id = create_closed(&db, &addr);
+    let child_id = crash_child(&db, &addr, "in_transaction");
+    assert_eq!(child_id, first_id, "the child's open after a clean close is warm");
+    let journal = dir.join("c.db-journal");
+    assert!(journal.exists(), "the killed child should leave a hot journal behind");
+    // The lost transaction's bytes really are in the file (spilled): the reopen must undo them.
+    let lost: std::collections::HashSet<Vec<u8>> = (100..=250i64).map(|id| value(id, 3)[..16].to_vec()).collect();
+    let file = std::fs::read(&db).unwrap();
+    let spilled = file.windows(16).filter(|w| lost.contains(*w)).count();
+    assert!(spilled > 0, "no uncommitted row reached the file before the kill: the test proves nothing");
+    let pages = std::fs::metadata(&db).unwrap().len() / 4096;
+    let old_keys: Vec<String> = (0..pages).map(|p| key(child_id, p)).filter(|k| mg(&addr, k).is_some()).collect();
+    assert!(old_keys.len() > 50, "the child's pages (some from the lost transaction) should be in the grid");
+
+    let conn = open_waffle(&db, &params_for(&addr));
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    assert_ne!(cache_id(&conn), child_id, "after a crash the reopen must take a new cache id");
+    // The committed state: generation 2 for 1..=50 and 201..=300, 1 otherwise; never 3.
+    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
+    assert!(!journal.exists(), "the hot journal should have been rolled back");
+    let s = stats(&conn);
+    assert!(n(&s, "disk_writes") > 0, "the rollback writes the original pages back through waffle: {s}");
+    eprintln!("{spilled} uncommitted rows were in the file after the kill; rolled back");
+    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    let untouched = old_keys.iter().filter(|k| mg(&addr, k).is_some()).count();
+    assert_eq!(untouched, old_keys.len(), "a copy from before the crash was fetched");
+    let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(r, "ok");
+}
