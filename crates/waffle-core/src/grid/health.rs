@@ -78,12 +78,15 @@ impl Health {
 
     /// The node answered. Only a probe brings a down node up: a request let
     /// through before the node went down says nothing about it now.
-    pub fn on_success(&self, admission: Admission) {
-        if admission == Admission::Probe {
-            let mut guard = self.lock();
-            *guard = None;
-            self.down_flag.store(false, Ordering::Release);
+    /// Returns true if this brought a down node up.
+    pub fn on_success(&self, admission: Admission) -> bool {
+        if admission != Admission::Probe {
+            return false;
         }
+        let mut guard = self.lock();
+        let was_down = guard.take().is_some();
+        self.down_flag.store(false, Ordering::Release);
+        was_down
     }
 
     /// The node failed. Returns true if this marked an up node down.
@@ -134,8 +137,9 @@ mod tests {
         // Exactly one probe: the others are skipped while it is out.
         assert_eq!(h.admit(t0 + 101 * MS), Admission::Skip);
         assert_eq!(h.admit(t0 + 500 * MS), Admission::Skip);
-        h.on_success(Admission::Probe);
+        assert!(h.on_success(Admission::Probe), "the probe brought the node up");
         assert!(h.is_up());
+        assert!(!h.on_success(Admission::Probe), "an up node does not come up again");
         assert_eq!(h.admit(t0 + 501 * MS), Admission::Go);
     }
 
@@ -153,7 +157,7 @@ mod tests {
         }
         // A success resets the backoff to the minimum.
         assert_eq!(h.admit(probe_at), Admission::Probe);
-        h.on_success(Admission::Probe);
+        assert!(h.on_success(Admission::Probe));
         assert!(h.on_failure(Admission::Go, probe_at));
         assert_eq!(h.admit(probe_at + 99 * MS), Admission::Skip);
         assert_eq!(h.admit(probe_at + 100 * MS), Admission::Probe);
@@ -165,7 +169,7 @@ mod tests {
         let t0 = Instant::now();
         assert!(h.on_failure(Admission::Go, t0));
         assert!(!h.on_failure(Admission::Go, t0 + 50 * MS));
-        h.on_success(Admission::Go);
+        assert!(!h.on_success(Admission::Go));
         assert!(!h.is_up());
         assert_eq!(h.admit(t0 + 100 * MS), Admission::Probe);
     }

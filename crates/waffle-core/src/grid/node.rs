@@ -160,14 +160,22 @@ impl Node {
         if kind.marks_node_down() {
             if self.health.on_failure(admission, Instant::now()) {
                 self.counters.marked_down.fetch_add(1, Ordering::Relaxed);
+                // One line per up-to-down change: a down node is retried with backoff, not reported each time.
+                eprintln!("waffle: grid node {} is down ({}); its pages are misses until it answers again", self.label, kind.name());
             }
             // Idle connections to a failed node are as suspect as the one that failed.
             self.lock_idle().clear();
         } else {
             // The node answered: it is alive.
-            self.health.on_success(admission);
+            self.came_up(admission);
         }
         kind
+    }
+
+    fn came_up(&self, admission: Admission) {
+        if self.health.on_success(admission) {
+            eprintln!("waffle: grid node {} is up again", self.label);
+        }
     }
 
     fn lock_idle(&self) -> std::sync::MutexGuard<'_, Vec<Connection>> {
@@ -184,7 +192,7 @@ impl Exchange<'_> {
     /// The node answered completely. The connection is pooled again if
     /// `reusable` and nothing is left unread.
     pub fn finish(self, reusable: bool) {
-        self.node.health.on_success(self.admission);
+        self.node.came_up(self.admission);
         if reusable && self.conn.is_idle() {
             self.node.put_idle(self.conn);
         }
