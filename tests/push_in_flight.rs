@@ -68,6 +68,7 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
             local_bytes: 2 * PAGE as u64,
             push_queue_bytes: 1 << 20,
             grid: Some(Arc::clone(&grid)),
+            seal_key: None,
         },
         Box::new(MemFile(Arc::clone(&file))),
     );

@@ -22,7 +22,8 @@ use crate::backing::Backing;
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::pool::{Evicted, Pool};
-use crate::pusher::Pusher;
+use crate::pusher::{GridSlot, Pusher};
+use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
 use crate::versions::{SavedVersions, Versions};
 
@@ -48,16 +49,19 @@ pub struct CacheOptions {
     pub page_bytes: usize,
     pub local_bytes: u64,
     pub push_queue_bytes: u64,
-    /// None: L1 only.
+    /// None: L1 only (a grid can be given later with [`PageCache::set_grid`]).
     pub grid: Option<Arc<Grid>>,
+    /// Seal grid values (and accept only sealed ones) with this key.
+    pub seal_key: Option<Arc<SealKey>>,
 }
 
 pub struct PageCache {
     cache_id: u64,
     pool: Pool,
     versions: Versions,
-    grid: Option<Arc<Grid>>,
-    pusher: Option<Pusher>,
+    grid: Arc<GridSlot>,
+    seal_key: Option<Arc<SealKey>>,
+    pusher: Pusher,
     stats: Arc<Stats>,
     backing: Box<dyn Backing>,
     stripes: Box<[Mutex<()>]>,
@@ -68,15 +72,20 @@ pub struct PageCache {
 impl PageCache {
     pub fn new(opts: CacheOptions, backing: Box<dyn Backing>) -> PageCache {
         let stats = Arc::new(Stats::new());
-        let grid = opts.grid.filter(|g| !g.is_empty());
-        let pusher = grid
-            .as_ref()
-            .map(|g| Pusher::start(Arc::clone(g), Arc::clone(&stats), opts.cache_id, opts.push_queue_bytes));
+        let grid = Arc::new(GridSlot::new(opts.grid));
+        let pusher = Pusher::start(
+            Arc::clone(&grid),
+            Arc::clone(&stats),
+            opts.cache_id,
+            opts.push_queue_bytes,
+            opts.seal_key.clone(),
+        );
         PageCache {
             cache_id: opts.cache_id,
             pool: Pool::new(opts.local_bytes),
             versions: opts.saved.map(Versions::restore).unwrap_or_default(),
             grid,
+            seal_key: opts.seal_key,
             pusher,
             stats,
             backing,
@@ -93,8 +102,16 @@ impl PageCache {
         &self.stats
     }
 
-    pub fn grid(&self) -> Option<&Arc<Grid>> {
-        self.grid.as_ref()
+    /// The grid in use now (None: L1 only).
+    pub fn grid(&self) -> Option<Arc<Grid>> {
+        self.grid.get()
+    }
+
+    /// Switches to another grid (or none) while the database is open. Pages
+    /// waiting to be pushed go to the new grid; copies on nodes that left are
+    /// orphans (misses), and any that come back later are checked by version.
+    pub fn set_grid(&self, grid: Option<Arc<Grid>>) {
+        self.grid.set(grid);
     }
 
     pub fn page_bytes(&self) -> usize {
@@ -115,7 +132,7 @@ impl PageCache {
         self.stats.l1_misses.incr();
         let version = self.versions.current(page);
 
-        if let Some(e) = self.pusher.as_ref().and_then(|p| p.take(page)) {
+        if let Some(e) = self.pusher.take(page) {
             if e.version == version && e.bytes.len() == buf.len() {
                 buf.copy_from_slice(&e.bytes);
                 self.stats.push_queue_hits.incr();
@@ -124,7 +141,7 @@ impl PageCache {
             }
         }
 
-        if let Some(grid) = &self.grid {
+        if let Some(grid) = self.grid.get() {
             let t1 = Instant::now();
             let key = envelope::key(self.cache_id, page);
             let fetched = grid.fetch_and_expire(key.as_bytes());
@@ -133,11 +150,10 @@ impl PageCache {
                 Fetch::Hit(value) => {
                     self.stats.l2_fetch_bytes.add(value.len() as u64);
                     let expect = Identity { cache_id: self.cache_id, page, version };
-                    match envelope::open(&value, expect, buf.len()) {
-                        Ok(payload) => {
-                            buf.copy_from_slice(payload);
+                    match envelope::open_into(&value, expect, self.seal_key.as_deref(), buf) {
+                        Ok(()) => {
                             self.stats.l2_hits.incr();
-                            self.fill(page, version, payload.into());
+                            self.fill(page, version, Box::from(&*buf));
                             return Ok((buf.len(), Source::L2));
                         }
                         Err(reject) => self.stats.reject(reject),
@@ -194,9 +210,7 @@ impl PageCache {
         let _all = self.all_stripes();
         self.versions.bump_from(pages);
         self.pool.remove_from(pages);
-        if let Some(p) = &self.pusher {
-            p.discard(|page| page >= pages);
-        }
+        self.pusher.discard(|page| page >= pages);
     }
 
     /// Forgets everything: every page gets a version no grid copy has.
@@ -205,29 +219,27 @@ impl PageCache {
         let _all = self.all_stripes();
         self.versions.reset();
         self.pool.clear();
-        if let Some(p) = &self.pusher {
-            p.discard(|_| true);
-        }
+        self.pusher.discard(|_| true);
     }
 
     /// Pushes L1 to the grid, waits (bounded) for the pusher, and returns the
     /// versions to save for a warm restart. Pushes that did not finish leave
     /// only misses behind: a copy in the grid names the version it was made at.
     pub fn close(self) -> SavedVersions {
-        if let Some(p) = &self.pusher {
+        if self.grid.get().is_some() {
             let mut all = Vec::new();
             self.pool.drain(&mut all);
             for e in all {
-                p.push(e);
+                self.pusher.push(e);
             }
-            p.flush(Duration::from_millis(CLOSE_FLUSH_MS));
+            self.pusher.flush(Duration::from_millis(CLOSE_FLUSH_MS));
         }
         self.versions.save()
     }
 
     /// Waits until pages already evicted have been pushed (tests, benchmarks).
     pub fn flush_pushes(&self, timeout: Duration) -> bool {
-        self.pusher.as_ref().is_none_or(|p| p.flush(timeout))
+        self.pusher.flush(timeout)
     }
 
     /// Everything the stats PRAGMA shows.
@@ -243,9 +255,10 @@ impl PageCache {
                 "pages": self.pool.len(),
             }),
         );
-        m.insert("push_queue_bytes".into(), json!(self.pusher.as_ref().map_or(0, |p| p.queued_bytes())));
+        m.insert("push_queue_bytes".into(), json!(self.pusher.queued_bytes()));
+        m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
-        let nodes = self.grid.as_ref().map(|g| g.node_status()).unwrap_or_default();
+        let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m
     }
@@ -264,17 +277,16 @@ impl PageCache {
 
     /// Evicted pages go to the grid; without one they are simply dropped.
     fn settle(&self, evicted: Vec<Evicted>) {
-        if let Some(p) = &self.pusher {
-            for e in evicted {
-                p.push(e);
-            }
+        if evicted.is_empty() || self.grid.get().is_none() {
+            return;
+        }
+        for e in evicted {
+            self.pusher.push(e);
         }
     }
 
     fn discard_queued(&self, page: u64) {
-        if let Some(p) = &self.pusher {
-            p.take(page);
-        }
+        self.pusher.take(page);
     }
 
     /// A new page size means page numbers now name other byte ranges: start over.

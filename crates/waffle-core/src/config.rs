@@ -7,7 +7,11 @@
 
 use std::fmt;
 
+use std::path::Path;
+use std::sync::Arc;
+
 use crate::emulation::DeviceProfile;
+use crate::seal::SealKey;
 use crate::grid::NodeSpec;
 
 /// One parameter: its URI name and its environment variable.
@@ -39,8 +43,16 @@ pub const DEVICE: Param = Param {
     help: "emulate a slower backing device for benchmarks: real|hdd-10k|ssd-2009|nvme|cloud-block (default real)",
 };
 
+pub const KEY_FILE: Param = Param {
+    name: "waffle_key_file",
+    env: "WAFFLE_KEY_FILE",
+    help: "seal grid values with the 32-byte key in this file (raw or 64 hex digits)",
+};
+/// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
+pub const KEY_ENV: &str = "WAFFLE_KEY";
+
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 6] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE];
+pub const PARAMS: [&Param; 7] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &KEY_FILE];
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5;
@@ -57,6 +69,8 @@ pub struct Config {
     pub direct_io: bool,
     /// An emulated device profile (benchmarks only); None reads the real disk as it is.
     pub device: Option<DeviceProfile>,
+    /// Seal grid values with this key (waffle_key_file or WAFFLE_KEY); None: plain envelopes.
+    pub seal_key: Option<Arc<SealKey>>,
 }
 
 impl Default for Config {
@@ -68,6 +82,7 @@ impl Default for Config {
             push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
             direct_io: true,
             device: None,
+            seal_key: None,
         }
     }
 }
@@ -117,6 +132,18 @@ impl Config {
         }
         if let Some(v) = get(&DEVICE) {
             c.device = DeviceProfile::by_name(v.trim()).map_err(|reason| err(&DEVICE, &v, reason))?;
+        }
+        if let Some(v) = get(&KEY_FILE) {
+            let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
+            c.seal_key = Some(Arc::new(key));
+        } else if let Some(v) = env(KEY_ENV) {
+            // Never echo a key: the error names the variable, not its value.
+            let key = SealKey::from_hex(&v).map_err(|reason| ConfigError {
+                param: KEY_ENV,
+                value: "(hidden)".into(),
+                reason,
+            })?;
+            c.seal_key = Some(Arc::new(key));
         }
         Ok(c)
     }
@@ -202,6 +229,7 @@ mod tests {
             ("waffle_push_queue", "1.5MiB"),
             ("waffle_direct_io", "maybe"),
             ("waffle_device", "floppy"),
+            ("waffle_key_file", "/nonexistent/waffle.key"),
             ("waffle_grid", "127.0.0.1"),
             ("waffle_grid", "127.0.0.1:99999"),
         ] {
@@ -211,6 +239,16 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains(param) && text.contains(value), "{text}");
         }
+    }
+
+    #[test]
+    fn a_bad_key_in_the_environment_is_named_but_not_echoed() {
+        let e = Config::from_sources(|_| None, |k| (k == KEY_ENV).then(|| "secret-but-short".to_string())).unwrap_err();
+        assert_eq!(e.param, KEY_ENV);
+        assert!(!e.to_string().contains("secret"), "{e}");
+        let hex = "ab".repeat(32);
+        let c = Config::from_sources(|_| None, |k| (k == KEY_ENV).then(|| hex.clone())).unwrap();
+        assert!(c.seal_key.is_some());
     }
 
     #[test]

@@ -13,6 +13,17 @@
 //!  +------+------+------+--------+--------------+--------------+--------------+---------+------------+--------+
 //!  "WAFL"   1      0                                                                                   over 0..36+n
 //! ```
+//!
+//! Sealed (flags = 2, with a [`SealKey`]): the same header, then a 24-byte
+//! nonce, the XChaCha20-Poly1305 ciphertext of the payload and its 16-byte tag
+//! (76 bytes of overhead). The header is the associated data, so the identity,
+//! page, version and length are authenticated; there is no crc32c.
+//!
+//! ```text
+//!  0 header (36, flags=2) | 36 nonce (24) | 60 ciphertext (n) | 60+n tag (16)
+//! ```
+
+use crate::seal::{SealKey, NONCE_BYTES, TAG_BYTES};
 
 /// First four bytes of every envelope.
 pub const MAGIC: [u8; 4] = *b"WAFL";
@@ -22,6 +33,10 @@ pub const FORMAT: u8 = 1;
 pub const HEADER_BYTES: usize = 36;
 /// Bytes after the payload.
 pub const TRAILER_BYTES: usize = 4;
+/// Flag: the payload is sealed (AEAD) instead of checksummed.
+pub const FLAG_SEALED: u8 = 2;
+/// Bytes a sealed value adds around the payload.
+pub const SEALED_OVERHEAD_BYTES: usize = HEADER_BYTES + NONCE_BYTES + TAG_BYTES;
 /// Largest payload accepted (InnoDB's largest page is 64 KiB).
 pub const MAX_PAYLOAD_BYTES: usize = 64 * 1024;
 
@@ -50,11 +65,22 @@ pub enum Reject {
     Version,
     /// Payload length differs from the page size being read.
     Size,
+    /// Sealing: the value failed authentication, or it is sealed and we have
+    /// no key, or it is plain and we require sealed values.
+    Seal,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 7] =
-        [Reject::Length, Reject::Format, Reject::Checksum, Reject::Database, Reject::Page, Reject::Version, Reject::Size];
+    pub const ALL: [Reject; 8] = [
+        Reject::Length,
+        Reject::Format,
+        Reject::Checksum,
+        Reject::Database,
+        Reject::Page,
+        Reject::Version,
+        Reject::Size,
+        Reject::Seal,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -65,6 +91,7 @@ impl Reject {
             Reject::Page => "page",
             Reject::Version => "version",
             Reject::Size => "size",
+            Reject::Seal => "seal",
         }
     }
 
@@ -83,19 +110,94 @@ pub fn key(cache_id: u64, page: u64) -> String {
 pub fn seal(id: Identity, payload: &[u8]) -> Vec<u8> {
     assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
     let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
-    out.extend_from_slice(&MAGIC);
-    out.push(FORMAT);
-    out.push(0); // flags: no compression, not sealed
-    out.extend_from_slice(&[0, 0]);
-    out.extend_from_slice(&id.cache_id.to_le_bytes());
-    out.extend_from_slice(&id.page.to_le_bytes());
-    out.extend_from_slice(&id.version.to_le_bytes());
-    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header(id, payload.len(), 0));
     out.extend_from_slice(payload);
     let crc = crc32c::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     debug_assert_eq!(open(&out, id, payload.len()), Ok(payload));
     out
+}
+
+/// Builds the envelope, sealed when a key is given.
+pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Vec<u8> {
+    let Some(key) = key else { return seal(id, payload) };
+    assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
+    let mut out = Vec::with_capacity(SEALED_OVERHEAD_BYTES + payload.len());
+    out.extend_from_slice(&header(id, payload.len(), FLAG_SEALED));
+    out.extend_from_slice(&[0u8; NONCE_BYTES]);
+    out.extend_from_slice(payload);
+    let (head, rest) = out.split_at_mut(HEADER_BYTES);
+    let (nonce_slot, body) = rest.split_at_mut(NONCE_BYTES);
+    let (nonce, tag) = key.seal_in_place(head, body);
+    nonce_slot.copy_from_slice(&nonce);
+    out.extend_from_slice(&tag);
+    out
+}
+
+/// Checks `value` against what the caller expects and writes the payload into
+/// `out` (whose length is the page size being read). With a key only sealed
+/// values are accepted; without one only plain values. Never panics.
+pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mut [u8]) -> Result<(), Reject> {
+    if value.len() < HEADER_BYTES {
+        return Err(Reject::Length);
+    }
+    if value[0..4] != MAGIC || value[4] != FORMAT || value[6..8] != [0, 0] {
+        return Err(Reject::Format);
+    }
+    match (value[5], key) {
+        (0, None) => {
+            out.copy_from_slice(open(value, expect, out.len())?);
+            Ok(())
+        }
+        (FLAG_SEALED, Some(key)) => open_sealed(value, expect, key, out),
+        (0 | FLAG_SEALED, _) => Err(Reject::Seal),
+        _ => Err(Reject::Format),
+    }
+}
+
+fn open_sealed(value: &[u8], expect: Identity, key: &SealKey, out: &mut [u8]) -> Result<(), Reject> {
+    let payload_len = u32_at(value, 32) as usize;
+    if payload_len > MAX_PAYLOAD_BYTES || SEALED_OVERHEAD_BYTES + payload_len != value.len() {
+        return Err(Reject::Length);
+    }
+    // Identity first (cheap); the tag below authenticates these same bytes.
+    check_identity(value, expect)?;
+    if payload_len != out.len() {
+        return Err(Reject::Size);
+    }
+    let body = HEADER_BYTES + NONCE_BYTES;
+    out.copy_from_slice(&value[body..body + payload_len]);
+    let opened = key.open_in_place(&value[HEADER_BYTES..body], &value[..HEADER_BYTES], out, &value[body + payload_len..]);
+    if !opened {
+        out.fill(0);
+        return Err(Reject::Seal);
+    }
+    Ok(())
+}
+
+fn check_identity(value: &[u8], expect: Identity) -> Result<(), Reject> {
+    if u64_at(value, 8) != expect.cache_id {
+        return Err(Reject::Database);
+    }
+    if u64_at(value, 16) != expect.page {
+        return Err(Reject::Page);
+    }
+    if u64_at(value, 24) != expect.version {
+        return Err(Reject::Version);
+    }
+    Ok(())
+}
+
+fn header(id: Identity, payload_len: usize, flags: u8) -> [u8; HEADER_BYTES] {
+    let mut h = [0u8; HEADER_BYTES];
+    h[0..4].copy_from_slice(&MAGIC);
+    h[4] = FORMAT;
+    h[5] = flags;
+    h[8..16].copy_from_slice(&id.cache_id.to_le_bytes());
+    h[16..24].copy_from_slice(&id.page.to_le_bytes());
+    h[24..32].copy_from_slice(&id.version.to_le_bytes());
+    h[32..36].copy_from_slice(&(payload_len as u32).to_le_bytes());
+    h
 }
 
 /// Checks `value` against what the caller expects and returns the payload.
@@ -115,15 +217,7 @@ pub fn open(value: &[u8], expect: Identity, page_bytes: usize) -> Result<&[u8], 
     if crc32c::crc32c(&value[..body_end]) != u32_at(value, body_end) {
         return Err(Reject::Checksum);
     }
-    if u64_at(value, 8) != expect.cache_id {
-        return Err(Reject::Database);
-    }
-    if u64_at(value, 16) != expect.page {
-        return Err(Reject::Page);
-    }
-    if u64_at(value, 24) != expect.version {
-        return Err(Reject::Version);
-    }
+    check_identity(value, expect)?;
     if payload_len != page_bytes {
         return Err(Reject::Size);
     }
@@ -174,6 +268,47 @@ mod tests {
         let mut flags = v;
         flags[5] = 1;
         assert_eq!(open(&flags, ID, 4096), Err(Reject::Format));
+    }
+
+    #[test]
+    fn sealed_round_trip_and_policy() {
+        let key = SealKey::from_bytes(&[3; 32]);
+        let p = page();
+        let v = seal_with(ID, &p, Some(&key));
+        assert_eq!(v.len(), p.len() + SEALED_OVERHEAD_BYTES);
+        assert!(!v.windows(64).any(|w| w == &p[100..164]), "no plaintext in a sealed value");
+        let mut out = vec![0u8; 4096];
+        open_into(&v, ID, Some(&key), &mut out).unwrap();
+        assert_eq!(out, p);
+        // A sealed value without a key, a plain value with one: both refused.
+        assert_eq!(open_into(&v, ID, None, &mut out), Err(Reject::Seal));
+        assert_eq!(open_into(&seal(ID, &p), ID, Some(&key), &mut out), Err(Reject::Seal));
+        // Another key, another page's slot, a replay of an older version.
+        let other = SealKey::from_bytes(&[4; 32]);
+        assert_eq!(open_into(&v, ID, Some(&other), &mut out), Err(Reject::Seal));
+        assert_eq!(open_into(&v, Identity { page: 8, ..ID }, Some(&key), &mut out), Err(Reject::Page));
+        assert_eq!(open_into(&v, Identity { version: 4, ..ID }, Some(&key), &mut out), Err(Reject::Version));
+        // A header rewritten to claim the expected identity fails the tag.
+        let moved = seal_with(Identity { page: 8, ..ID }, &p, Some(&key));
+        let mut forged = moved.clone();
+        forged[16..24].copy_from_slice(&ID.page.to_le_bytes());
+        assert_eq!(open_into(&forged, ID, Some(&key), &mut out), Err(Reject::Seal));
+    }
+
+    #[test]
+    fn every_bit_flip_of_a_sealed_value_is_rejected() {
+        let key = SealKey::from_bytes(&[5; 32]);
+        let p: Vec<u8> = (0..512u32).map(|i| i as u8).collect();
+        let v = seal_with(ID, &p, Some(&key));
+        let mut out = vec![0u8; 512];
+        for n in 0..v.len() {
+            assert!(open_into(&v[..n], ID, Some(&key), &mut out).is_err(), "truncated to {n}");
+        }
+        for byte in 0..v.len() {
+            let mut w = v.clone();
+            w[byte] ^= 0x10;
+            assert!(open_into(&w, ID, Some(&key), &mut out).is_err(), "flip at byte {byte}");
+        }
     }
 
     #[test]

@@ -30,6 +30,7 @@ pub mod envelope;
 pub mod grid;
 pub mod pool;
 pub mod pusher;
+pub mod seal;
 pub mod sidecar;
 pub mod stats;
 pub mod versions;

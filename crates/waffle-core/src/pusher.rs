@@ -9,13 +9,14 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use crate::envelope::{self, Identity};
 use crate::grid::Grid;
 use crate::pool::Evicted;
+use crate::seal::SealKey;
 use crate::stats::Stats;
 
 /// Pages per pipelined batch; one round trip per node per batch.
@@ -62,6 +63,23 @@ impl Queue {
     }
 }
 
+/// The grid in use, replaceable while the database is open (`PRAGMA waffle_grid`).
+pub struct GridSlot(RwLock<Option<Arc<Grid>>>);
+
+impl GridSlot {
+    pub fn new(grid: Option<Arc<Grid>>) -> GridSlot {
+        GridSlot(RwLock::new(grid.filter(|g| !g.is_empty())))
+    }
+
+    pub fn get(&self) -> Option<Arc<Grid>> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, grid: Option<Arc<Grid>>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = grid.filter(|g| !g.is_empty());
+    }
+}
+
 struct Shared {
     queue: Mutex<Queue>,
     work: Condvar,
@@ -69,8 +87,9 @@ struct Shared {
     stop: AtomicBool,
     capacity_bytes: u64,
     cache_id: u64,
-    grid: Arc<Grid>,
+    grid: Arc<GridSlot>,
     stats: Arc<Stats>,
+    seal_key: Option<Arc<SealKey>>,
 }
 
 pub struct Pusher {
@@ -79,7 +98,13 @@ pub struct Pusher {
 }
 
 impl Pusher {
-    pub fn start(grid: Arc<Grid>, stats: Arc<Stats>, cache_id: u64, capacity_bytes: u64) -> Pusher {
+    pub fn start(
+        grid: Arc<GridSlot>,
+        stats: Arc<Stats>,
+        cache_id: u64,
+        capacity_bytes: u64,
+        seal_key: Option<Arc<SealKey>>,
+    ) -> Pusher {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
             work: Condvar::new(),
@@ -89,6 +114,7 @@ impl Pusher {
             cache_id,
             grid,
             stats,
+            seal_key,
         });
         let worker = Arc::clone(&shared);
         let thread = thread::Builder::new()
@@ -203,13 +229,21 @@ fn drain(shared: &Shared) {
 }
 
 fn send(shared: &Shared, batch: &[Evicted]) {
+    let Some(grid) = shared.grid.get() else {
+        // The grid was removed while these waited: nowhere to push them.
+        shared.stats.l2_push_failures.add(batch.len() as u64);
+        return;
+    };
     let keys: Vec<String> = batch.iter().map(|e| envelope::key(shared.cache_id, e.page)).collect();
     let values: Vec<Vec<u8>> = batch
         .iter()
-        .map(|e| envelope::seal(Identity { cache_id: shared.cache_id, page: e.page, version: e.version }, &e.bytes))
+        .map(|e| {
+            let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
+            envelope::seal_with(id, &e.bytes, shared.seal_key.as_deref())
+        })
         .collect();
     let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
-    let report = shared.grid.store_many(&items);
+    let report = grid.store_many(&items);
     let stats = &shared.stats;
     stats.l2_pushes.add(report.stored as u64);
     stats.l2_push_failures.add((report.failed + report.skipped) as u64);

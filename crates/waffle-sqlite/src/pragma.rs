@@ -8,7 +8,9 @@ use std::os::raw::c_int;
 use serde_json::{json, Value};
 
 use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
-use crate::registry::OpenDb;
+use waffle_core::grid::NodeSpec;
+
+use crate::registry::{self, OpenDb};
 
 /// Answers a pragma: Some((rc, text)) if it is ours; text becomes the one-row
 /// result (or the error message when rc is not SQLITE_OK).
@@ -23,12 +25,32 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             }
             Some(v) => (SQLITE_ERROR, Some(format!("PRAGMA waffle_stats takes no value or 'reset' (got '{v}')"))),
         }),
+        "waffle_grid" => Some(match value {
+            None => (SQLITE_OK, Some(current_grid(db))),
+            Some(list) => match NodeSpec::parse_list(list) {
+                Ok(nodes) => {
+                    let grid = (!nodes.is_empty()).then(|| registry::grid_for(&db.config, nodes));
+                    db.cache.set_grid(grid);
+                    (SQLITE_OK, Some(current_grid(db)))
+                }
+                Err(reason) => (SQLITE_ERROR, Some(format!("bad value for waffle_grid: '{list}': {reason}"))),
+            },
+        }),
         "waffle_flush" => Some(read_only(name, value).unwrap_or_else(|| {
             let done = crate::file::flush(db);
             (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
         })),
         _ => None,
     }
+}
+
+/// The nodes of the grid in use (empty: L1 only).
+fn grid_nodes(db: &OpenDb) -> Vec<String> {
+    db.cache.grid().map(|g| g.node_status().into_iter().map(|n| n.addr).collect()).unwrap_or_default()
+}
+
+fn current_grid(db: &OpenDb) -> String {
+    grid_nodes(db).join(",")
 }
 
 fn read_only(name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)> {
@@ -42,7 +64,8 @@ pub fn stats(db: &OpenDb) -> String {
     m.insert(
         "config".into(),
         json!({
-            "grid": db.config.grid.iter().map(|n| n.label()).collect::<Vec<_>>(),
+            "grid": grid_nodes(db),
+            "sealed": db.config.seal_key.is_some(),
             "local_bytes": db.config.local_bytes,
             "timeout_ms": db.config.timeout_ms,
             "push_queue_bytes": db.config.push_queue_bytes,

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
 use waffle_core::emulation::EmulatedDevice;
-use waffle_core::grid::{Grid, GridOptions};
+use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
 
@@ -64,10 +64,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
         Some(profile) => Box::new(EmulatedDevice::new(backing, profile)),
         None => Box::new(backing),
     };
-    let grid = (!config.grid.is_empty()).then(|| {
-        let opts = GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() };
-        Arc::new(Grid::new(config.grid.clone(), opts))
-    });
+    let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
     let (cache_id, page_bytes, saved) = match warm {
         Some(w) => (w.cache_id, w.page_bytes as usize, Some(w.saved)),
         None => (waffle_core::random_cache_id(), 0, None),
@@ -80,12 +77,19 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
             local_bytes: config.local_bytes,
             push_queue_bytes: config.push_queue_bytes,
             grid,
+            seal_key: config.seal_key.clone(),
         },
         backing,
     );
     let db = Arc::new(OpenDb { cache, path: path.to_path_buf(), config, sidecar });
     open.insert(key, Entry { db: Arc::clone(&db), refs: 1 });
     Ok(db)
+}
+
+/// A grid client for `nodes` with the database's request settings.
+pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
+    let opts = GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() };
+    Arc::new(Grid::new(nodes, opts))
 }
 
 /// Leaves the cache; the last one out closes it cleanly. The registry stays

@@ -1,0 +1,164 @@
+//! Sealing keys: optional authenticated encryption of grid values.
+//!
+//! memcached holds pages in plaintext for anyone who reaches its port, and
+//! crc32c is no defence against someone who writes values on purpose. With a
+//! key, every value is sealed with XChaCha20-Poly1305; the envelope header
+//! (cache identity, page number, version, length) is the associated data, so a
+//! value moved to another key, replayed from an older version, or modified in
+//! any bit fails to open. Nonces are a random 16-byte prefix per key instance
+//! and a 64-bit counter: never repeated within a process, and a new prefix per
+//! process.
+//!
+//! A key is 32 bytes: a file holding them raw or as 64 hex digits
+//! (`waffle_key_file`), or the environment variable `WAFFLE_KEY` (hex).
+
+use std::fmt;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use chacha20poly1305::aead::AeadInPlace;
+use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
+
+pub const KEY_BYTES: usize = 32;
+pub const NONCE_BYTES: usize = 24;
+pub const TAG_BYTES: usize = 16;
+
+pub struct SealKey {
+    cipher: XChaCha20Poly1305,
+    /// Tells keys apart for configuration comparison without keeping the key around twice.
+    fingerprint: u32,
+    nonce_prefix: [u8; 16],
+    counter: AtomicU64,
+}
+
+impl SealKey {
+    pub fn from_bytes(key: &[u8; KEY_BYTES]) -> SealKey {
+        let mut nonce_prefix = [0u8; 16];
+        getrandom::getrandom(&mut nonce_prefix).expect("the OS random source works");
+        SealKey {
+            cipher: XChaCha20Poly1305::new(key.into()),
+            fingerprint: crc32c::crc32c(key),
+            nonce_prefix,
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// 64 hex digits (surrounding white space ignored).
+    pub fn from_hex(text: &str) -> Result<SealKey, String> {
+        let t = text.trim();
+        if t.len() != 2 * KEY_BYTES || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!("a key is {KEY_BYTES} bytes: 64 hex digits (got {} characters)", t.len()));
+        }
+        let mut key = [0u8; KEY_BYTES];
+        for (i, byte) in key.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("checked hex");
+        }
+        Ok(SealKey::from_bytes(&key))
+    }
+
+    /// A file of exactly 32 raw bytes, or of 64 hex digits.
+    pub fn load_file(path: &Path) -> Result<SealKey, String> {
+        let bytes = std::fs::read(path).map_err(|e| format!("cannot read the key file: {e}"))?;
+        if bytes.len() == KEY_BYTES {
+            let key: [u8; KEY_BYTES] = bytes.as_slice().try_into().expect("length checked");
+            return Ok(SealKey::from_bytes(&key));
+        }
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|_| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits"))?;
+        SealKey::from_hex(text).map_err(|e| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {e}"))
+    }
+
+    fn next_nonce(&self) -> [u8; NONCE_BYTES] {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut nonce = [0u8; NONCE_BYTES];
+        nonce[..16].copy_from_slice(&self.nonce_prefix);
+        nonce[16..].copy_from_slice(&n.to_le_bytes());
+        nonce
+    }
+
+    /// Encrypts `buf` in place; returns the nonce used and the tag.
+    pub fn seal_in_place(&self, aad: &[u8], buf: &mut [u8]) -> ([u8; NONCE_BYTES], [u8; TAG_BYTES]) {
+        let nonce = self.next_nonce();
+        let tag = self
+            .cipher
+            .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, buf)
+            .expect("a page is far below the AEAD's length limit");
+        (nonce, tag.into())
+    }
+
+    /// Decrypts `buf` in place; false (and `buf` unspecified) if anything was altered.
+    pub fn open_in_place(&self, nonce: &[u8], aad: &[u8], buf: &mut [u8], tag: &[u8]) -> bool {
+        if nonce.len() != NONCE_BYTES || tag.len() != TAG_BYTES {
+            return false;
+        }
+        self.cipher.decrypt_in_place_detached(XNonce::from_slice(nonce), aad, buf, tag.into()).is_ok()
+    }
+}
+
+impl fmt::Debug for SealKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SealKey(fingerprint {:08x})", self.fingerprint)
+    }
+}
+
+impl PartialEq for SealKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.fingerprint == other.fingerprint
+    }
+}
+
+impl Eq for SealKey {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_tamper() {
+        let k = SealKey::from_bytes(&[7; 32]);
+        let mut buf = b"hello page".to_vec();
+        let (nonce, tag) = k.seal_in_place(b"aad", &mut buf);
+        assert_ne!(&buf, b"hello page");
+        let mut copy = buf.clone();
+        assert!(k.open_in_place(&nonce, b"aad", &mut copy, &tag));
+        assert_eq!(&copy, b"hello page");
+        let mut copy = buf.clone();
+        assert!(!k.open_in_place(&nonce, b"aae", &mut copy, &tag), "other associated data");
+        let mut copy = buf.clone();
+        copy[0] ^= 1;
+        assert!(!k.open_in_place(&nonce, b"aad", &mut copy, &tag), "modified ciphertext");
+        let other = SealKey::from_bytes(&[8; 32]);
+        let mut copy = buf.clone();
+        assert!(!other.open_in_place(&nonce, b"aad", &mut copy, &tag), "another key");
+    }
+
+    #[test]
+    fn nonces_never_repeat() {
+        let k = SealKey::from_bytes(&[1; 32]);
+        let a = k.next_nonce();
+        let b = k.next_nonce();
+        assert_ne!(a, b);
+        assert_ne!(SealKey::from_bytes(&[1; 32]).next_nonce()[..16], a[..16], "a new prefix per instance");
+    }
+
+    #[test]
+    fn hex_and_files() {
+        let hex = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff";
+        assert!(SealKey::from_hex(hex).is_ok());
+        assert!(SealKey::from_hex(&hex[..62]).is_err());
+        assert!(SealKey::from_hex(&hex.replace('0', "g")).is_err());
+        let dir = std::env::temp_dir().join(format!("waffle-seal-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let raw = dir.join("raw");
+        std::fs::write(&raw, [9u8; 32]).unwrap();
+        assert_eq!(SealKey::load_file(&raw).unwrap(), SealKey::from_bytes(&[9; 32]));
+        let text = dir.join("text");
+        std::fs::write(&text, format!("{hex}\n")).unwrap();
+        assert_eq!(SealKey::load_file(&text).unwrap(), SealKey::from_hex(hex).unwrap());
+        let short = dir.join("short");
+        std::fs::write(&short, b"abc").unwrap();
+        assert!(SealKey::load_file(&short).is_err());
+        assert!(SealKey::load_file(&dir.join("missing")).is_err());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
