@@ -1,0 +1,77 @@
+//! `PRAGMA waffle_grid='host:port,...'` changes the grid while the database is
+//! open. With ketama, adding one node to N keeps about N/(N+1) of the cached
+//! pages on the node they are looked for on.
+
+mod support;
+
+use support::*;
+use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+
+#[test]
+fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
+    let nodes: Vec<_> = (0..4).map(|_| start_node(32)).collect();
+    let three = grid_of(&[&nodes[0], &nodes[1], &nodes[2]]);
+    let four = grid_of(&[&nodes[0], &nodes[1], &nodes[2], &nodes[3]]);
+    let dir = TempDir::new("grid-change");
+    let db = dir.join("g.db");
+    let conn = open_waffle(&db, &[("waffle_grid", &three), ("waffle_local", "8KiB")]);
+    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for i in 0..3000 {
+        tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 400)]).unwrap();
+    }
+    tx.commit().unwrap();
+    let sum = |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
+    let want = sum(&conn);
+    flush(&conn);
+
+    // Where every cached page is now (raw mg changes nothing).
+    let id = cache_id(&conn);
+    let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    let mut cached = Vec::new();
+    for p in 0..pages {
+        let on: Vec<usize> = (0..3).filter(|&i| mg(&nodes[i].addr(), &key(id, p)).is_some()).collect();
+        assert!(on.len() <= 1, "page {p} on several nodes: {on:?}");
+        if let Some(&i) = on.first() {
+            cached.push((p, i));
+        }
+    }
+    assert!(cached.len() > 200, "too few pages cached to measure: {}", cached.len());
+
+    let now: String = conn.query_row(&format!("PRAGMA waffle_grid='{four}'"), [], |r| r.get(0)).unwrap();
+    assert_eq!(now, four);
+    let s = stats(&conn);
+    assert_eq!(s["config"]["grid"].as_array().unwrap().len(), 4, "{s}");
+
+    // Which of them the new ring still looks for where they are.
+    let ring = Grid::new(NodeSpec::parse_list(&four).unwrap(), GridOptions::default());
+    let reachable = cached.iter().filter(|(p, i)| ring.node_index(key(id, *p).as_bytes()) == Some(*i)).count();
+    let fraction = reachable as f64 / cached.len() as f64;
+    assert!((0.62..=0.88).contains(&fraction), "{reachable} of {} reachable: {fraction:.3}, expected about 3/4", cached.len());
+
+    // And the reads find them: every reachable page is a grid hit on a full scan.
+    let before = stats(&conn);
+    drop_pager_cache(&conn);
+    assert_eq!(sum(&conn), want);
+    let after = stats(&conn);
+    let hits = n(&after, "l2_hits") - n(&before, "l2_hits");
+    assert!(hits as f64 >= 0.9 * reachable as f64, "{hits} grid hits for {reachable} reachable pages: {after}");
+    assert_eq!(n(&after, "l2_rejects_total"), 0, "{after}");
+    assert!(after["nodes"][3]["requests"].as_u64().unwrap() > 0, "the new node was asked: {after}");
+
+    // No grid at all: still correct, and the grid counters stop.
+    let none: String = conn.query_row("PRAGMA waffle_grid=''", [], |r| r.get(0)).unwrap();
+    assert_eq!(none, "");
+    let before = stats(&conn);
+    drop_pager_cache(&conn);
+    assert_eq!(sum(&conn), want);
+    let after = stats(&conn);
+    assert_eq!(n(&after, "l2_hits"), n(&before, "l2_hits"));
+    assert_eq!(n(&after, "l2_misses"), n(&before, "l2_misses"));
+    assert!(n(&after, "disk_reads") > n(&before, "disk_reads"));
+
+    // A bad list is an error naming the value, and the grid stays as it was.
+    let err = conn.query_row("PRAGMA waffle_grid='127.0.0.1'", [], |r| r.get::<_, String>(0)).unwrap_err();
+    assert!(err.to_string().contains("127.0.0.1"), "{err}");
+    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+}

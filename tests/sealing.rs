@@ -1,0 +1,132 @@
+//! Sealing: with a key, no page plaintext reaches memcached, and a value
+//! that was altered, moved or sealed with another key is rejected.
+//!
+//! Control: the same workload without a key leaves the rows readable in
+//! memcached, so the search below is able to find them.
+
+mod support;
+
+use support::*;
+
+const MARKER: &str = "waffle-secret-row-";
+
+/// Writes rows whose text is easy to find, pushes every page to the grid, and
+/// returns every grid value of the database (raw `mg`, which changes nothing).
+fn grid_values(params: &[(&str, &str)], node: &waffle_nodes::Node, dir: &TempDir) -> (u64, Vec<Vec<u8>>) {
+    let db = dir.join("sealed.db");
+    let conn = open_waffle(&db, params);
+    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);").unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for i in 0..400 {
+        tx.execute("INSERT INTO t(id, v) VALUES (?1, ?2)", rusqlite::params![i, format!("{MARKER}{i:06}-{}", "x".repeat(80))])
+            .unwrap();
+    }
+    tx.commit().unwrap();
+    // Read everything once so the tiny L1 evicts (pushes) nearly every page.
+    let _: i64 = conn.query_row("SELECT count(*) FROM t WHERE v LIKE 'waffle%'", [], |r| r.get(0)).unwrap();
+    flush(&conn);
+    let id = cache_id(&conn);
+    let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    let values: Vec<Vec<u8>> = (0..pages).filter_map(|p| mg(&node.addr(), &key(id, p))).collect();
+    let s = stats(&conn);
+    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    (id, values)
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[test]
+fn with_a_key_no_plaintext_reaches_the_grid() {
+    let node = start_node(32);
+    let dir = TempDir::new("sealing-wire");
+    let key_file = dir.join("waffle.key");
+    std::fs::write(&key_file, "5a".repeat(32)).unwrap();
+    let grid = node.addr();
+    let key_path = key_file.to_str().unwrap().to_string();
+
+    // Control: without a key the rows are there in plaintext.
+    let plain_dir = TempDir::new("sealing-wire-plain");
+    let (_, plain) = grid_values(&[("waffle_grid", &grid), ("waffle_local", "8KiB")], &node, &plain_dir);
+    assert!(plain.len() > 5, "the control run pushed too little: {} values", plain.len());
+    assert!(plain.iter().any(|v| contains(v, MARKER.as_bytes())), "control: plaintext rows must be visible");
+
+    let (_, sealed) =
+        grid_values(&[("waffle_grid", &grid), ("waffle_local", "8KiB"), ("waffle_key_file", &key_path)], &node, &dir);
+    assert!(sealed.len() > 5, "the sealed run pushed too little: {} values", sealed.len());
+    for v in &sealed {
+        assert_eq!(v[5], waffle_core::envelope::FLAG_SEALED, "every value is sealed");
+        assert!(!contains(v, MARKER.as_bytes()), "plaintext row found in a sealed value");
+        assert!(!contains(v, b"xxxxxxxxxxxxxxxx"), "plaintext filler found in a sealed value");
+        assert!(!contains(v, b"SQLite format 3"), "page 1's header in plaintext");
+    }
+}
+
+#[test]
+fn a_tampered_or_foreign_sealed_value_is_rejected() {
+    let node = start_node(32);
+    let dir = TempDir::new("sealing-tamper");
+    let key_file = dir.join("k");
+    std::fs::write(&key_file, [7u8; 32]).unwrap();
+    let db = dir.join("t.db");
+    let grid = node.addr();
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_key_file", key_file.to_str().unwrap())];
+    let conn = open_waffle(&db, &params);
+    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+    for i in 0..200 {
+        conn.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 300)]).unwrap();
+    }
+    let sum = |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
+    let want = sum(&conn);
+    flush(&conn);
+    let id = cache_id(&conn);
+    let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+    let cached: Vec<u64> = (0..pages).filter(|&p| mg(&node.addr(), &key(id, p)).is_some()).collect();
+    assert!(cached.len() >= 4, "too few pages in the grid: {cached:?}");
+
+    // Flip one ciphertext byte of one value, and swap two others' values.
+    let flip = cached[0];
+    let mut v = mg(&node.addr(), &key(id, flip)).unwrap();
+    let mid = v.len() / 2;
+    v[mid] ^= 0x01;
+    ms(&node.addr(), &key(id, flip), &v);
+    let (a, b) = (cached[1], cached[2]);
+    let va = mg(&node.addr(), &key(id, a)).unwrap();
+    let vb = mg(&node.addr(), &key(id, b)).unwrap();
+    ms(&node.addr(), &key(id, a), &vb);
+    ms(&node.addr(), &key(id, b), &va);
+
+    let before = stats(&conn);
+    drop_pager_cache(&conn);
+    assert_eq!(sum(&conn), want, "results must not change");
+    let after = stats(&conn);
+    let rejected = n(&after, "l2_rejects_total") - n(&before, "l2_rejects_total");
+    assert!(rejected >= 1, "the altered values were not even fetched: {after}");
+    // A flipped byte fails the tag; a moved value names another page.
+    let seal = n(&after, "l2_rejects.seal") - n(&before, "l2_rejects.seal");
+    let page = n(&after, "l2_rejects.page") - n(&before, "l2_rejects.page");
+    assert_eq!(seal + page, rejected, "{after}");
+    assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+
+    // The same values read without the key are refused (sealed, no key), not served.
+    drop(conn);
+    let conn = open_waffle(&db, &[("waffle_grid", grid.as_str()), ("waffle_local", "8KiB")]);
+    conn.execute_batch("PRAGMA cache_size=4").unwrap();
+    assert_eq!(sum(&conn), want);
+    let s = stats(&conn);
+    assert_eq!(n(&s, "l2_hits"), 0, "a sealed value was served without the key: {s}");
+}
+
+/// `ms <key> <len>` on a fresh connection; asserts it was stored.
+fn ms(addr: &str, key: &str, value: &[u8]) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
+    s.write_all(format!("ms {key} {}\r\n", value.len()).as_bytes()).unwrap();
+    s.write_all(value).unwrap();
+    s.write_all(b"\r\n").unwrap();
+    let mut reply = [0u8; 4];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(&reply, b"HD\r\n", "ms {key}");
+}
