@@ -114,6 +114,7 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
             Source::PushQueue => "push queue",
             Source::L2 => "grid",
             Source::L1 => "L1",
+            Source::ReadAhead => unreachable!("cache.read never answers from read-ahead"),
         };
         *outcomes.entry(after.to_string()).or_default() += 1;
     }

@@ -4,7 +4,11 @@
 //!   than L1, the same read workload with the grid off and on.
 //! - [`dataset`]: builds (or reuses) a benchmark database with progress.
 //! - [`open`]: opening SQLite connections through the `waffle` VFS.
+//! - [`bench`]: `waffle bench` and `waffle bench sweep`, the seeds' experiments.
+//! - [`probe`]: `waffle probe`, latency against concurrency for disk and grid.
 
+pub mod bench;
 pub mod dataset;
 pub mod demo;
 pub mod open;
+pub mod probe;

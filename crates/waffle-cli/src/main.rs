@@ -1,11 +1,16 @@
-//! `waffle`: the demo, local grid nodes, and (later) benchmarks and probes.
+//! `waffle`: the demo, local grid nodes, benchmarks and the latency probe.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use waffle_cli::bench::configs::Amount;
+use waffle_cli::bench::oltp::Dist;
+use waffle_cli::bench::{self, BenchOptions, SweepOptions};
 use waffle_cli::demo::{self, DemoOptions};
+use waffle_cli::probe::{self, ProbeOptions};
 use waffle_core::config::parse_size;
+use waffle_core::emulation::LinkProfile;
 
 #[derive(Parser)]
 #[command(name = "waffle", version, about = "Waffle: a remote buffer cache for databases on a memcached grid")]
@@ -47,6 +52,11 @@ enum Command {
         #[arg(long, default_value = "waffle-demo")]
         dir: PathBuf,
     },
+    /// Reproduce the seeds' experiments: a workload under several configurations, one after the other
+    /// on the same data (docs/benchmarks.md). `waffle bench sweep` varies the memory budget.
+    Bench(BenchCmd),
+    /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
+    Probe(ProbeArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -55,6 +65,213 @@ enum Command {
         #[arg(long, default_value = "64MiB", value_parser = size)]
         memory: u64,
     },
+}
+
+#[derive(Args)]
+#[command(args_conflicts_with_subcommands = true)]
+struct BenchCmd {
+    #[command(subcommand)]
+    sub: Option<BenchSub>,
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+#[derive(Subcommand)]
+enum BenchSub {
+    /// Throughput against the local memory budget (% of the data) for local and grid: seed 003's figure.
+    Sweep(SweepArgs),
+}
+
+#[derive(Args, Clone)]
+struct BenchArgs {
+    /// oltp-read-only (sysbench), tpcc (TPC-C-like, NOTPM) or scan (full-table aggregates).
+    #[arg(long, default_value = "oltp-read-only")]
+    workload: String,
+    /// Configurations, in order: local, grid, grid:N, all-local, stock; grid[:N]@LINK for an emulated link,
+    /// CONFIG/DEVICE for an emulated device. Default: local,grid,all-local (sweep: local,grid).
+    #[arg(long, value_delimiter = ',')]
+    configs: Option<Vec<String>>,
+    /// Database size (oltp-read-only, scan), e.g. 256MiB.
+    #[arg(long, default_value = "256MiB", value_parser = size)]
+    data: u64,
+    /// Local memory budget B (SQLite's caches + L1): a size or a percentage of the database file.
+    #[arg(long, default_value = "25%", value_parser = Amount::parse)]
+    memory: Amount,
+    /// SQLite's page caches, all connections together: a size or a percentage of B.
+    #[arg(long, default_value = "5%", value_parser = Amount::parse)]
+    sqlite_cache: Amount,
+    /// memcached memory of the grid configurations (L2), all nodes together: a size or a percentage of B.
+    #[arg(long, default_value = "100%", value_parser = Amount::parse)]
+    grid_memory: Amount,
+    /// Threads, one connection each (default 16, as in the seeds; scan: 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=256))]
+    threads: Option<u64>,
+    /// Seconds of workload after the warm-up pass, per configuration (default 10; sweep 5).
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Measured seconds per configuration (default 30; sweep 10).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// SQLite page size.
+    #[arg(long, default_value_t = 4096, value_parser = page_size)]
+    page_size: u32,
+    /// Key distribution of oltp-read-only: uniform, pareto[:h] (sysbench, h=0.2), zipf[:theta].
+    #[arg(long, default_value = "uniform", value_parser = Dist::parse)]
+    dist: Dist,
+    /// TPC-C warehouses.
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    warehouses: u64,
+    /// TPC-C items (specification: 100000); fewer loads faster.
+    #[arg(long, default_value_t = 100_000, value_parser = clap::value_parser!(u64).range(100..=100_000))]
+    items: u64,
+    /// TPC-C customers (and orders) per district (specification: 3000).
+    #[arg(long, default_value_t = 3000, value_parser = clap::value_parser!(u64).range(30..=3000))]
+    customers: u64,
+    /// EMULATED backing device of the waffle configurations: real, hdd-10k, ssd-2009, nvme, cloud-block.
+    #[arg(long, default_value = "real", value_parser = device)]
+    device: String,
+    /// EMULATED link of the grid configurations: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
+    #[arg(long, default_value = "loopback", value_parser = link)]
+    link: String,
+    /// Deadline of one grid request.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
+    timeout_ms: u64,
+    /// Where datasets go (reused while their parameters match).
+    #[arg(long, default_value = "waffle-bench")]
+    dir: PathBuf,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Write PNG charts into this directory.
+    #[arg(long)]
+    charts: Option<PathBuf>,
+    /// Seed of the workload's random choices.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
+struct SweepArgs {
+    #[command(flatten)]
+    args: BenchArgs,
+    /// Budgets to run, as percentages of the data.
+    #[arg(long, value_delimiter = ',', default_value = "10,25,50,75,100,120")]
+    points: Vec<f64>,
+    /// Devices, one set of lines each (default: --device).
+    #[arg(long, value_delimiter = ',', value_parser = device)]
+    devices: Option<Vec<String>>,
+}
+
+#[derive(Args)]
+struct ProbeArgs {
+    /// Concurrency levels.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16,32")]
+    threads: Vec<usize>,
+    /// Seconds per series and concurrency level.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Size of the file read at random.
+    #[arg(long, default_value = "256MiB", value_parser = size)]
+    file_size: u64,
+    /// Bytes per read and per grid value.
+    #[arg(long, default_value = "16KiB", value_parser = size)]
+    value_size: u64,
+    /// EMULATED device in front of the file: real, hdd-10k, ssd-2009, nvme, cloud-block.
+    #[arg(long, default_value = "real", value_parser = device)]
+    device: String,
+    /// EMULATED link in front of the grid: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
+    #[arg(long, default_value = "loopback", value_parser = link)]
+    link: String,
+    /// Where the probe file goes.
+    #[arg(long, default_value = "waffle-bench")]
+    dir: PathBuf,
+    #[arg(long)]
+    json: Option<PathBuf>,
+    #[arg(long)]
+    charts: Option<PathBuf>,
+}
+
+fn link(s: &str) -> Result<String, String> {
+    LinkProfile::by_name(s.trim()).map(|_| s.trim().to_string())
+}
+
+fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
+    let d = BenchOptions::default();
+    let seconds = |v: Option<f64>, default: f64, what: &str| -> Result<f64, String> {
+        let v = v.unwrap_or(default);
+        if !(0.0..=86_400.0).contains(&v) || (what == "duration" && v <= 0.0) {
+            return Err(format!("--{what} {v}: seconds from 0 (warm-up) or more than 0 (duration) to a day"));
+        }
+        Ok(v)
+    };
+    Ok(BenchOptions {
+        workload: a.workload.clone(),
+        configs: a.configs.clone().unwrap_or_else(|| {
+            if sweep { vec!["local".into(), "grid".into()] } else { d.configs.clone() }
+        }),
+        data_bytes: a.data,
+        memory: a.memory,
+        sqlite_cache: a.sqlite_cache,
+        grid_memory: a.grid_memory,
+        threads: a.threads.map(|t| t as usize),
+        warmup_s: seconds(a.warmup, if sweep { 5.0 } else { 10.0 }, "warmup")?,
+        duration_s: seconds(a.duration, if sweep { 10.0 } else { 30.0 }, "duration")?,
+        page_bytes: a.page_size,
+        dist: a.dist.clone(),
+        warehouses: a.warehouses,
+        items: a.items,
+        customers: a.customers,
+        device: (a.device != "real").then(|| a.device.clone()),
+        link: LinkProfile::by_name(&a.link)?,
+        timeout_ms: a.timeout_ms,
+        dir: a.dir.clone(),
+        json: a.json.clone(),
+        charts: a.charts.clone(),
+        seed: a.seed,
+    })
+}
+
+fn run_bench(cmd: BenchCmd) -> Result<(), String> {
+    match cmd.sub {
+        None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
+        Some(BenchSub::Sweep(s)) => {
+            let bench = bench_options(&s.args, true)?;
+            if s.points.is_empty() || s.points.iter().any(|p| !(*p > 0.0 && *p <= 1000.0)) {
+                return Err("--points: percentages of the data, above 0 and at most 1000".into());
+            }
+            let devices = s.devices.clone().unwrap_or_else(|| vec![s.args.device.clone()]);
+            let devices = devices.into_iter().map(|d| (d != "real").then_some(d)).collect();
+            bench::sweep(&SweepOptions { bench, points: s.points.clone(), devices }).map(|_| ())
+        }
+    }
+}
+
+fn run_probe(a: ProbeArgs) -> Result<(), String> {
+    if a.threads.is_empty() || a.threads.iter().any(|&t| !(1..=256).contains(&t)) {
+        return Err("--threads: counts from 1 to 256".into());
+    }
+    if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
+        return Err("--seconds: more than 0, at most 3600".into());
+    }
+    if !(512..=(1 << 20)).contains(&a.value_size) || a.value_size % 512 != 0 {
+        return Err("--value-size: a multiple of 512 from 512 bytes to 1 MiB".into());
+    }
+    if a.file_size < a.value_size {
+        return Err("--file-size must hold at least one value".into());
+    }
+    probe::run(&ProbeOptions {
+        threads: a.threads,
+        seconds: a.seconds,
+        file_bytes: a.file_size / a.value_size * a.value_size,
+        value_bytes: a.value_size as usize,
+        keys: 256,
+        dir: a.dir,
+        device: (a.device != "real").then_some(a.device),
+        link: LinkProfile::by_name(&a.link)?,
+        json: a.json,
+        charts: a.charts,
+    })
+    .map(|_| ())
 }
 
 fn size(s: &str) -> Result<u64, String> {
@@ -94,6 +311,8 @@ fn main() -> ExitCode {
                 .map(|_| ())
             }
         }
+        Command::Bench(cmd) => run_bench(cmd),
+        Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
     };
     match result {

@@ -12,7 +12,7 @@
 //! per page, so a read that raced a write never installs the older bytes.
 
 use std::io;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,12 @@ use crate::stats::{Stats, Tier};
 use crate::versions::{SavedVersions, Versions};
 
 const STRIPES: usize = 256;
+/// Most pages one read-ahead window asks for (one grid round trip, one disk read).
+pub const READ_AHEAD_MAX_PAGES: u64 = 32;
+/// A window is at most this fraction of L1, so a scan cannot evict its own window before reading it.
+const READ_AHEAD_L1_DIVISOR: u64 = 16;
+/// After a window found nothing in the grid, this many windows skip the grid (then one asks again).
+const READ_AHEAD_GRID_BACKOFF: u32 = 8;
 /// How long a clean close waits for the pusher to send L1 to the grid.
 pub const CLOSE_FLUSH_MS: u64 = 10_000;
 
@@ -38,6 +44,8 @@ pub enum Source {
     PushQueue,
     L2,
     Disk,
+    /// Brought in by a sequential scan's read-ahead window (from the grid or the disk).
+    ReadAhead,
 }
 
 pub struct CacheOptions {
@@ -67,6 +75,8 @@ pub struct PageCache {
     stripes: Box<[Mutex<()>]>,
     /// The page size in use; 0 until the first whole-page access.
     page_bytes: AtomicUsize,
+    /// Windows left that skip the grid (it had nothing for the last one).
+    read_ahead_grid_skip: AtomicU32,
 }
 
 impl PageCache {
@@ -91,6 +101,7 @@ impl PageCache {
             backing,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             page_bytes: AtomicUsize::new(opts.page_bytes),
+            read_ahead_grid_skip: AtomicU32::new(0),
         }
     }
 
@@ -180,6 +191,124 @@ impl PageCache {
         Ok((n, Source::Disk))
     }
 
+    /// Reads page `page` for a sequential scan (the adapter saw consecutive
+    /// page reads). Pages already in L1 are read without making them hotter.
+    /// A miss fetches a window of the following pages at once: one pipelined
+    /// grid request (plain `mg`: the grid keeps its copies) and one disk read
+    /// per contiguous run of what the grid lacked. Window pages enter L1
+    /// marked as scan pages: evicted unread, they are dropped, not pushed, so
+    /// a one-pass scan flushes neither L1's hot pages nor the grid's.
+    ///
+    /// Counting: a miss here is an `l1_misses` that starts one
+    /// `read_ahead_windows`; what the window brings is counted in the
+    /// `read_ahead_*` counters only, so `l2_*`, `disk_reads` and the latency
+    /// histograms keep describing demand reads one page at a time.
+    pub fn read_sequential(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+        self.adopt_page_size(buf.len());
+        let page_bytes = buf.len() as u64;
+        let window = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
+        if window < 2 {
+            return self.read(page, buf);
+        }
+        let t0 = Instant::now();
+        if let Some((_, scan)) = self.pool.peek(page, buf) {
+            if scan {
+                self.stats.read_ahead_hits.incr();
+                return Ok((buf.len(), Source::ReadAhead));
+            }
+            self.stats.l1_hits.incr();
+            self.stats.record(Tier::L1, t0.elapsed());
+            return Ok((buf.len(), Source::L1));
+        }
+        if self.pusher.take_if_queued(page) {
+            // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
+            return self.read(page, buf);
+        }
+        self.stats.l1_misses.incr();
+        let wanted: Vec<u64> = (page..page + window).filter(|&p| p == page || !self.pool.contains(p)).collect();
+        let versions: Vec<u64> = wanted.iter().map(|&p| self.versions.current(p)).collect();
+        let mut got: Vec<Option<Box<[u8]>>> = vec![None; wanted.len()];
+        let mut from_grid = vec![false; wanted.len()];
+        self.stats.read_ahead_windows.incr();
+
+        if let Some(grid) = self.grid.get() {
+            if self.read_ahead_grid_skip.load(Ordering::Relaxed) == 0 {
+                let keys: Vec<String> = wanted.iter().map(|&p| envelope::key(self.cache_id, p)).collect();
+                let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+                let fetched = grid.get_many(&key_refs);
+                self.stats.read_ahead_grid_requests.incr();
+                let mut found = 0;
+                for (i, f) in fetched.into_iter().enumerate() {
+                    if let Fetch::Hit(value) = f {
+                        self.stats.l2_fetch_bytes.add(value.len() as u64);
+                        let expect = Identity { cache_id: self.cache_id, page: wanted[i], version: versions[i] };
+                        let mut bytes = vec![0u8; page_bytes as usize].into_boxed_slice();
+                        match envelope::open_into(&value, expect, self.seal_key.as_deref(), &mut bytes) {
+                            Ok(()) => {
+                                got[i] = Some(bytes);
+                                from_grid[i] = true;
+                                found += 1;
+                            }
+                            Err(reject) => self.stats.reject(reject),
+                        }
+                    }
+                }
+                self.stats.read_ahead_pages_l2.add(found);
+                if found == 0 {
+                    self.read_ahead_grid_skip.store(READ_AHEAD_GRID_BACKOFF, Ordering::Relaxed);
+                }
+            } else {
+                self.read_ahead_grid_skip.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+
+        // The rest from disk: one read per contiguous run.
+        let mut i = 0;
+        while i < wanted.len() {
+            if got[i].is_some() {
+                i += 1;
+                continue;
+            }
+            let mut j = i + 1;
+            while j < wanted.len() && got[j].is_none() && wanted[j] == wanted[j - 1] + 1 {
+                j += 1;
+            }
+            let mut run = vec![0u8; (j - i) * page_bytes as usize];
+            let n = self.backing.read_at(&mut run, wanted[i] * page_bytes)?;
+            self.stats.read_ahead_disk_reads.incr();
+            let whole = n / page_bytes as usize;
+            self.stats.read_ahead_pages_disk.add(whole as u64);
+            for (k, chunk) in run.chunks_exact(page_bytes as usize).take(whole).enumerate() {
+                self.versions.touch(wanted[i + k]);
+                got[i + k] = Some(Box::from(chunk));
+            }
+            if whole < j - i {
+                break; // end of file: nothing after this run exists
+            }
+            i = j;
+        }
+
+        let mut evicted = Vec::new();
+        let mut served = None;
+        for (k, bytes) in got.into_iter().enumerate() {
+            let Some(bytes) = bytes else { continue };
+            if wanted[k] == page {
+                buf.copy_from_slice(&bytes);
+                served = Some(if from_grid[k] { Source::L2 } else { Source::Disk });
+            }
+            let _g = self.stripe(wanted[k]);
+            if self.versions.current(wanted[k]) == versions[k] {
+                self.pool.insert_scan(wanted[k], versions[k], bytes, &mut evicted);
+            }
+        }
+        self.settle(evicted);
+        match served {
+            Some(source) => Ok((buf.len(), source)),
+            // Past the end of the file (or a short read): the ordinary path answers.
+            None => self.read(page, buf),
+        }
+    }
+
     /// The database wrote `bytes` as page `page`, and the write reached the file.
     pub fn wrote(&self, page: u64, bytes: &[u8]) {
         self.adopt_page_size(bytes.len());
@@ -229,7 +358,7 @@ impl PageCache {
         if self.grid.get().is_some() {
             let mut all = Vec::new();
             self.pool.drain(&mut all);
-            for e in all {
+            for e in all.into_iter().filter(|e| !e.scan) {
                 self.pusher.push(e);
             }
             self.pusher.flush(Duration::from_millis(CLOSE_FLUSH_MS));
@@ -275,13 +404,18 @@ impl PageCache {
         self.settle(evicted);
     }
 
-    /// Evicted pages go to the grid; without one they are simply dropped.
+    /// Evicted pages go to the grid; without one they are simply dropped, and
+    /// so are a scan's pages nobody read again (disk or grid still has them).
     fn settle(&self, evicted: Vec<Evicted>) {
         if evicted.is_empty() || self.grid.get().is_none() {
             return;
         }
         for e in evicted {
-            self.pusher.push(e);
+            if e.scan {
+                self.stats.scan_drops.incr();
+            } else {
+                self.pusher.push(e);
+            }
         }
     }
 

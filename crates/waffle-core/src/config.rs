@@ -10,7 +10,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::emulation::DeviceProfile;
+use crate::emulation::{DeviceProfile, LinkProfile};
 use crate::seal::SealKey;
 use crate::grid::NodeSpec;
 
@@ -43,6 +43,12 @@ pub const DEVICE: Param = Param {
     help: "emulate a slower backing device for benchmarks: real|hdd-10k|ssd-2009|nvme|cloud-block (default real)",
 };
 
+pub const LINK: Param = Param {
+    name: "waffle_link",
+    env: "WAFFLE_LINK",
+    help: "emulate a slower link to the grid for benchmarks: loopback|10gbe|1gbe|100mb|dolphin (default loopback)",
+};
+
 pub const KEY_FILE: Param = Param {
     name: "waffle_key_file",
     env: "WAFFLE_KEY_FILE",
@@ -52,7 +58,7 @@ pub const KEY_FILE: Param = Param {
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 7] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &KEY_FILE];
+pub const PARAMS: [&Param; 8] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE];
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5;
@@ -69,6 +75,8 @@ pub struct Config {
     pub direct_io: bool,
     /// An emulated device profile (benchmarks only); None reads the real disk as it is.
     pub device: Option<DeviceProfile>,
+    /// An emulated link to the grid (benchmarks only); None talks to the nodes as they are.
+    pub link: Option<LinkProfile>,
     /// Seal grid values with this key (waffle_key_file or WAFFLE_KEY); None: plain envelopes.
     pub seal_key: Option<Arc<SealKey>>,
 }
@@ -82,6 +90,7 @@ impl Default for Config {
             push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
             direct_io: true,
             device: None,
+            link: None,
             seal_key: None,
         }
     }
@@ -132,6 +141,9 @@ impl Config {
         }
         if let Some(v) = get(&DEVICE) {
             c.device = DeviceProfile::by_name(v.trim()).map_err(|reason| err(&DEVICE, &v, reason))?;
+        }
+        if let Some(v) = get(&LINK) {
+            c.link = LinkProfile::by_name(v.trim()).map_err(|reason| err(&LINK, &v, reason))?;
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -229,6 +241,7 @@ mod tests {
             ("waffle_push_queue", "1.5MiB"),
             ("waffle_direct_io", "maybe"),
             ("waffle_device", "floppy"),
+            ("waffle_link", "carrier-pigeon"),
             ("waffle_key_file", "/nonexistent/waffle.key"),
             ("waffle_grid", "127.0.0.1"),
             ("waffle_grid", "127.0.0.1:99999"),

@@ -160,7 +160,12 @@ impl Pusher {
         }
         let batch = q.in_flight.as_ref()?;
         let e = batch.iter().find(|e| e.page == page)?;
-        Some(Evicted { page, version: e.version, bytes: e.bytes.clone() })
+        Some(Evicted { page, version: e.version, bytes: e.bytes.clone(), scan: false })
+    }
+
+    /// Whether `page` waits in the queue (not the batch being sent).
+    pub fn take_if_queued(&self, page: u64) -> bool {
+        self.shared.queue.lock().unwrap().pending.contains_key(&page)
     }
 
     /// Forgets queued pages for which `doomed(page)` holds (truncation, reset).

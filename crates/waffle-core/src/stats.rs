@@ -130,6 +130,15 @@ pub struct Stats {
     /// Writes that were not one whole page (the page is dropped from the tiers).
     pub partial_writes: Counter,
     pub truncates: Counter,
+    /// Sequential scans: windows fetched, pages they brought from the grid and
+    /// from disk, demand reads served by them, and scan pages dropped unread.
+    pub read_ahead_windows: Counter,
+    pub read_ahead_grid_requests: Counter,
+    pub read_ahead_disk_reads: Counter,
+    pub read_ahead_pages_l2: Counter,
+    pub read_ahead_pages_disk: Counter,
+    pub read_ahead_hits: Counter,
+    pub scan_drops: Counter,
     /// Whole-cache invalidations (page size changed).
     pub resets: Counter,
     latency: [Latency; 3],
@@ -162,6 +171,13 @@ impl Stats {
             disk_writes: Counter::default(),
             partial_writes: Counter::default(),
             truncates: Counter::default(),
+            read_ahead_windows: Counter::default(),
+            read_ahead_grid_requests: Counter::default(),
+            read_ahead_disk_reads: Counter::default(),
+            read_ahead_pages_l2: Counter::default(),
+            read_ahead_pages_disk: Counter::default(),
+            read_ahead_hits: Counter::default(),
+            scan_drops: Counter::default(),
             resets: Counter::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
@@ -237,6 +253,13 @@ impl Stats {
         put("disk_writes", json!(self.disk_writes.get()));
         put("partial_writes", json!(self.partial_writes.get()));
         put("truncates", json!(self.truncates.get()));
+        put("read_ahead_windows", json!(self.read_ahead_windows.get()));
+        put("read_ahead_grid_requests", json!(self.read_ahead_grid_requests.get()));
+        put("read_ahead_disk_reads", json!(self.read_ahead_disk_reads.get()));
+        put("read_ahead_pages_l2", json!(self.read_ahead_pages_l2.get()));
+        put("read_ahead_pages_disk", json!(self.read_ahead_pages_disk.get()));
+        put("read_ahead_hits", json!(self.read_ahead_hits.get()));
+        put("scan_drops", json!(self.scan_drops.get()));
         put("resets", json!(self.resets.get()));
         put("latency", Value::Object(latency));
         m

@@ -19,7 +19,18 @@ pub struct WaffleFile {
     pub base: sqlite3_file,
     /// The cache of the main database; null for pass-through files.
     pub db: *const OpenDb,
+    /// The page a sequential reader would read next, and how many pages in a
+    /// row this handle has read in order. One connection uses a handle at a
+    /// time, so no lock is needed.
+    pub seq_next: u64,
+    pub seq_run: u32,
 }
+
+/// Consecutive page reads (after the first) that make a handle a sequential scanner.
+const SEQUENTIAL_AFTER_PAGES: u32 = 3;
+/// A forward step of at most this many pages still counts as sequential: a
+/// b-tree scan skips the interior pages between its leaves (SQLite holds them).
+const SEQUENTIAL_GAP_PAGES: u64 = 8;
 
 /// Where the real file starts: right after our header, 8-byte aligned.
 pub const REAL_OFFSET: usize = std::mem::size_of::<WaffleFile>().next_multiple_of(8);
@@ -107,7 +118,12 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
         return pass_read(f, buf, amt, offset);
     };
     let out = std::slice::from_raw_parts_mut(buf as *mut u8, amt as usize);
-    let rc = guard(|| match db.cache.read(page, out) {
+    let wf = f as *mut WaffleFile;
+    let in_order = page >= (*wf).seq_next && page - (*wf).seq_next < SEQUENTIAL_GAP_PAGES;
+    (*wf).seq_run = if in_order { (*wf).seq_run.saturating_add(1) } else { 0 };
+    (*wf).seq_next = page + 1;
+    let sequential = (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES;
+    let rc = guard(|| match if sequential { db.cache.read_sequential(page, out) } else { db.cache.read(page, out) } {
         Ok((n, _)) if n == out.len() => SQLITE_OK,
         Ok(_) => SQLITE_IOERR_SHORT_READ,
         Err(e) => {

@@ -88,7 +88,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
 
 /// A grid client for `nodes` with the database's request settings.
 pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
-    let opts = GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() };
+    let opts = GridOptions { timeout_ms: config.timeout_ms, link: config.link, ..GridOptions::default() };
     Arc::new(Grid::new(nodes, opts))
 }
 

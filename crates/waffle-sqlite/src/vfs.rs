@@ -99,6 +99,8 @@ unsafe extern "C" fn x_open(
     let wf = f as *mut WaffleFile;
     (*wf).base.pMethods = std::ptr::null();
     (*wf).db = std::ptr::null();
+    (*wf).seq_next = u64::MAX;
+    (*wf).seq_run = 0;
     let real = file::real(f);
     (*real).pMethods = std::ptr::null();
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();

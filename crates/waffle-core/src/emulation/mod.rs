@@ -1,4 +1,5 @@
-//! Emulated hardware for benchmarks, never on by default.
+//! Emulated hardware for benchmarks, never on by default: backing devices
+//! (`device`) and links to the grid (`link`).
 //!
 //! This machine's disk and network are what they are; the seed experiments
 //! ran on 10K RPM disks, 2009 SSDs and 1 GbE. A profile here adds the service
@@ -8,5 +9,7 @@
 //! Profiles and their sources: `../shared/benchmarks.md` and docs/benchmarks.md.
 
 pub mod device;
+pub mod link;
 
 pub use device::{DeviceProfile, EmulatedDevice};
+pub use link::{Link, LinkProfile};

@@ -12,12 +12,16 @@ use super::options::GridOptions;
 use super::outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
 use super::protocol::{self, Reply, MAX_VALUE_BYTES};
 use super::spec::NodeSpec;
+use crate::emulation::Link;
+use std::time::Instant;
 
 /// The L2 client. `Send + Sync`: share one `Grid` between threads.
 pub struct Grid {
     nodes: Vec<Node>,
     continuum: Continuum,
     opts: GridOptions,
+    /// Benchmarks only: the EMULATED link every request also waits for.
+    link: Option<Link>,
 }
 
 /// How a pipeline's replies ended.
@@ -34,7 +38,8 @@ impl Grid {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
         let nodes = nodes.iter().map(|spec| Node::new(spec, &opts)).collect();
-        Grid { nodes, continuum, opts }
+        let link = opts.link.map(Link::new);
+        Grid { nodes, continuum, opts, link }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -57,12 +62,32 @@ impl Grid {
     /// `mg <key> v T-1`: the value, and the item left expired, in one round trip
     /// (the exclusive fetch: a page comes back to L1 and leaves L2).
     pub fn fetch_and_expire(&self, key: &[u8]) -> Fetch {
-        self.fetch_one(key, true)
+        let start = Instant::now();
+        let fetch = self.fetch_one(key, true);
+        self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
+        fetch
     }
 
     /// `mg <key> v`: the value, the item left as it is.
     pub fn get(&self, key: &[u8]) -> Fetch {
-        self.fetch_one(key, false)
+        let start = Instant::now();
+        let fetch = self.fetch_one(key, false);
+        self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
+        fetch
+    }
+
+    /// With an emulated link, waits until a request begun at `start` would be
+    /// complete on it: the keys (and stored values) out, the fetched values back.
+    /// Requests that were not sent (node skipped) cost nothing.
+    fn emulate_link(&self, start: Instant, keys: &[&[u8]], fetched: &[Fetch], stored: &[&[u8]]) {
+        let Some(link) = &self.link else { return };
+        if !fetched.is_empty() && fetched.iter().all(|f| matches!(f, Fetch::Skipped)) {
+            return;
+        }
+        // Meta commands: `mg <key> v T-1 q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
+        let tx = keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
+        let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>() + 4;
+        link.complete(start, tx, rx);
     }
 
     fn fetch_one(&self, key: &[u8], expire: bool) -> Fetch {
@@ -103,6 +128,22 @@ impl Grid {
     /// the opaque says which key a value answers). Results are in `keys` order.
     /// A key given twice is a hit at most once (the first fetch expires it).
     pub fn fetch_many_and_expire(&self, keys: &[&[u8]]) -> Vec<Fetch> {
+        let start = Instant::now();
+        let results = self.fetch_many_inner(keys, true);
+        self.emulate_link(start, keys, &results, &[]);
+        results
+    }
+
+    /// As [`Grid::fetch_many_and_expire`], but the items stay (plain `mg k v q`):
+    /// for read-ahead of a scan, which should not take pages out of the grid.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Fetch> {
+        let start = Instant::now();
+        let results = self.fetch_many_inner(keys, false);
+        self.emulate_link(start, keys, &results, &[]);
+        results
+    }
+
+    fn fetch_many_inner(&self, keys: &[&[u8]], expire: bool) -> Vec<Fetch> {
         let mut results = vec![Fetch::Miss; keys.len()];
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, key) in keys.iter().enumerate() {
@@ -128,7 +169,7 @@ impl Grid {
             }
             let mut request = Vec::with_capacity(indexes.len() * 48);
             for (opaque, &i) in indexes.iter().enumerate() {
-                protocol::encode_get(&mut request, keys[i], true, Some(opaque as u32));
+                protocol::encode_get(&mut request, keys[i], expire, Some(opaque as u32));
             }
             protocol::encode_noop(&mut request);
             match node.begin(admission, &request) {
@@ -190,6 +231,17 @@ impl Grid {
     /// replies up to `MN`; any reply before `MN` is one item that failed.
     /// At most one round trip per node; nodes are written first, then read.
     pub fn store_many(&self, items: &[(&[u8], &[u8])]) -> StoreReport {
+        let start = Instant::now();
+        let report = self.store_many_inner(items);
+        if report.skipped < items.len() {
+            let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
+            let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
+            self.emulate_link(start, &keys, &[], &values);
+        }
+        report
+    }
+
+    fn store_many_inner(&self, items: &[(&[u8], &[u8])]) -> StoreReport {
         let mut report = StoreReport::default();
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, (key, data)) in items.iter().enumerate() {

@@ -75,6 +75,10 @@ pub struct Evicted {
     pub page: u64,
     pub version: u64,
     pub bytes: Box<[u8]>,
+    /// Inserted by a sequential scan ([`Pool::insert_scan`]) and never read
+    /// since: its bytes are still on disk (or in the grid), and pushing them
+    /// would only displace pages someone reads again.
+    pub scan: bool,
 }
 
 impl fmt::Debug for Evicted {
@@ -83,6 +87,7 @@ impl fmt::Debug for Evicted {
             .field("page", &self.page)
             .field("version", &self.version)
             .field("len", &self.bytes.len())
+            .field("scan", &self.scan)
             .finish()
     }
 }
@@ -174,7 +179,22 @@ impl Pool {
     /// empty) is appended to `evicted` itself, and any older copy dropped.
     pub fn insert(&self, page: u64, version: u64, bytes: Box<[u8]>, evicted: &mut Vec<Evicted>) {
         self.shard(page)
-            .update(|cache| cache.insert(page, version, bytes, evicted));
+            .update(|cache| cache.insert(page, version, bytes, false, evicted));
+    }
+
+    /// Copies the entry into `out` like [`Pool::get`] but counts no access (a
+    /// scan passing by does not make a page hot). Returns the version and
+    /// whether the entry is still an unread scan entry.
+    pub fn peek(&self, page: u64, out: &mut [u8]) -> Option<(u64, bool)> {
+        self.shard(page).lock().peek(page, out)
+    }
+
+    /// As [`Pool::insert`], for a page a sequential scan brought in: if it is
+    /// evicted before anyone reads it, it comes back with `scan` set, and it
+    /// leaves no ghost entry behind. A read clears the mark.
+    pub fn insert_scan(&self, page: u64, version: u64, bytes: Box<[u8]>, evicted: &mut Vec<Evicted>) {
+        self.shard(page)
+            .update(|cache| cache.insert(page, version, bytes, true, evicted));
     }
 
     /// Drops the entry if present (no eviction report).

@@ -3,10 +3,11 @@
 //! - New entries go to the head of the small FIFO, unless the ghost remembers
 //!   the page, in which case they go to the head of main.
 //! - A hit bumps a 2-bit frequency (saturating at 3). Nothing moves on a hit.
-//! - To make room: while the small queue holds >= 10% of the budget (or main
-//!   is empty), look at its tail: if it was accessed since insertion it moves
-//!   to main with its frequency cleared, else it is evicted and its key goes
-//!   to the ghost. Otherwise look at main's tail: if its frequency is > 0 it
+//! - To make room: while the small queue would exceed 10% of the budget with
+//!   the incoming entry (or main is empty), look at its tail: if it was
+//!   accessed since insertion it moves to main keeping its frequency (as in
+//!   the paper's Algorithm 1: the hits it earned in small still count in
+//!   main), else it is evicted and its key goes to the ghost. Otherwise look at main's tail: if its frequency is > 0 it
 //!   is decremented and the entry reinserted at main's head (lazy promotion,
 //!   a 2-bit CLOCK), else it is evicted.
 //!
@@ -51,6 +52,8 @@ struct Slot {
     next: u32,
     freq: u8,
     queue: Queue,
+    /// Inserted by a sequential scan and not read since (see `Evicted::scan`).
+    scan: bool,
 }
 
 /// A FIFO threaded through the slab: new entries at `head`, eviction at `tail`.
@@ -127,7 +130,18 @@ impl S3Fifo {
         }
         out.copy_from_slice(&slot.bytes);
         slot.freq = (slot.freq + 1).min(MAX_FREQ);
+        slot.scan = false;
         Some(slot.version)
+    }
+
+    /// Copies the entry without counting an access: (version, still marked scan).
+    pub(super) fn peek(&self, page: u64, out: &mut [u8]) -> Option<(u64, bool)> {
+        let slot = &self.slots[*self.index.get(&page)? as usize];
+        if slot.bytes.len() != out.len() {
+            return None;
+        }
+        out.copy_from_slice(&slot.bytes);
+        Some((slot.version, slot.scan))
     }
 
     pub(super) fn insert(
@@ -135,6 +149,7 @@ impl S3Fifo {
         page: u64,
         version: u64,
         bytes: Box<[u8]>,
+        scan: bool,
         evicted: &mut Vec<Evicted>,
     ) {
         let size = bytes.len() as u64;
@@ -145,6 +160,7 @@ impl S3Fifo {
                 page,
                 version,
                 bytes,
+                scan,
             });
             return;
         }
@@ -157,6 +173,7 @@ impl S3Fifo {
             slot.version = version;
             slot.bytes = bytes;
             slot.freq = (slot.freq + 1).min(MAX_FREQ);
+            slot.scan = false;
             let list = match slot.queue {
                 Queue::Small => &mut self.small,
                 Queue::Main => &mut self.main,
@@ -180,6 +197,8 @@ impl S3Fifo {
                 next: NIL,
                 freq: 0,
                 queue,
+                // A ghost hit is a re-reference, whoever brought the page back.
+                scan: scan && queue == Queue::Small,
             });
             self.link_head(idx);
             self.index.insert(page, idx);
@@ -239,6 +258,7 @@ impl S3Fifo {
                     page: slot.page,
                     version: slot.version,
                     bytes,
+                    scan: slot.scan,
                 });
             }
         }
@@ -249,7 +269,7 @@ impl S3Fifo {
     fn make_room(&mut self, extra: u64, evicted: &mut Vec<Evicted>) {
         debug_assert!(extra <= self.budget_bytes);
         while self.used_bytes + extra > self.budget_bytes {
-            let victim = self.evict_one();
+            let victim = self.evict_one(extra);
             evicted.push(victim);
         }
     }
@@ -257,23 +277,31 @@ impl S3Fifo {
     /// The S3-FIFO eviction step. Terminates: each pass either evicts, moves
     /// an entry out of small for good, or spends one unit of a main entry's
     /// frequency (at most 3 per entry).
-    fn evict_one(&mut self) -> Evicted {
+    ///
+    /// Small gives up an entry when the incoming one (`incoming` bytes, which
+    /// enter small) would take it past its target. Comparing small's bytes
+    /// alone with the target lets small hover one entry below a target that
+    /// is not a whole number of entries, and then every other eviction comes
+    /// out of main: a scan would flush the hot set.
+    fn evict_one(&mut self, incoming: u64) -> Evicted {
         debug_assert!(self.len() > 0, "evicting from an empty shard");
         loop {
             let from_small = self.small.len > 0
-                && (self.small.bytes >= self.small_target_bytes || self.main.len == 0);
+                && (self.small.bytes + incoming > self.small_target_bytes || self.main.len == 0);
             if from_small {
                 let idx = self.small.tail;
                 let slot = &mut self.slots[idx as usize];
                 if slot.freq > 0 {
-                    slot.freq = 0;
                     self.unlink(idx);
                     self.slots[idx as usize].queue = Queue::Main;
                     self.link_head(idx);
                     continue;
                 }
                 let victim = self.detach(idx);
-                self.ghost.push(victim.page, victim.bytes.len() as u64);
+                // A scan's pages would only flush the ghost of real re-references.
+                if !victim.scan {
+                    self.ghost.push(victim.page, victim.bytes.len() as u64);
+                }
                 return victim;
             }
             let idx = self.main.tail;
@@ -293,7 +321,7 @@ impl S3Fifo {
         self.unlink(idx);
         let slot = &mut self.slots[idx as usize];
         let bytes = mem::take(&mut slot.bytes);
-        let (page, version) = (slot.page, slot.version);
+        let (page, version, scan) = (slot.page, slot.version, slot.scan);
         slot.queue = Queue::Free;
         slot.next = self.free_head;
         self.free_head = idx;
@@ -303,6 +331,7 @@ impl S3Fifo {
             page,
             version,
             bytes,
+            scan,
         }
     }
 
@@ -459,28 +488,49 @@ mod tests {
         let mut s = S3Fifo::new(1000); // small target 100
         let mut ev = Vec::new();
         for page in 0..10 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
             assert_eq!(queue_of(&s, page), Queue::Small);
         }
         assert!(ev.is_empty());
-        s.insert(10, 0, entry(100, 0), &mut ev);
+        s.insert(10, 0, entry(100, 0), false, &mut ev);
         assert_eq!(pages(&ev), [0], "oldest small entry goes first");
         assert!(s.ghost.contains(0));
         s.validate();
     }
 
     #[test]
-    fn accessed_small_entry_moves_to_main_with_frequency_cleared() {
+    fn an_unread_scan_entry_leaves_marked_and_without_a_ghost() {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..10 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), true, &mut ev);
+        }
+        assert_eq!(s.get(1, &mut [0; 100]), Some(0), "a read clears the scan mark of page 1");
+        s.insert(10, 0, entry(100, 0), false, &mut ev);
+        s.insert(11, 0, entry(100, 0), false, &mut ev);
+        assert_eq!(pages(&ev), [0, 2], "page 1 was read: it moved to main");
+        assert!(ev.iter().all(|e| e.scan), "unread scan entries come back marked");
+        assert!(!s.ghost.contains(0) && !s.ghost.contains(2), "and leave no ghost");
+        // Not marked: a normal entry, and a scan entry once read.
+        let mut all = Vec::new();
+        s.drain(&mut all);
+        assert!(all.iter().any(|e| e.page == 1 && !e.scan));
+        assert!(all.iter().any(|e| e.page == 10 && !e.scan));
+        s.validate();
+    }
+
+    #[test]
+    fn accessed_small_entry_moves_to_main_keeping_its_frequency() {
+        let mut s = S3Fifo::new(1000);
+        let mut ev = Vec::new();
+        for page in 0..10 {
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
         assert_eq!(s.get(0, &mut [0; 100]), Some(0));
-        s.insert(10, 0, entry(100, 0), &mut ev);
+        s.insert(10, 0, entry(100, 0), false, &mut ev);
         assert_eq!(pages(&ev), [1]);
         assert_eq!(queue_of(&s, 0), Queue::Main);
-        assert_eq!(s.slots[s.index[&0] as usize].freq, 0);
+        assert_eq!(s.slots[s.index[&0] as usize].freq, 1);
         s.validate();
     }
 
@@ -489,11 +539,11 @@ mod tests {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..11 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
         assert_eq!(pages(&ev), [0]);
         ev.clear();
-        s.insert(0, 1, entry(100, 0), &mut ev);
+        s.insert(0, 1, entry(100, 0), false, &mut ev);
         assert_eq!(queue_of(&s, 0), Queue::Main);
         assert!(!s.ghost.contains(0));
         s.validate();
@@ -505,11 +555,11 @@ mod tests {
         let mut ev = Vec::new();
         // Pages 0..9 go through small to main (each read once).
         for page in 0..9 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
             s.get(page, &mut [0; 100]);
         }
         for page in 100..200 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
         assert!((0..9).all(|p| s.contains(p)), "accessed pages were kept");
         assert!((0..9).all(|p| queue_of(&s, p) == Queue::Main));
@@ -518,11 +568,11 @@ mod tests {
         // Accessed small entries move into main and force main evictions.
         ev.clear();
         for page in 300..302 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
             s.get(page, &mut [0; 100]);
         }
-        s.insert(400, 0, entry(100, 0), &mut ev);
-        s.insert(401, 0, entry(100, 0), &mut ev);
+        s.insert(400, 0, entry(100, 0), false, &mut ev);
+        s.insert(401, 0, entry(100, 0), false, &mut ev);
         assert!(
             s.contains(1),
             "page 1 had frequency left and was reinserted"
@@ -544,7 +594,7 @@ mod tests {
     fn frequency_saturates_at_three() {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
-        s.insert(7, 0, entry(10, 0), &mut ev);
+        s.insert(7, 0, entry(10, 0), false, &mut ev);
         for _ in 0..10 {
             s.get(7, &mut [0; 10]);
         }
@@ -555,8 +605,8 @@ mod tests {
     fn replace_in_place_keeps_queue_and_accounts_new_size() {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
-        s.insert(1, 1, entry(100, 1), &mut ev);
-        s.insert(1, 2, entry(300, 2), &mut ev);
+        s.insert(1, 1, entry(100, 1), false, &mut ev);
+        s.insert(1, 2, entry(300, 2), false, &mut ev);
         assert!(ev.is_empty());
         assert_eq!((s.len(), s.used_bytes()), (1, 300));
         let mut out = [0; 300];
@@ -570,9 +620,9 @@ mod tests {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..10 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
-        s.insert(5, 1, entry(400, 0), &mut ev);
+        s.insert(5, 1, entry(400, 0), false, &mut ev);
         assert_eq!(ev.len(), 3);
         assert!(s.used_bytes() <= 1000);
         assert!(!pages(&ev).contains(&5) || !s.contains(5));
@@ -584,10 +634,10 @@ mod tests {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..10 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
             s.get(page, &mut [0; 100]);
         }
-        s.insert(99, 0, entry(1000, 0), &mut ev);
+        s.insert(99, 0, entry(1000, 0), false, &mut ev);
         assert_eq!(ev.len(), 10);
         assert_eq!((s.len(), s.used_bytes()), (1, 1000));
         s.validate();
@@ -598,7 +648,7 @@ mod tests {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..20 {
-            s.insert(page, 0, entry(100, 0), &mut ev);
+            s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
         assert_eq!(s.remove_from(15), 5);
         assert!((0..15).all(|p| s.contains(p) == ev.iter().all(|e| e.page != p)));
@@ -607,7 +657,7 @@ mod tests {
         // Slots freed by the truncate are reused.
         let slots = s.slots.len();
         for page in 15..20 {
-            s.insert(page, 0, entry(10, 0), &mut ev);
+            s.insert(page, 0, entry(10, 0), false, &mut ev);
         }
         assert_eq!(s.slots.len(), slots);
         s.validate();

@@ -351,3 +351,28 @@ fn poisoned_shard_is_reset_not_propagated() {
     pool.insert(2, 1, entry(10, 0), &mut ev);
     assert!(pool.contains(2));
 }
+
+#[test]
+fn scan_inserts_do_not_flush_the_hot_set() {
+    // One shard of 256 pages of 4 KiB: its small target (10%) is not a whole
+    // number of pages, the case where small used to hover below its target.
+    let pool = Pool::new(256 * 4096);
+    let mut ev = Vec::new();
+    let mut out = [0u8; 4096];
+    for p in 0..80u64 {
+        pool.insert(p, 0, entry(4096, 1), &mut ev);
+        assert!(pool.get(p, &mut out).is_some());
+    }
+    // Cold traffic moves the hot pages out of small into main.
+    for p in 10_000..10_400u64 {
+        pool.insert(p, 0, entry(4096, 1), &mut ev);
+    }
+    assert_eq!((0..80u64).filter(|&p| pool.contains(p)).count(), 80, "the hot set is in main");
+    for p in 1000..3000u64 {
+        pool.insert_scan(p, 0, entry(4096, 2), &mut ev);
+        assert!(pool.peek(p, &mut out).is_some());
+    }
+    let kept = (0..80u64).filter(|&p| pool.contains(p)).count();
+    assert!(kept >= 76, "a one-pass scan flushed the hot set: {kept} of 80 left");
+    assert!(ev.iter().filter(|e| (1000..3000).contains(&e.page)).all(|e| e.scan), "scan pages leave marked");
+}

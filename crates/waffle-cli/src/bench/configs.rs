@@ -1,0 +1,225 @@
+//! The configurations a benchmark compares, and how the memory budget is split.
+//!
+//! Budget B (`--memory`) is all the local memory the database gets for pages:
+//! SQLite's own page caches (all connections together, a small share S of B,
+//! `--sqlite-cache`) plus waffle's L1 (`waffle_local` = B - S).
+//!
+//! | configuration | SQLite caches | L1 (`waffle_local`) | L2 (memcached memory) |
+//! |---|---|---|---|
+//! | `local` | S | B - S | none (the seeds' "no Waffle") |
+//! | `grid`, `grid:N` | S | B - S | B (or `--grid-memory`), over 1 (or N) nodes |
+//! | `all-local` | S | 2B - S | none (L1 as large as L1 + L2: the ceiling) |
+//! | `stock` | B (default VFS) | none | none (SQLite alone; misses go to the kernel's page cache) |
+//!
+//! `grid@LINK` (e.g. `grid@1gbe`, `grid:2@100mb`) runs that grid behind an
+//! EMULATED link; `--link` sets the link of every grid configuration without one.
+//! `CONFIG/DEVICE` (e.g. `local/hdd-10k`, `grid@1gbe/ssd-2009`) runs that
+//! configuration on an EMULATED device; `--device` sets the others'.
+
+use waffle_core::emulation::LinkProfile;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Local,
+    Grid { nodes: usize },
+    AllLocal,
+    Stock,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigSpec {
+    pub kind: Kind,
+    /// `Some(profile)` for an emulated link, `Some(None)` for an explicit `@loopback`, None: the default link.
+    pub link: Option<Option<LinkProfile>>,
+    /// As `link`, for the backing device (`Some(None)`: this machine's disk).
+    pub device: Option<Option<String>>,
+}
+
+impl ConfigSpec {
+    pub fn parse(s: &str) -> Result<ConfigSpec, String> {
+        let s = s.trim();
+        let (s_base, device) = match s.split_once('/') {
+            Some((b, d)) => {
+                let d = d.trim();
+                waffle_core::emulation::DeviceProfile::by_name(d)?;
+                (b, Some((d != "real").then(|| d.to_string())))
+            }
+            None => (s, None),
+        };
+        let (base, link) = match s_base.split_once('@') {
+            Some((b, l)) => (b, Some(LinkProfile::by_name(l.trim())?)),
+            None => (s_base, None),
+        };
+        let kind = match base {
+            "local" => Kind::Local,
+            "grid" => Kind::Grid { nodes: 1 },
+            "all-local" => Kind::AllLocal,
+            "stock" => Kind::Stock,
+            _ => match base.strip_prefix("grid:") {
+                Some(n) => {
+                    let nodes: usize = n.parse().map_err(|_| format!("'{n}' is not a node count"))?;
+                    if !(1..=16).contains(&nodes) {
+                        return Err("a grid has 1 to 16 nodes".into());
+                    }
+                    Kind::Grid { nodes }
+                }
+                None => {
+                    return Err(format!(
+                        "unknown configuration '{s}' (local, grid, grid:N, all-local, stock; grid[:N]@LINK)"
+                    ))
+                }
+            },
+        };
+        if link.is_some() && !matches!(kind, Kind::Grid { .. }) {
+            return Err(format!("'{s}': only a grid configuration has a link"));
+        }
+        if device.is_some() && kind == Kind::Stock {
+            return Err(format!("'{s}': stock SQLite reads through the kernel; it has no emulated device"));
+        }
+        Ok(ConfigSpec { kind, link, device })
+    }
+}
+
+/// A size given as bytes or as a percentage of something.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Amount {
+    Bytes(u64),
+    Percent(f64),
+}
+
+impl Amount {
+    pub fn parse(s: &str) -> Result<Amount, String> {
+        let t = s.trim();
+        if let Some(p) = t.strip_suffix('%') {
+            let v: f64 = p.trim().parse().map_err(|_| format!("'{t}' is not a percentage"))?;
+            if !(v > 0.0 && v <= 1000.0) {
+                return Err(format!("'{t}': a percentage from 0 to 1000"));
+            }
+            return Ok(Amount::Percent(v));
+        }
+        waffle_core::config::parse_size(t).map(Amount::Bytes)
+    }
+
+    pub fn of(&self, whole: u64) -> u64 {
+        match *self {
+            Amount::Bytes(b) => b,
+            Amount::Percent(p) => (whole as f64 * p / 100.0) as u64,
+        }
+    }
+}
+
+/// One configuration, resolved: who holds how much memory.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// As given (`grid:2@1gbe`).
+    pub name: String,
+    pub kind: Kind,
+    /// Through the waffle VFS (false: SQLite's default VFS).
+    pub waffle: bool,
+    /// SQLite's page caches, all connections together, and per connection.
+    pub sqlite_cache_bytes: u64,
+    pub sqlite_cache_per_conn_kib: u64,
+    pub l1_bytes: u64,
+    /// memcached memory in all (0: no grid).
+    pub l2_bytes: u64,
+    pub nodes: usize,
+    pub node_mib: u32,
+    pub link: Option<LinkProfile>,
+    /// An emulated device profile name; None: this machine's disk.
+    pub device: Option<String>,
+}
+
+impl Plan {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        name: &str,
+        spec: &ConfigSpec,
+        budget: u64,
+        sqlite_share: u64,
+        grid_bytes: u64,
+        threads: usize,
+        default_link: Option<LinkProfile>,
+        default_device: Option<String>,
+    ) -> Plan {
+        let threads = threads.max(1) as u64;
+        let s = sqlite_share.min(budget / 2);
+        let per_conn = |total: u64| (total / threads / 1024).max(16);
+        let mut p = Plan {
+            name: name.to_string(),
+            kind: spec.kind.clone(),
+            waffle: true,
+            sqlite_cache_bytes: s,
+            sqlite_cache_per_conn_kib: per_conn(s),
+            l1_bytes: budget - s,
+            l2_bytes: 0,
+            nodes: 0,
+            node_mib: 0,
+            link: None,
+            device: spec.device.clone().unwrap_or(default_device),
+        };
+        match spec.kind {
+            Kind::Local => {}
+            Kind::Grid { nodes } => {
+                p.nodes = nodes;
+                // memcached needs at least 2 MiB (its largest item, 1 MiB, must fit twice).
+                p.node_mib = ((grid_bytes / nodes as u64) >> 20).max(2) as u32;
+                p.l2_bytes = (p.node_mib as u64) << 20;
+                p.l2_bytes *= nodes as u64;
+                p.link = spec.link.unwrap_or(default_link);
+            }
+            Kind::AllLocal => p.l1_bytes = 2 * budget - s,
+            Kind::Stock => {
+                p.waffle = false;
+                p.sqlite_cache_bytes = budget;
+                p.sqlite_cache_per_conn_kib = per_conn(budget);
+                p.l1_bytes = 0;
+                p.device = None;
+            }
+        }
+        p
+    }
+
+    pub fn link_label(&self) -> String {
+        match (&self.kind, self.link) {
+            (Kind::Grid { .. }, Some(l)) => format!("{} (EMULATED)", l.name),
+            (Kind::Grid { .. }, None) => "loopback".into(),
+            _ => "-".into(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_plan() {
+        assert_eq!(ConfigSpec::parse("grid").unwrap().kind, Kind::Grid { nodes: 1 });
+        assert_eq!(ConfigSpec::parse("grid:3").unwrap().kind, Kind::Grid { nodes: 3 });
+        let g = ConfigSpec::parse("grid:2@1gbe").unwrap();
+        assert_eq!(g.link.unwrap().unwrap().name, "1gbe");
+        assert!(ConfigSpec::parse("local@1gbe").is_err());
+        assert!(ConfigSpec::parse("grid:0").is_err());
+        assert!(ConfigSpec::parse("remote").is_err());
+        let d = ConfigSpec::parse("grid@1gbe/hdd-10k").unwrap();
+        assert_eq!(d.device, Some(Some("hdd-10k".to_string())));
+        assert_eq!(ConfigSpec::parse("local/real").unwrap().device, Some(None));
+        assert!(ConfigSpec::parse("local/floppy").is_err());
+        assert!(ConfigSpec::parse("stock/hdd-10k").is_err());
+
+        let b = 64 << 20;
+        let s = 4 << 20;
+        let local = Plan::new("local", &ConfigSpec::parse("local").unwrap(), b, s, b, 16, None, None);
+        assert_eq!(local.l1_bytes + local.sqlite_cache_bytes, b);
+        let grid = Plan::new("grid:2", &ConfigSpec::parse("grid:2").unwrap(), b, s, b, 16, None, None);
+        assert_eq!(grid.l2_bytes, b);
+        assert_eq!(grid.l1_bytes, local.l1_bytes);
+        let all = Plan::new("all-local", &ConfigSpec::parse("all-local").unwrap(), b, s, b, 16, None, None);
+        assert_eq!(all.l1_bytes + all.sqlite_cache_bytes, 2 * b);
+        let stock = Plan::new("stock", &ConfigSpec::parse("stock").unwrap(), b, s, b, 16, None, None);
+        assert!(!stock.waffle);
+        assert_eq!(stock.sqlite_cache_per_conn_kib, 4096);
+        assert_eq!(Amount::parse("25%").unwrap().of(400), 100);
+        assert_eq!(Amount::parse("1MiB").unwrap().of(7), 1 << 20);
+    }
+}

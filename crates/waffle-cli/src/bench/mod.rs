@@ -1,0 +1,463 @@
+//! `waffle bench` and `waffle bench sweep`: the seeds' experiments on SQLite
+//! through the `waffle` VFS.
+//!
+//! - [`workload`]: the trait; [`oltp`] (sysbench read-only), [`tpcc`]
+//!   (TPC-C-like, NOTPM), [`scan`] (full-table aggregates).
+//! - [`dataset`]: build once, reuse while the parameters match.
+//! - [`configs`]: `local`, `grid[:N][@LINK]`, `all-local`, `stock`, and the memory budget.
+//! - [`runner`]: one configuration: nodes, connections, warm-up, measurement.
+//! - [`report`]: the table, ratios, JSON; [`chart`]: PNGs.
+//!
+//! Every configuration of one invocation runs on the same data, one after the
+//! other, after the same warm-up. Emulated devices and links say EMULATED.
+
+pub mod chart;
+pub mod configs;
+pub mod dataset;
+pub mod oltp;
+pub mod report;
+pub mod runner;
+pub mod scan;
+pub mod tpcc;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use waffle_core::emulation::{DeviceProfile, LinkProfile};
+
+use configs::{Amount, ConfigSpec, Kind, Plan};
+use report::ConfigResult;
+use runner::RunOptions;
+use workload::Workload;
+
+pub const WORKLOADS: [&str; 3] = ["oltp-read-only", "tpcc", "scan"];
+
+#[derive(Clone, Debug)]
+pub struct BenchOptions {
+    pub workload: String,
+    pub configs: Vec<String>,
+    /// Database size for oltp-read-only and scan.
+    pub data_bytes: u64,
+    /// The local memory budget B: bytes or a percentage of the database file.
+    pub memory: Amount,
+    /// SQLite's page caches (all connections together): bytes or a percentage of B.
+    pub sqlite_cache: Amount,
+    /// memcached memory of a grid configuration: bytes or a percentage of B (default 100%: L2 = B).
+    pub grid_memory: Amount,
+    /// None: the workload's default (16; scan 1).
+    pub threads: Option<usize>,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+    pub page_bytes: u32,
+    pub dist: oltp::Dist,
+    pub warehouses: u64,
+    pub items: u64,
+    pub customers: u64,
+    /// Default emulated device of the waffle configurations (None: this machine's disk).
+    pub device: Option<String>,
+    /// Default emulated link of the grid configurations (None: loopback).
+    pub link: Option<LinkProfile>,
+    pub timeout_ms: u64,
+    pub dir: PathBuf,
+    pub json: Option<PathBuf>,
+    pub charts: Option<PathBuf>,
+    pub seed: u64,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            workload: "oltp-read-only".into(),
+            configs: vec!["local".into(), "grid".into(), "all-local".into()],
+            data_bytes: 256 << 20,
+            memory: Amount::Percent(25.0),
+            sqlite_cache: Amount::Percent(5.0),
+            grid_memory: Amount::Percent(100.0),
+            threads: None,
+            warmup_s: 10.0,
+            duration_s: 30.0,
+            page_bytes: 4096,
+            dist: oltp::Dist::Uniform,
+            warehouses: 2,
+            items: tpcc::SPEC_ITEMS,
+            customers: tpcc::SPEC_CUSTOMERS,
+            device: None,
+            link: None,
+            timeout_ms: 50,
+            dir: PathBuf::from("waffle-bench"),
+            json: None,
+            charts: None,
+            seed: 1,
+        }
+    }
+}
+
+pub fn make_workload(o: &BenchOptions) -> Result<Box<dyn Workload>, String> {
+    let rows = oltp::OltpReadOnly::rows_for(o.data_bytes, o.page_bytes);
+    match o.workload.as_str() {
+        "oltp-read-only" | "oltp" => Ok(Box::new(oltp::OltpReadOnly::new(rows, o.dist.clone()))),
+        "tpcc" => Ok(Box::new(tpcc::Tpcc::new(o.warehouses, o.items, o.customers))),
+        "scan" => Ok(Box::new(scan::Scan::new(rows))),
+        w => Err(format!("unknown workload '{w}' (use {})", WORKLOADS.join(", "))),
+    }
+}
+
+fn threads_for(o: &BenchOptions, w: &dyn Workload) -> usize {
+    o.threads.unwrap_or(if w.name() == "scan" { 1 } else { 16 }).max(1)
+}
+
+fn mib(b: u64) -> String {
+    format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
+}
+
+fn emulation_notes(plans: &[Plan]) -> Vec<String> {
+    let mut notes = Vec::new();
+    let mut devices: Vec<&str> = plans.iter().filter_map(|p| p.device.as_deref()).collect();
+    devices.dedup();
+    for d in devices {
+        if let Ok(Some(p)) = DeviceProfile::by_name(d) {
+            notes.push(format!(
+                "device {} EMULATED: {} server(s), {} us per random read, {} us per sequential 4 KiB ({})",
+                p.name, p.servers, p.random_us, p.sequential_us_per_4k, p.source
+            ));
+        }
+    }
+    let mut links: Vec<LinkProfile> = plans.iter().filter_map(|p| p.link).collect();
+    links.dedup();
+    for l in links {
+        notes.push(format!(
+            "link {} EMULATED: {} us round trip + bytes at {} Mb/s on a shared link ({})",
+            l.name,
+            l.rtt_us,
+            l.bits_per_s / 1_000_000,
+            l.source
+        ));
+    }
+    notes
+}
+
+/// A named check against a target from the benchmark issue.
+fn check(name: &str, value: Option<f64>, target: &str, met: impl Fn(f64) -> bool) -> Option<Value> {
+    let v = value.filter(|v| v.is_finite())?;
+    Some(json!({ "check": name, "value": (v * 1000.0).round() / 1000.0, "target": target, "met": met(v) }))
+}
+
+/// The targets that the configurations of this run can speak to.
+pub fn checks(workload: &str, results: &[ConfigResult]) -> Vec<Value> {
+    let by = |n: &str| results.iter().find(|r| r.name == n);
+    let grid = results.iter().find(|r| matches!(r.name.split(['@', '/']).next(), Some(n) if n == "grid" || n.starts_with("grid:")));
+    let mut out = Vec::new();
+    if let (Some(g), Some(a)) = (grid, by("all-local")) {
+        out.extend(check(&format!("{} / all-local throughput", g.name), g.ratio_to_all_local, ">= 0.9", |v| v >= 0.9));
+        if let (Some(gh), Some(ah)) = (&g.hits, &a.hits) {
+            out.extend(check(
+                &format!("all-local minus {} L1+L2 hit ratio, points", g.name),
+                Some(100.0 * (ah.l1_l2 - gh.l1_l2)),
+                "<= 2",
+                |v| v <= 2.0,
+            ));
+        }
+    }
+    if let (Some(g), Some(_)) = (grid, by("local")) {
+        if workload == "scan" {
+            let time_ratio = g.ratio_to_local.filter(|r| *r > 0.0).map(|r| 1.0 / r);
+            out.extend(check(&format!("{} / local time per scan", g.name), time_ratio, "<= 1.05", |v| v <= 1.05));
+        } else {
+            let target = if g.device.starts_with("hdd-10k") { ">= 10 (hdd-10k)" } else { "(>= 10 on hdd-10k)" };
+            let hdd = g.device.starts_with("hdd-10k");
+            out.extend(check(&format!("{} / local throughput", g.name), g.ratio_to_local, target, move |v| !hdd || v >= 10.0));
+        }
+    }
+    if let (Some(l), Some(_)) = (by("local"), by("stock")) {
+        out.extend(check("local / stock throughput (waffle vs stock SQLite)", l.ratio_to_stock, ">= 0.9 when the data fits", |v| {
+            v >= 0.9
+        }));
+    }
+    out
+}
+
+pub fn print_checks(checks: &[Value]) {
+    if checks.is_empty() {
+        return;
+    }
+    println!();
+    for c in checks {
+        println!(
+            "  check: {}: {} (target {}): {}",
+            c["check"].as_str().unwrap_or(""),
+            c["value"],
+            c["target"].as_str().unwrap_or(""),
+            if c["met"].as_bool() == Some(true) { "met" } else { "MISSED" }
+        );
+    }
+}
+
+fn the_command() -> String {
+    std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ")
+}
+
+/// `waffle bench`: every configuration once; prints the table, returns the JSON report.
+pub fn run(o: &BenchOptions) -> Result<Value, String> {
+    let workload = make_workload(o)?;
+    let threads = threads_for(o, workload.as_ref());
+    let specs: Vec<ConfigSpec> = o.configs.iter().map(|c| ConfigSpec::parse(c)).collect::<Result<_, _>>()?;
+    let ds = dataset::ensure(&o.dir, workload.as_ref(), o.page_bytes)?;
+    let budget = o.memory.of(ds.bytes).max(1 << 20);
+    let share = o.sqlite_cache.of(budget);
+    let plans: Vec<Plan> = o
+        .configs
+        .iter()
+        .zip(&specs)
+        .map(|(name, spec)| Plan::new(name.trim(), spec, budget, share, o.grid_memory.of(budget), threads, o.link, o.device.clone()))
+        .collect();
+    let load_start = report::load_average();
+    println!("waffle bench {}: {}", workload.name(), workload.describe());
+    println!(
+        "data: {} ({}), page size {}; {} threads; warm-up: one pass over the data + {} s; measured {} s per configuration",
+        mib(ds.bytes),
+        ds.path.display(),
+        o.page_bytes,
+        threads,
+        o.warmup_s,
+        o.duration_s
+    );
+    println!(
+        "memory budget B = {} ({:.0}% of the data) = SQLite page caches {} (all {threads} connections) + L1 {}; \
+         grid: L2 = {} of memcached; all-local: L1 = 2B - SQLite; stock: SQLite caches = B",
+        mib(budget),
+        100.0 * budget as f64 / ds.bytes.max(1) as f64,
+        mib(share.min(budget / 2)),
+        mib(budget - share.min(budget / 2)),
+        mib(o.grid_memory.of(budget)),
+    );
+    let notes = emulation_notes(&plans);
+    for n in &notes {
+        println!("{n}");
+    }
+    println!("host: {} cores, load average {load_start:.2} at start", report::cores());
+
+    let mut results = Vec::new();
+    for plan in &plans {
+        let ropts = RunOptions {
+            threads,
+            warmup: Duration::from_secs_f64(o.warmup_s),
+            duration: Duration::from_secs_f64(o.duration_s),
+            timeout_ms: o.timeout_ms,
+            budget_bytes: budget,
+            seed: o.seed,
+        };
+        results.push(runner::run_config(workload.as_ref(), &ds, plan, &ropts)?);
+    }
+    report::fill_ratios(&mut results);
+    report::print_table(&results);
+    let checks = checks(workload.name(), &results);
+    print_checks(&checks);
+    let load_end = report::load_average();
+    println!("host load average {load_end:.2} at the end (2-minute runs on a shared 2-core machine move by 10-20%)");
+
+    let (unit, _) = workload.unit();
+    let mut charts = Vec::new();
+    if let Some(dir) = &o.charts {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let file = dir.join(format!("bench-{}.png", workload.name()));
+        let bars: Vec<(String, f64, String)> = results
+            .iter()
+            .map(|r| {
+                let rel = r.ratio_to_local.map_or(String::new(), |x| format!(" ({x:.2}x local)"));
+                (r.name.clone(), r.throughput, format!("{:.0}{rel}", r.throughput))
+            })
+            .collect();
+        let emu = if notes.is_empty() { String::new() } else { " - EMULATED hardware, see docs/benchmarks.md".into() };
+        chart::bar_chart(
+            &file,
+            &format!("waffle bench {}: {} by configuration", workload.name(), unit),
+            &format!("{}; data {}, B {}, {threads} threads{emu}", workload.describe(), mib(ds.bytes), mib(budget)),
+            unit,
+            &bars,
+        )?;
+        println!("chart: {}", file.display());
+        charts.push(file.display().to_string());
+    }
+    let report = json!({
+        "command": "bench",
+        "invocation": the_command(),
+        "workload": workload.name(),
+        "description": workload.describe(),
+        "unit": unit,
+        "dataset": { "path": ds.path.display().to_string(), "bytes": ds.bytes, "tag": ds.tag, "built_now": ds.built },
+        "params": {
+            "threads": threads,
+            "warmup_s": o.warmup_s,
+            "duration_s": o.duration_s,
+            "page_bytes": o.page_bytes,
+            "budget_bytes": budget,
+            "sqlite_cache_bytes": share,
+            "grid_memory_bytes": o.grid_memory.of(budget),
+            "timeout_ms": o.timeout_ms,
+            "distribution": if workload.name() == "oltp-read-only" { json!(o.dist.name()) } else { Value::Null },
+            "seed": o.seed,
+        },
+        "emulated": notes,
+        "host": { "cores": report::cores(), "load_start": finite_or_null(load_start), "load_end": finite_or_null(load_end) },
+        "configs": results,
+        "checks": checks,
+        "charts": charts,
+    });
+    if let Some(path) = &o.json {
+        report::write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(report)
+}
+
+fn finite_or_null(x: f64) -> Value {
+    if x.is_finite() {
+        json!(x)
+    } else {
+        Value::Null
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct SweepOptions {
+    pub bench: BenchOptions,
+    /// Budgets as percentages of the data.
+    pub points: Vec<f64>,
+    /// Devices, one set of lines each (None: this machine's disk).
+    pub devices: Vec<Option<String>>,
+}
+
+/// `waffle bench sweep`: throughput against the memory budget, for each configuration and device.
+pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
+    let o = &s.bench;
+    let workload = make_workload(o)?;
+    let threads = threads_for(o, workload.as_ref());
+    let specs: Vec<ConfigSpec> = o.configs.iter().map(|c| ConfigSpec::parse(c)).collect::<Result<_, _>>()?;
+    if specs.iter().any(|c| c.kind == Kind::Stock) {
+        return Err("a sweep compares waffle configurations; leave stock out".into());
+    }
+    let ds = dataset::ensure(&o.dir, workload.as_ref(), o.page_bytes)?;
+    let (unit, _) = workload.unit();
+    println!("waffle bench sweep {}: {}", workload.name(), workload.describe());
+    println!(
+        "data {}; budgets {:?}% of it; configurations {}; devices {}; {threads} threads, warm-up one pass + {} s, measured {} s",
+        mib(ds.bytes),
+        s.points,
+        o.configs.join(","),
+        s.devices.iter().map(runner::device_label).collect::<Vec<_>>().join(", "),
+        o.warmup_s,
+        o.duration_s
+    );
+    println!("host: {} cores, load average {:.2} at start", report::cores(), report::load_average());
+    let mut rows = Vec::new();
+    let mut all_plans = Vec::new();
+    // lines[(config, device)] = points
+    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    for device in &s.devices {
+        for &pct in &s.points {
+            let budget = Amount::Percent(pct).of(ds.bytes).max(1 << 20);
+            let share = o.sqlite_cache.of(budget);
+            let mut results = Vec::new();
+            for (name, spec) in o.configs.iter().zip(&specs) {
+                let plan = Plan::new(name.trim(), spec, budget, share, o.grid_memory.of(budget), threads, o.link, device.clone());
+                let ropts = RunOptions {
+                    threads,
+                    warmup: Duration::from_secs_f64(o.warmup_s),
+                    duration: Duration::from_secs_f64(o.duration_s),
+                    timeout_ms: o.timeout_ms,
+                    budget_bytes: budget,
+                    seed: o.seed,
+                };
+                eprintln!("waffle bench sweep: budget {pct}% ({}), {}", mib(budget), runner::device_label(device));
+                let r = runner::run_config(workload.as_ref(), &ds, &plan, &ropts)?;
+                let line = format!("{} on {}", r.name, runner::device_label(&plan.device));
+                match lines.iter_mut().find(|l| l.0 == line) {
+                    Some(l) => l.1.push((pct, r.throughput)),
+                    None => lines.push((line, vec![(pct, r.throughput)])),
+                }
+                all_plans.push(plan);
+                results.push(r);
+            }
+            report::fill_ratios(&mut results);
+            rows.push(json!({
+                "device": runner::device_label(device),
+                "budget_pct": pct,
+                "budget_bytes": budget,
+                "configs": results,
+            }));
+        }
+    }
+    // The table: one row per budget and device, one column per configuration.
+    println!();
+    print!("{:<20} {:>8} {:>10}", "device", "budget", "B");
+    for c in &o.configs {
+        print!(" {:>12}", format!("{c} {unit}"));
+    }
+    println!(" {:>12}", "grid/local");
+    for row in &rows {
+        let cfgs = row["configs"].as_array().cloned().unwrap_or_default();
+        print!(
+            "{:<20} {:>7}% {:>10}",
+            row["device"].as_str().unwrap_or(""),
+            row["budget_pct"],
+            mib(row["budget_bytes"].as_u64().unwrap_or(0))
+        );
+        for c in &cfgs {
+            print!(" {:>12.1}", c["throughput"].as_f64().unwrap_or(0.0));
+        }
+        let grid_ratio = cfgs.iter().find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("grid"))).and_then(|c| c["ratio_to_local"].as_f64());
+        println!(" {:>12}", grid_ratio.map_or("-".into(), |r| format!("{r:.2}x")));
+    }
+    let notes = emulation_notes(&all_plans);
+    for n in &notes {
+        println!("{n}");
+    }
+    println!("host load average {:.2} at the end", report::load_average());
+    let mut charts = Vec::new();
+    if let Some(dir) = &o.charts {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let file = dir.join(format!("sweep-{}.png", workload.name()));
+        let series: Vec<chart::Series> = lines
+            .iter()
+            .enumerate()
+            .map(|(i, (name, pts))| chart::Series { name: name.clone(), points: pts.clone(), dashed: false, color: i })
+            .collect();
+        let emu = if notes.is_empty() { String::new() } else { "; EMULATED hardware, see docs/benchmarks.md".into() };
+        chart::line_chart(
+            &file,
+            &format!("waffle bench sweep {}: {unit} against local memory", workload.name()),
+            &format!("{}; data {}; grid adds L2 = B of memcached{emu}", workload.describe(), mib(ds.bytes)),
+            "local memory budget B, % of the data",
+            unit,
+            &series,
+            false,
+            false,
+        )?;
+        println!("chart: {}", file.display());
+        charts.push(file.display().to_string());
+    }
+    let report = json!({
+        "command": "bench sweep",
+        "invocation": the_command(),
+        "workload": workload.name(),
+        "description": workload.describe(),
+        "unit": unit,
+        "dataset": { "path": ds.path.display().to_string(), "bytes": ds.bytes, "tag": ds.tag },
+        "params": { "threads": threads, "warmup_s": o.warmup_s, "duration_s": o.duration_s, "page_bytes": o.page_bytes, "points_pct": s.points },
+        "emulated": notes,
+        "points": rows,
+        "charts": charts,
+    });
+    if let Some(path) = &o.json {
+        report::write_json(path, &report)?;
+        println!("json: {}", path.display());
+    }
+    Ok(report)
+}
+
+/// Removes a bench directory's datasets (for tests and tools).
+pub fn clean(dir: &Path) {
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -1,0 +1,281 @@
+//! What a benchmark reports: one result per configuration, ratios against
+//! `local`, `all-local` and `stock`, a table on stdout and the same as JSON.
+
+use serde::Serialize;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Latency {
+    pub p50_ms: f64,
+    pub p95_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    pub mean_ms: f64,
+}
+
+impl Latency {
+    pub fn from_histogram(h: &hdrhistogram::Histogram<u64>) -> Latency {
+        let ms = |us: u64| us as f64 / 1000.0;
+        if h.is_empty() {
+            return Latency::default();
+        }
+        Latency {
+            p50_ms: ms(h.value_at_quantile(0.50)),
+            p95_ms: ms(h.value_at_quantile(0.95)),
+            p99_ms: ms(h.value_at_quantile(0.99)),
+            max_ms: ms(h.max()),
+            mean_ms: h.mean() / 1000.0,
+        }
+    }
+}
+
+/// Where the page reads that reached the VFS (SQLite cache misses) were
+/// answered, as fractions of them.
+///
+/// With read-ahead (sequential reads), a miss that fetches a window is
+/// answered from the grid or the disk together with the pages after it; such
+/// a read is counted in `read_ahead` and shared between `l2` and `disk` in
+/// the proportion of the window pages each supplied.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Hits {
+    pub vfs_reads: u64,
+    /// L1 hits, the push queue and read-ahead pages found in L1 included.
+    pub l1: f64,
+    pub l2: f64,
+    pub disk: f64,
+    /// l1 + l2: what stayed off the disk.
+    pub l1_l2: f64,
+    /// Reads that started a read-ahead window (part of l2 and disk above).
+    pub read_ahead: f64,
+    /// Pages read from the disk in all, read-ahead included (I/O volume).
+    pub disk_pages: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GridTraffic {
+    pub pushes: u64,
+    pub push_drops: u64,
+    pub pushed_bytes: u64,
+    pub fetched_bytes: u64,
+    /// Latency of a grid fetch (hit or miss) and of a disk read in the measured run, microseconds.
+    pub l2_p50_us: u64,
+    pub l2_p99_us: u64,
+    pub disk_p50_us: u64,
+    pub disk_p99_us: u64,
+    pub rejects: u64,
+    pub faults: u64,
+    /// memcached's own view after the run, summed over nodes.
+    pub memcached_items: u64,
+    pub memcached_bytes: u64,
+    pub memcached_limit_bytes: u64,
+    pub memcached_evictions: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Memory {
+    pub budget_bytes: u64,
+    pub sqlite_cache_bytes: u64,
+    pub sqlite_cache_per_connection_kib: u64,
+    pub l1_bytes: u64,
+    pub l2_bytes: u64,
+    pub nodes: usize,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ConfigResult {
+    pub name: String,
+    pub vfs: String,
+    pub device: String,
+    pub link: String,
+    pub emulated: bool,
+    pub memory: Memory,
+    pub unit: String,
+    pub throughput: f64,
+    pub transactions: u64,
+    pub seconds: f64,
+    pub latency: Latency,
+    pub per_kind: Vec<(String, u64)>,
+    pub retries: u64,
+    pub rollbacks: u64,
+    pub errors: u64,
+    /// Of the page requests SQLite's own caches saw, the fraction they answered.
+    pub sqlite_cache_hit_ratio: Option<f64>,
+    pub hits: Option<Hits>,
+    pub grid: Option<GridTraffic>,
+    /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).
+    pub counters: serde_json::Map<String, serde_json::Value>,
+    pub ratio_to_local: Option<f64>,
+    pub ratio_to_all_local: Option<f64>,
+    pub ratio_to_stock: Option<f64>,
+}
+
+/// The host's load while a run went, from /proc/loadavg (1-minute average).
+pub fn load_average() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+}
+
+fn finite(x: f64) -> Option<f64> {
+    x.is_finite().then_some(x)
+}
+
+/// Fills each result's ratios to the first `local`, `all-local` and `stock` results.
+pub fn fill_ratios(results: &mut [ConfigResult]) {
+    let find = |name: &str| results.iter().find(|r| r.name == name).map(|r| r.throughput);
+    let (local, all, stock) = (find("local"), find("all-local"), find("stock"));
+    for r in results.iter_mut() {
+        let ratio = |base: Option<f64>| base.filter(|b| *b > 0.0).and_then(|b| finite(r.throughput / b));
+        r.ratio_to_local = ratio(local);
+        r.ratio_to_all_local = ratio(all);
+        r.ratio_to_stock = ratio(stock);
+    }
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}%", 100.0 * x)
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.2}x"))
+}
+
+fn mib(b: u64) -> String {
+    if b == 0 {
+        "-".into()
+    } else if b >= 10 << 20 {
+        format!("{:.0}M", b as f64 / (1 << 20) as f64)
+    } else {
+        format!("{:.1}M", b as f64 / (1 << 20) as f64)
+    }
+}
+
+/// The table on stdout.
+pub fn print_table(results: &[ConfigResult]) {
+    let unit = results.first().map(|r| r.unit.clone()).unwrap_or_default();
+    println!();
+    println!(
+        "{:<14} {:>6} {:>6} {:>6} {:>10} {:>8} {:>8} {:>8} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7} {:>7}",
+        "config",
+        "sqlite",
+        "L1",
+        "L2",
+        unit,
+        "p50 ms",
+        "p95 ms",
+        "p99 ms",
+        "SQLite$",
+        "L1",
+        "L2",
+        "disk",
+        "L1+L2",
+        "grid out",
+        "grid in",
+        "/local",
+        "/all-lc"
+    );
+    for r in results {
+        let h = r.hits.clone().unwrap_or_default();
+        let (hl1, hl2, hdisk, hsum) = if r.hits.is_some() {
+            (pct(h.l1), pct(h.l2), pct(h.disk), pct(h.l1_l2))
+        } else {
+            ("-".into(), "-".into(), "-".into(), "-".into())
+        };
+        let g = r.grid.clone().unwrap_or_default();
+        println!(
+            "{:<14} {:>6} {:>6} {:>6} {:>10.1} {:>8.2} {:>8.2} {:>8.2} {:>7} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>7} {:>7}",
+            r.name,
+            mib(r.memory.sqlite_cache_bytes),
+            mib(r.memory.l1_bytes),
+            mib(r.memory.l2_bytes),
+            r.throughput,
+            r.latency.p50_ms,
+            r.latency.p95_ms,
+            r.latency.p99_ms,
+            r.sqlite_cache_hit_ratio.map_or("-".into(), pct),
+            hl1,
+            hl2,
+            hdisk,
+            hsum,
+            if r.grid.is_some() { mib(g.pushed_bytes) } else { "-".into() },
+            if r.grid.is_some() { mib(g.fetched_bytes) } else { "-".into() },
+            ratio(r.ratio_to_local),
+            ratio(r.ratio_to_all_local),
+        );
+    }
+    let notes: Vec<String> = results
+        .iter()
+        .filter(|r| {
+            r.retries > 0
+                || r.errors > 0
+                || r.rollbacks > 0
+                || r.ratio_to_stock.is_some() && r.name != "stock"
+                || r.hits.as_ref().is_some_and(|h| h.read_ahead > 0.0)
+        })
+        .map(|r| {
+            let mut parts = Vec::new();
+            if r.retries > 0 {
+                parts.push(format!("{} busy retries", r.retries));
+            }
+            if r.rollbacks > 0 {
+                parts.push(format!("{} intended rollbacks", r.rollbacks));
+            }
+            if r.errors > 0 {
+                parts.push(format!("{} errors", r.errors));
+            }
+            if let Some(h) = r.hits.as_ref().filter(|h| h.read_ahead > 0.0) {
+                parts.push(format!("{:.1}% of reads started a read-ahead window; {} pages read from disk", 100.0 * h.read_ahead, h.disk_pages));
+            }
+            if let Some(s) = r.ratio_to_stock.filter(|_| r.name != "stock") {
+                parts.push(format!("{s:.2}x stock"));
+            }
+            format!("{}: {}", r.name, parts.join(", "))
+        })
+        .collect();
+    for n in notes {
+        println!("  {n}");
+    }
+    for r in results.iter().filter(|r| r.grid.is_some()) {
+        let g = r.grid.as_ref().expect("filtered");
+        println!(
+            "  {}: link {}; grid fetch p50 {} us p99 {} us, disk read p50 {} us; memcached holds {} items ({} of {}), {} evictions",
+            r.name,
+            r.link,
+            g.l2_p50_us,
+            g.l2_p99_us,
+            g.disk_p50_us,
+            g.memcached_items,
+            mib(g.memcached_bytes),
+            mib(g.memcached_limit_bytes),
+            g.memcached_evictions
+        );
+    }
+}
+
+/// Writes `value` as pretty JSON to `path`.
+pub fn write_json(path: &std::path::Path, value: &serde_json::Value) -> Result<(), String> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value).expect("serializable");
+    std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_are_finite_or_absent() {
+        let mk = |name: &str, t: f64| ConfigResult { name: name.into(), throughput: t, ..Default::default() };
+        let mut rs = vec![mk("local", 0.0), mk("grid", 5.0), mk("all-local", 10.0)];
+        fill_ratios(&mut rs);
+        assert_eq!(rs[1].ratio_to_local, None);
+        assert_eq!(rs[1].ratio_to_all_local, Some(0.5));
+        assert_eq!(rs[1].ratio_to_stock, None);
+    }
+}

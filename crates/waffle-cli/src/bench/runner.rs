@@ -1,0 +1,295 @@
+//! Runs one configuration: fresh memcached nodes, one connection per thread,
+//! the warm-up (a pass over every table and index, then the workload for
+//! `--warmup` seconds), then the measured run.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+use waffle_nodes::Node;
+
+use super::configs::{Kind, Plan};
+use super::dataset::{self, Dataset};
+use super::report::{ConfigResult, GridTraffic, Hits, Latency, Memory};
+use super::workload::{Rate, Tally, Workload};
+
+#[derive(Clone, Debug)]
+pub struct RunOptions {
+    pub threads: usize,
+    pub warmup: Duration,
+    pub duration: Duration,
+    pub timeout_ms: u64,
+    pub budget_bytes: u64,
+    pub seed: u64,
+}
+
+pub fn device_label(device: &Option<String>) -> String {
+    match device {
+        None => "real".into(),
+        Some(d) => format!("{d} (EMULATED)"),
+    }
+}
+
+fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> rusqlite::Result<Connection> {
+    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let conn = if plan.waffle {
+        waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
+        let uri = format!(
+            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_device={}&waffle_link={}",
+            path.display(),
+            grid.join(","),
+            plan.l1_bytes,
+            opts.timeout_ms.max(1),
+            plan.device.as_deref().unwrap_or("real"),
+            plan.link.map_or("loopback", |l| l.name),
+        );
+        Connection::open_with_flags(uri, flags)?
+    } else {
+        Connection::open_with_flags(path, flags)?
+    };
+    conn.pragma_update(None, "cache_size", -(plan.sqlite_cache_per_conn_kib as i64))?;
+    conn.set_prepared_statement_cache_capacity(32);
+    Ok(conn)
+}
+
+fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
+    let sql = if reset { "PRAGMA waffle_stats=reset" } else { "PRAGMA waffle_stats" };
+    let text: String = conn.query_row(sql, [], |r| r.get(0))?;
+    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+/// SQLite's own page cache hits and misses on `conn` since the last call (which resets them).
+fn sqlite_cache_counts(conn: &Connection) -> (u64, u64) {
+    let mut out = [0u64; 2];
+    for (i, op) in [rusqlite::ffi::SQLITE_DBSTATUS_CACHE_HIT, rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS].into_iter().enumerate() {
+        let (mut cur, mut hi) = (0, 0);
+        // SAFETY: the handle is a live connection owned by this thread; the out pointers are valid.
+        let rc = unsafe { rusqlite::ffi::sqlite3_db_status(conn.handle(), op, &mut cur, &mut hi, 1) };
+        if rc == rusqlite::ffi::SQLITE_OK {
+            out[i] = cur.max(0) as u64;
+        }
+    }
+    (out[0], out[1])
+}
+
+/// memcached's `stats` of one node (a few fields), on loopback.
+pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u64>> {
+    let mut s = TcpStream::connect(addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut m = std::collections::HashMap::new();
+    for line in BufReader::new(s).lines() {
+        let line = line.ok()?;
+        if line.starts_with("END") {
+            break;
+        }
+        let mut parts = line.split_whitespace();
+        if let (Some("STAT"), Some(k), Some(v)) = (parts.next(), parts.next(), parts.next()) {
+            if let Ok(v) = v.parse() {
+                m.insert(k.to_string(), v);
+            }
+        }
+    }
+    Some(m)
+}
+
+/// Runs the workload on every connection until `length` has passed (each
+/// thread finishes the transaction it is in). Returns the summed tally, the
+/// merged latency histogram (microseconds) and the elapsed seconds.
+fn phase(workload: &dyn Workload, conns: &mut [Connection], length: Duration, seed: u64) -> (Tally, Histogram<u64>, f64) {
+    let stop = AtomicBool::new(false);
+    let start = Instant::now();
+    let results: Vec<(Tally, Histogram<u64>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = conns
+            .iter_mut()
+            .enumerate()
+            .map(|(i, conn)| {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(i as u64 + 1));
+                    let mut tally = Tally::default();
+                    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+                    while !stop.load(Ordering::Relaxed) {
+                        let t = Instant::now();
+                        let before = tally.done;
+                        workload.run_one(conn, &mut rng, &mut tally);
+                        if tally.done > before {
+                            hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
+                        }
+                    }
+                    (tally, hist)
+                })
+            })
+            .collect();
+        let deadline = start + length;
+        while Instant::now() < deadline && !handles.iter().all(|h| h.is_finished()) {
+            std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(100)));
+        }
+        stop.store(true, Ordering::Relaxed);
+        handles.into_iter().map(|h| h.join().expect("benchmark thread")).collect()
+    });
+    let seconds = start.elapsed().as_secs_f64();
+    let mut tally = Tally::default();
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
+    for (t, h) in &results {
+        tally.add(t);
+        hist.add(h).expect("same bounds");
+    }
+    (tally, hist, seconds)
+}
+
+fn delta(after: &Value, before: &Value, key: &str) -> u64 {
+    after[key].as_u64().unwrap_or(0).saturating_sub(before[key].as_u64().unwrap_or(0))
+}
+
+/// Runs one configuration on `ds` and measures it.
+pub fn run_config(workload: &dyn Workload, ds: &Dataset, plan: &Plan, opts: &RunOptions) -> Result<ConfigResult, String> {
+    let err = |what: &str, e: rusqlite::Error| format!("{}: {what}: {e}", plan.name);
+    let path: PathBuf = if workload.writes() {
+        dataset::working_copy(ds)?
+    } else {
+        let _ = std::fs::remove_file(crate::dataset::with_suffix(&ds.path, "-waffle"));
+        ds.path.clone()
+    };
+    let nodes: Vec<Node> = (0..plan.nodes)
+        .map(|_| Node::start(plan.node_mib))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("{}: starting memcached: {e}", plan.name))?;
+    let grid: Vec<String> = nodes.iter().map(Node::addr).collect();
+
+    let mut conns: Vec<Connection> = (0..opts.threads)
+        .map(|_| open_conn(&path, plan, opts, &grid).and_then(|c| workload.prepare(&c).map(|()| c)))
+        .collect::<Result<_, _>>()
+        .map_err(|e| err("open", e))?;
+
+    eprintln!(
+        "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
+        plan.name,
+        opts.warmup.as_secs_f64()
+    );
+    for sql in workload.prewarm() {
+        conns[0].query_row(&sql, [], |_| Ok(())).map_err(|e| err(&sql, e))?;
+    }
+    if !opts.warmup.is_zero() {
+        let (t, _, _) = phase(workload, &mut conns, opts.warmup, opts.seed ^ 0x5eed);
+        if t.done == 0 && t.errors > 0 {
+            return Err(format!("{}: every transaction of the warm-up failed", plan.name));
+        }
+    }
+
+    let before = if plan.waffle { waffle_stats(&conns[0], true).map_err(|e| err("stats", e))? } else { Value::Null };
+    conns.iter().for_each(|c| {
+        sqlite_cache_counts(c);
+    });
+    eprintln!("waffle bench: {}: measuring {:.0} s", plan.name, opts.duration.as_secs_f64());
+    let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed);
+    let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
+    for c in &conns {
+        let (h, m) = sqlite_cache_counts(c);
+        sq_hit += h;
+        sq_miss += m;
+    }
+    let after = if plan.waffle { waffle_stats(&conns[0], false).map_err(|e| err("stats", e))? } else { Value::Null };
+
+    let mc: Vec<_> = grid.iter().filter_map(|a| memcached_stats(a)).collect();
+    drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
+    drop(nodes);
+
+    let (unit, rate) = workload.unit();
+    let throughput = match rate {
+        Rate::PerSecond => tally.done as f64 / seconds,
+        Rate::PerMinute => tally.done as f64 * 60.0 / seconds,
+        Rate::CountedPerMinute => tally.counted as f64 * 60.0 / seconds,
+    };
+    let sqlite_cache = (sq_hit + sq_miss > 0).then(|| sq_hit as f64 / (sq_hit + sq_miss) as f64);
+    let hits = plan.waffle.then(|| {
+        let d = |k: &str| delta(&after, &before, k);
+        let reads = d("l1_hits") + d("l1_misses") + d("read_ahead_hits");
+        let l1 = d("l1_hits") + d("push_queue_hits") + d("read_ahead_hits");
+        let f = |n: f64| if reads == 0 { 0.0 } else { n / reads as f64 };
+        let (ra_l2, ra_disk) = (d("read_ahead_pages_l2") as f64, d("read_ahead_pages_disk") as f64);
+        let windows = d("read_ahead_windows") as f64;
+        let l2_share = if ra_l2 + ra_disk > 0.0 { ra_l2 / (ra_l2 + ra_disk) } else { 0.0 };
+        let l2 = d("l2_hits") as f64 + windows * l2_share;
+        let disk = d("disk_reads") as f64 + windows * (1.0 - l2_share);
+        Hits {
+            vfs_reads: reads,
+            l1: f(l1 as f64),
+            l2: f(l2),
+            disk: f(disk),
+            l1_l2: f(l1 as f64 + l2),
+            read_ahead: f(windows),
+            disk_pages: d("disk_reads") + d("read_ahead_pages_disk"),
+        }
+    });
+    let grid_traffic = matches!(plan.kind, Kind::Grid { .. }).then(|| {
+        let d = |k: &str| delta(&after, &before, k);
+        let lat = |tier: &str, q: &str| after["latency"][tier][q].as_u64().unwrap_or(0);
+        let sum = |k: &str| mc.iter().map(|m| m.get(k).copied().unwrap_or(0)).sum::<u64>();
+        let faults = after["l2_faults"].as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>())
+            - before["l2_faults"].as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>());
+        GridTraffic {
+            pushes: d("l2_pushes"),
+            push_drops: d("l2_push_drops"),
+            pushed_bytes: d("l2_push_bytes"),
+            fetched_bytes: d("l2_fetch_bytes"),
+            l2_p50_us: lat("l2", "p50_us"),
+            l2_p99_us: lat("l2", "p99_us"),
+            disk_p50_us: lat("disk", "p50_us"),
+            disk_p99_us: lat("disk", "p99_us"),
+            rejects: d("l2_rejects_total"),
+            faults,
+            memcached_items: sum("curr_items"),
+            memcached_bytes: sum("bytes"),
+            memcached_limit_bytes: sum("limit_maxbytes"),
+            memcached_evictions: sum("evictions"),
+        }
+    });
+    let kinds = workload.kinds();
+    Ok(ConfigResult {
+        name: plan.name.clone(),
+        vfs: if plan.waffle { "waffle".into() } else { "default (stock SQLite)".into() },
+        device: if plan.waffle { device_label(&plan.device) } else { "real (kernel page cache)".into() },
+        link: plan.link_label(),
+        emulated: plan.device.is_some() || plan.link.is_some(),
+        memory: Memory {
+            budget_bytes: opts.budget_bytes,
+            sqlite_cache_bytes: plan.sqlite_cache_bytes,
+            sqlite_cache_per_connection_kib: plan.sqlite_cache_per_conn_kib,
+            l1_bytes: plan.l1_bytes,
+            l2_bytes: plan.l2_bytes,
+            nodes: plan.nodes,
+        },
+        unit: unit.into(),
+        throughput,
+        transactions: tally.done,
+        seconds,
+        latency: Latency::from_histogram(&hist),
+        per_kind: kinds.iter().enumerate().map(|(i, k)| (k.to_string(), tally.per_kind.get(i).copied().unwrap_or(0))).collect(),
+        retries: tally.retries,
+        rollbacks: tally.rollbacks,
+        errors: tally.errors,
+        sqlite_cache_hit_ratio: sqlite_cache,
+        counters: after
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter(|(_, v)| v.is_u64())
+                    .map(|(k, _)| (k.clone(), serde_json::json!(delta(&after, &before, k))))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        hits,
+        grid: grid_traffic,
+        ratio_to_local: None,
+        ratio_to_all_local: None,
+        ratio_to_stock: None,
+    })
+}

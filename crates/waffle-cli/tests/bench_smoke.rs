@@ -1,0 +1,222 @@
+//! CI smoke tests of `waffle bench`, `waffle bench sweep` and `waffle probe`:
+//! each command at a tiny size for a second or two. They check structure
+//! (JSON fields, finite ratios, PNG charts), never speed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn waffle() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_waffle"))
+}
+
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let p = std::env::temp_dir().join(format!("waffle-smoke-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap();
+        TempDir(p)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn run(args: &[&str]) -> String {
+    let out = waffle().args(args).output().expect("run waffle");
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "waffle {args:?} failed\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    stdout
+}
+
+fn read_json(p: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(p).expect("json written")).expect("valid json")
+}
+
+fn assert_png(p: &Path) {
+    let b = std::fs::read(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+    assert!(b.len() > 1000, "{} is {} bytes", p.display(), b.len());
+    assert_eq!(&b[..8], &[0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a], "{} is not a PNG", p.display());
+    assert_eq!(&b[12..16], b"IHDR");
+    let w = u32::from_be_bytes([b[16], b[17], b[18], b[19]]);
+    let h = u32::from_be_bytes([b[20], b[21], b[22], b[23]]);
+    assert!(w > 100 && h > 100, "{w}x{h}");
+}
+
+fn finite_or_null(v: &Value, what: &str) {
+    assert!(v.is_null() || v.as_f64().is_some_and(f64::is_finite), "{what}: {v}");
+}
+
+/// Fields every configuration result has, with sane values.
+fn check_config(c: &Value) {
+    let name = c["name"].as_str().expect("name");
+    for k in ["throughput", "seconds"] {
+        let v = c[k].as_f64().unwrap_or_else(|| panic!("{name}: {k} missing: {c}"));
+        assert!(v.is_finite() && v >= 0.0, "{name}: {k} = {v}");
+    }
+    assert!(c["transactions"].as_u64().is_some(), "{name}");
+    for k in ["p50_ms", "p95_ms", "p99_ms"] {
+        assert!(c["latency"][k].as_f64().is_some_and(f64::is_finite), "{name}: latency.{k}");
+    }
+    for k in ["ratio_to_local", "ratio_to_all_local", "ratio_to_stock"] {
+        finite_or_null(&c[k], &format!("{name}.{k}"));
+    }
+    assert!(c["unit"].is_string() && c["device"].is_string() && c["link"].is_string(), "{name}");
+    assert!(c["memory"]["budget_bytes"].as_u64().is_some_and(|b| b > 0), "{name}");
+    if c["vfs"] == "waffle" {
+        let h = &c["hits"];
+        let sum = ["l1", "l2", "disk"].iter().map(|k| h[k].as_f64().expect("hit ratio")).sum::<f64>();
+        assert!(h["vfs_reads"].as_u64() == Some(0) || (sum - 1.0).abs() < 0.02, "{name}: hit ratios sum to {sum}: {h}");
+    }
+    if name.starts_with("grid") {
+        for k in ["pushed_bytes", "fetched_bytes", "l2_p50_us", "memcached_limit_bytes"] {
+            assert!(c["grid"][k].as_u64().is_some(), "{name}: grid.{k}: {c}");
+        }
+    }
+}
+
+#[test]
+fn bench_oltp_all_configurations() {
+    let dir = TempDir::new("oltp");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("out.json");
+    let charts = dir.0.join("charts");
+    let stdout = run(&[
+        "bench", "--data", "3MiB", "--memory", "30%", "--threads", "2", "--warmup", "0", "--duration", "1",
+        "--configs", "local,grid,all-local,stock,grid:2@10gbe", "--dir", d,
+        "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+    ]);
+    for c in ["local", "grid", "all-local", "stock", "grid:2@10gbe"] {
+        assert!(stdout.contains(c), "{c} missing from the table:\n{stdout}");
+    }
+    assert!(stdout.contains("EMULATED"), "the emulated link must be labelled:\n{stdout}");
+    let v = read_json(&json);
+    assert_eq!(v["workload"], "oltp-read-only");
+    assert_eq!(v["unit"], "tps");
+    let configs = v["configs"].as_array().expect("configs");
+    assert_eq!(configs.len(), 5);
+    configs.iter().for_each(check_config);
+    assert_eq!(configs[0]["ratio_to_local"].as_f64(), Some(1.0));
+    assert!(configs[4]["emulated"].as_bool().unwrap());
+    assert!(configs[4]["link"].as_str().unwrap().contains("EMULATED"));
+    assert!(v["emulated"].as_array().is_some_and(|a| !a.is_empty()));
+    assert!(v["checks"].is_array());
+    assert_png(&charts.join("bench-oltp-read-only.png"));
+
+    // A second run reuses the dataset.
+    let json2 = dir.0.join("again.json");
+    run(&["bench", "--data", "3MiB", "--threads", "1", "--warmup", "0", "--duration", "0.5", "--configs", "local",
+        "--dist", "pareto", "--dir", d, "--json", json2.to_str().unwrap()]);
+    let v2 = read_json(&json2);
+    assert_eq!(v2["dataset"]["built_now"], false);
+    assert_eq!(v2["params"]["distribution"], "pareto:0.2");
+}
+
+#[test]
+fn bench_tpcc_and_scan() {
+    let dir = TempDir::new("tpcc");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("tpcc.json");
+    run(&[
+        "bench", "--workload", "tpcc", "--warehouses", "1", "--items", "200", "--customers", "30", "--threads", "2",
+        "--warmup", "0", "--duration", "1", "--configs", "local,grid@1gbe/hdd-10k", "--dir", d,
+        "--json", json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    assert_eq!(v["unit"], "NOTPM");
+    let configs = v["configs"].as_array().unwrap();
+    configs.iter().for_each(check_config);
+    let kinds: Vec<&str> = configs[0]["per_kind"].as_array().unwrap().iter().map(|k| k[0].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["new-order", "payment", "order-status", "delivery", "stock-level"]);
+    assert!(configs[0]["transactions"].as_u64().unwrap() > 0, "no TPC-C transaction completed");
+    assert!(configs[1]["device"].as_str().unwrap().contains("hdd-10k (EMULATED)"));
+
+    let json = dir.0.join("scan.json");
+    let charts = dir.0.join("charts");
+    run(&[
+        "bench", "--workload", "scan", "--data", "2MiB", "--warmup", "0", "--duration", "0.5", "--configs",
+        "local,grid", "--dir", d, "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    assert_eq!(v["unit"], "scans/min");
+    assert_eq!(v["params"]["threads"], 1);
+    v["configs"].as_array().unwrap().iter().for_each(check_config);
+    assert_png(&charts.join("bench-scan.png"));
+}
+
+#[test]
+fn sweep_draws_throughput_against_memory() {
+    let dir = TempDir::new("sweep");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("sweep.json");
+    let charts = dir.0.join("charts");
+    let stdout = run(&[
+        "bench", "sweep", "--data", "2MiB", "--points", "50,120", "--threads", "2", "--warmup", "0", "--duration",
+        "0.5", "--dir", d, "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("grid/local"), "{stdout}");
+    let v = read_json(&json);
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 2);
+    for p in points {
+        let cs = p["configs"].as_array().unwrap();
+        assert_eq!(cs.iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["local", "grid"]);
+        cs.iter().for_each(check_config);
+    }
+    assert_png(&charts.join("sweep-oltp-read-only.png"));
+}
+
+#[test]
+fn probe_reports_disk_and_grid_latency() {
+    let dir = TempDir::new("probe");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("probe.json");
+    let charts = dir.0.join("charts");
+    let stdout = run(&[
+        "probe", "--threads", "1,2", "--seconds", "0.3", "--file-size", "2MiB", "--link", "1gbe", "--dir", d,
+        "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("1gbe (EMULATED)"), "{stdout}");
+    let v = read_json(&json);
+    let series = v["series"].as_array().unwrap();
+    assert_eq!(series.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["disk", "mg (bare)", "grid hit"]);
+    for s in series {
+        let pts = s["points"].as_array().unwrap();
+        assert_eq!(pts.len(), 2);
+        for p in pts {
+            assert!(p["p50_us"].as_f64().is_some_and(|x| x.is_finite() && x > 0.0), "{p}");
+            assert!(p["ops_per_s"].as_f64().is_some_and(|x| x.is_finite() && x > 0.0), "{p}");
+        }
+    }
+    for r in v["grid_hit_over_bare_mg"].as_array().unwrap() {
+        finite_or_null(&r["grid_hit_over_bare_mg_p50"], "ratio");
+    }
+    assert_png(&charts.join("probe.png"));
+}
+
+#[test]
+fn bad_arguments_are_refused_with_a_reason() {
+    for (args, needle) in [
+        (&["bench", "--configs", "local,remote"][..], "unknown configuration"),
+        (&["bench", "--configs", "local@1gbe"][..], "only a grid configuration has a link"),
+        (&["bench", "--link", "carrier-pigeon"][..], "unknown link profile"),
+        (&["bench", "--workload", "tpch"][..], "unknown workload"),
+        (&["bench", "--memory", "lots"][..], "memory"),
+        (&["probe", "--device", "floppy"][..], "unknown device profile"),
+    ] {
+        let dir = TempDir::new("bad");
+        let mut all = args.to_vec();
+        all.extend(["--dir", dir.0.to_str().unwrap()]);
+        let out = waffle().args(&all).output().unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}

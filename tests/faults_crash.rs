@@ -1,0 +1,308 @@
+//! The database process SIGKILLed while it writes, in rollback-journal and
+//! WAL modes, round after round on the same database.
+//!
+//! A child process (this test binary, re-run with WAFFLE_FC_* set) opens the
+//! database through `waffle` (tiny L1, two memcached nodes) and commits one
+//! transaction after another (inserts of 1 to 6 rows up to three pages long,
+//! deletes of older rows, a counter), appending each transaction's number to
+//! a report file right after its COMMIT returns. The parent kills it at a
+//! random moment (a few commits in), then reopens the database through
+//! `waffle` and checks:
+//!
+//! - `PRAGMA integrity_check` is ok;
+//! - every reported transaction is there, and the database is exactly the
+//!   state after some transaction M >= the last reported one (M is at most
+//!   one more: the one whose report the kill cut off); nothing half-done;
+//! - the reopen is cold: a cache id never used before, not one grid hit in a
+//!   scan of every page, and the child's grid copies (still on the nodes)
+//!   not even fetched: nothing written to the grid before the crash is served.
+//!
+//! The parent then closes cleanly, and the next child's open is warm (it
+//! takes over the parent's cache id and copies). At the end a clean close
+//! and reopen is shown warm: same cache id, pages served from the grid.
+//! (`warm_restart.rs` covers one crash after a commit and one inside a
+//! transaction in DELETE mode; this is the repeated, random-moment, both-modes
+//! version.)
+//!
+//!     cargo test --release -p waffle-e2e --test faults_crash
+
+mod support;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use rusqlite::{params, Connection};
+use support::*;
+
+const ENV_DB: &str = "WAFFLE_FC_DB";
+const ENV_GRID: &str = "WAFFLE_FC_GRID";
+const ENV_REPORT: &str = "WAFFLE_FC_REPORT";
+const ENV_FIRST: &str = "WAFFLE_FC_FIRST";
+const CHILD_TEST: &str = "child_process_entry_does_nothing_unless_spawned_by_a_crash_test";
+
+fn rounds() -> u64 {
+    std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()).map_or(4, |s| (s / 5).max(4))
+}
+
+fn mix(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Rows inserted by transaction `n`.
+fn rows_of(n: u64) -> u64 {
+    1 + mix(n) % 6
+}
+
+/// The value of row `j` of transaction `n`: up to three 4 KiB pages.
+fn value(n: u64, j: u64) -> Vec<u8> {
+    let len = 100 + (mix(n << 8 | j) % (3 * 4096)) as usize;
+    pattern(n << 8 | j, len)
+}
+
+/// Transaction `n`: its rows, the odd rows of transaction `n - 3` deleted, the counter.
+fn transaction(conn: &Connection, n: u64) {
+    let tx = conn.unchecked_transaction().unwrap();
+    for j in 0..rows_of(n) {
+        tx.execute("INSERT INTO t(id, n, v) VALUES (?, ?, ?)", params![(n * 100 + j) as i64, n as i64, value(n, j)])
+            .unwrap();
+    }
+    if n > 3 {
+        tx.execute("DELETE FROM t WHERE n = ? AND id % 2 = 1", [(n - 3) as i64]).unwrap();
+    }
+    tx.execute("UPDATE meta SET last = ?", [n as i64]).unwrap();
+    tx.commit().unwrap();
+}
+
+/// The rows (id, n, v) the database holds after transactions 1..=m, by id.
+fn expected(m: u64) -> Vec<(i64, i64, Vec<u8>)> {
+    let mut rows = Vec::new();
+    for n in 1..=m {
+        for j in 0..rows_of(n) {
+            let deleted = j % 2 == 1 && n + 3 <= m;
+            if !deleted {
+                rows.push(((n * 100 + j) as i64, n as i64, value(n, j)));
+            }
+        }
+    }
+    rows
+}
+
+fn params_for(grid: &str) -> Vec<(&str, &str)> {
+    vec![("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")]
+}
+
+/// Run as a child process: commit transactions from WAFFLE_FC_FIRST on,
+/// reporting each, until killed.
+#[test]
+fn child_process_entry_does_nothing_unless_spawned_by_a_crash_test() {
+    let (Some(db), Ok(grid), Some(report), Ok(first)) = (
+        std::env::var_os(ENV_DB),
+        std::env::var(ENV_GRID),
+        std::env::var_os(ENV_REPORT),
+        std::env::var(ENV_FIRST),
+    ) else {
+        return;
+    };
+    let conn = open_waffle(Path::new(&db), &params_for(&grid));
+    // A small SQLite cache: big transactions spill pages into the file before COMMIT.
+    conn.execute_batch("PRAGMA cache_size = 10; PRAGMA wal_autocheckpoint = 20;").unwrap();
+    let mut report = std::fs::OpenOptions::new().append(true).open(report).unwrap();
+    println!("ready {:016x} {}", cache_id(&conn), std::process::id());
+    let first: u64 = first.parse().unwrap();
+    for n in first.. {
+        transaction(&conn, n);
+        // Reported only once COMMIT has returned: the parent may count on it.
+        report.write_all(format!("{n}\n").as_bytes()).unwrap();
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn reported(report: &Path) -> Vec<u64> {
+    std::fs::read_to_string(report).unwrap().lines().map(|l| l.parse().expect("a transaction number")).collect()
+}
+
+/// Starts a child committing from `first`, kills it after `commits` more
+/// reports and `extra_ms` more; returns the child's cache id.
+fn crash_child(db: &Path, grid: &str, report: &Path, first: u64, commits: usize, extra_ms: u64) -> u64 {
+    let before = reported(report).len();
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+        .env(ENV_DB, db)
+        .env(ENV_GRID, grid)
+        .env(ENV_REPORT, report)
+        .env(ENV_FIRST, first.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the test binary as the child");
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("ready ") {
+                let _ = tx.send(line[at + 6..].to_string());
+                break;
+            }
+        }
+    });
+    let ready = rx.recv_timeout(Duration::from_secs(20)).expect("the child never got ready");
+    let id = u64::from_str_radix(ready.split_whitespace().next().unwrap(), 16).unwrap();
+    let done = wait_until(Duration::from_secs(30), || reported(report).len() >= before + commits);
+    assert!(done, "the child did not commit {commits} transactions in 30 s");
+    std::thread::sleep(Duration::from_millis(extra_ms));
+    child.0.kill().expect("SIGKILL the child");
+    let status = child.0.wait().unwrap();
+    assert!(!status.success(), "the child was killed, not finished: {status}");
+    id
+}
+
+/// Keys of cache `id` for pages 0..pages present on any node (peeked).
+fn present(addrs: &[String], id: u64, pages: u64) -> HashSet<u64> {
+    let mut clients: Vec<RawClient> = addrs.iter().map(|a| RawClient::connect(a)).collect();
+    (0..pages).filter(|&p| clients.iter_mut().any(|c| c.peek(&key(id, p)).is_some())).collect()
+}
+
+/// Every row (id, n, v) in id order, and the counter.
+fn contents(conn: &Connection) -> (Vec<(i64, i64, Vec<u8>)>, u64) {
+    let mut stmt = conn.prepare("SELECT id, n, v FROM t ORDER BY id").unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?))).unwrap().map(Result::unwrap).collect();
+    let last: i64 = conn.query_row("SELECT last FROM meta", [], |r| r.get(0)).unwrap();
+    (rows, last as u64)
+}
+
+fn crash_rounds(journal: &str, seed: u64) {
+    let started = Instant::now();
+    let nodes = [start_node(64), start_node(64)];
+    let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
+    let grid = addrs.join(",");
+    let dir = TempDir::new(&format!("crash-{journal}"));
+    let db = dir.join("c.db");
+    let report: PathBuf = dir.join("committed");
+    std::fs::write(&report, "").unwrap();
+    let mut ids_used: HashSet<u64> = HashSet::new();
+
+    let mut parent_id = {
+        let conn = open_waffle(&db, &params_for(&grid));
+        let mode: String = conn.query_row(&format!("PRAGMA journal_mode = {journal}"), [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, journal);
+        conn.execute_batch(
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v BLOB); CREATE INDEX t_n ON t(n);
+             CREATE TABLE meta(last INTEGER); INSERT INTO meta VALUES (0);",
+        )
+        .unwrap();
+        cache_id(&conn)
+    };
+    ids_used.insert(parent_id);
+
+    let mut last_committed = 0u64;
+    let (mut hot_journals, mut wal_left, mut in_flight_committed, mut hits_after_recovery) = (0, 0, 0, 0);
+    for round in 0..rounds() {
+        let r = mix(seed ^ round);
+        let commits = 2 + (r % 8) as usize;
+        let extra_ms = (r >> 8) % 25;
+        let child_id = crash_child(&db, &grid, &report, last_committed + 1, commits, extra_ms);
+        let tag = format!("[{journal} round {round}]");
+        assert_eq!(child_id, parent_id, "{tag} after a clean close the child's open should be warm (same cache id)");
+        if dir.join("c.db-journal").exists() {
+            hot_journals += 1;
+        }
+        if std::fs::metadata(dir.join("c.db-wal")).map(|m| m.len() > 0).unwrap_or(false) {
+            wal_left += 1;
+        }
+        let reports = reported(&report);
+        let max_reported = *reports.last().expect("some commits were reported");
+        assert!(reports.windows(2).all(|w| w[1] == w[0] + 1), "{tag} reports are consecutive: {reports:?}");
+
+        let pages = std::fs::metadata(&db).unwrap().len() / 4096;
+        let child_copies = present(&addrs, child_id, pages);
+
+        let conn = open_waffle(&db, &params_for(&grid));
+        let id = cache_id(&conn);
+        assert!(ids_used.insert(id), "{tag} the reopen after a crash must take a cache id never used before");
+        let (rows, m) = contents(&conn);
+        let s = stats(&conn);
+        // The scan reads every page once. A hit can only be a copy this new
+        // incarnation pushed itself: pages the hot-journal rollback (or WAL
+        // recovery) wrote through the cache, evicted from the tiny L1 and
+        // read back. Without such writes there is no hit at all.
+        if n(&s, "disk_writes") == 0 {
+            assert_eq!(n(&s, "l2_hits"), 0, "{tag} a scan right after the crash must not hit the grid: {s}");
+        }
+        assert!(n(&s, "l2_hits") <= n(&s, "l2_pushes"), "{tag} {s}");
+        assert_eq!(n(&s, "l2_rejects_total"), 0, "{tag} copies from before the crash are not even asked for: {s}");
+        hits_after_recovery += n(&s, "l2_hits");
+        assert!(m >= max_reported, "{tag} transaction {max_reported} was reported committed, the database ends at {m}");
+        assert!(m <= max_reported + 1, "{tag} the database is at {m}, but only {max_reported} were reported");
+        in_flight_committed += (m > max_reported) as usize;
+        let want = expected(m);
+        assert_eq!(rows.len(), want.len(), "{tag} row count after transaction {m}");
+        for (got, want) in rows.iter().zip(&want) {
+            assert!(got == want, "{tag} row {} differs from the state after transaction {m}", want.0);
+        }
+        let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        assert_eq!(ok, "ok", "{tag}");
+        let still = present(&addrs, child_id, pages);
+        assert!(child_copies.is_subset(&still), "{tag} a copy made before the crash was fetched");
+        eprintln!(
+            "{tag} killed after {} commits (+{extra_ms} ms); reopened cold at transaction {m} (last reported \
+             {max_reported}), {} rows ok, {} pre-crash copies left untouched",
+            reports.len() - last_committed as usize,
+            rows.len(),
+            child_copies.len()
+        );
+        // Writes by the parent: the database goes on from where the crash left it.
+        transaction(&conn, m + 1);
+        last_committed = m + 1;
+        std::fs::write(&report, (1..=last_committed).map(|i| format!("{i}\n")).collect::<String>()).unwrap();
+        parent_id = id;
+        drop(conn); // clean close: the next child's open is warm
+    }
+
+    // A clean close and reopen: warm, the pages come from the grid.
+    let conn = open_waffle(&db, &params_for(&grid));
+    assert_eq!(cache_id(&conn), parent_id, "[{journal}] a clean close followed by a reopen must be warm");
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    let (rows, m) = contents(&conn);
+    assert_eq!(m, last_committed);
+    assert!(rows == expected(m), "[{journal}] the warm reopen reads the right rows");
+    let s = stats(&conn);
+    let pages = std::fs::metadata(&db).unwrap().len() / 4096;
+    assert!(n(&s, "l2_hits") * 2 > pages, "[{journal}] a warm reopen should read most pages from the grid: {s}");
+    assert_eq!(n(&s, "l2_rejects_total"), 0, "[{journal}] {s}");
+    eprintln!(
+        "[{journal}] {} crash rounds, {hot_journals} hot journals rolled back, {wal_left} WALs recovered, \
+         {in_flight_committed} kills landed after COMMIT and before the report, {hits_after_recovery} grid hits on copies \
+         pushed after a recovery; warm reopen: l2_hits {} of {pages} pages; {:.1}s",
+        rounds(),
+        n(&s, "l2_hits"),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn killed_while_writing_in_rollback_journal_mode() {
+    crash_rounds("delete", 0xC0DE_0001);
+}
+
+#[test]
+fn killed_while_writing_in_wal_mode() {
+    crash_rounds("wal", 0xC0DE_0002);
+}

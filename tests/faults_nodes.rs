@@ -1,0 +1,260 @@
+//! Real memcached processes failing while the differential workload runs.
+//!
+//! Every test runs the seeded workload of `support/workload.rs` on a plain
+//! database and on one through `waffle` (16 KiB L1, 8-page SQLite cache, so
+//! nearly every page read goes to the grid) while a node is killed, hung
+//! (SIGSTOP), restarted empty, resumed with stale copies, or full and
+//! evicting. Every statement's result must be identical, no error may reach
+//! SQLite, `PRAGMA integrity_check` must pass during and after the fault, and
+//! the two files must be byte-equal at the end. The counters must show the
+//! fault was really met (faults, skips, rejects, misses).
+//!
+//!     cargo test --release -p waffle-e2e --test faults_nodes
+//!
+//! `WAFFLE_SOAK_SECONDS` (see `scripts/soak`) makes every phase longer.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::workload::*;
+use support::*;
+
+/// Rounds of each phase: 1 normally, more under `scripts/soak`.
+fn rounds() -> usize {
+    std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<usize>().ok()).map_or(1, |s| (s / 30).max(1))
+}
+
+fn node<'a>(s: &'a Value, addr: &str) -> &'a Value {
+    s["nodes"]
+        .as_array()
+        .and_then(|a| a.iter().find(|n| n["addr"] == addr))
+        .unwrap_or_else(|| panic!("no node {addr} in the stats: {s}"))
+}
+
+fn node_n(s: &Value, addr: &str, field: &str) -> u64 {
+    node(s, addr)[field].as_u64().unwrap_or_else(|| panic!("node {addr} has no {field}: {s}"))
+}
+
+fn node_up(s: &Value, addr: &str) -> bool {
+    node(s, addr)["up"].as_bool().expect("nodes[].up")
+}
+
+fn delta(after: &Value, before: &Value, path: &str) -> u64 {
+    n(after, path) - n(before, path)
+}
+
+/// A node SIGKILLed in the middle of the workload: its requests fail
+/// (connection refused or reset), it is marked down and skipped, every page
+/// it held is read from disk. Restarted empty on the same port, it is probed,
+/// comes back up and is used again; the pages it lost are misses. Then the
+/// fastest restart: killed and restarted at once, under pooled connections
+/// that now lead nowhere.
+#[test]
+fn a_node_killed_mid_workload_then_restarted_empty() {
+    let started = Instant::now();
+    let mut nodes = [start_node(64), start_node(64), start_node(64)];
+    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let dir = TempDir::new("faults-kill");
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
+    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0001, &params);
+    let victim = nodes[1].addr();
+
+    for round in 0..rounds() {
+        d.run(400);
+        let before = stats(&d.cached);
+        assert!(node_up(&before, &victim), "round {round}: the node should be up before the kill: {before}");
+
+        nodes[1].kill();
+        d.run(400);
+        d.check(); // integrity and full dumps with the node dead
+        let dead = stats(&d.cached);
+        let ctx = format!("round {round}, node killed: {dead}");
+        assert!(!node_up(&dead, &victim), "the dead node should be marked down: {ctx}");
+        assert!(node_n(&dead, &victim, "marked_down") > node_n(&before, &victim, "marked_down"), "{ctx}");
+        assert!(delta(&dead, &before, "l2_faults.io") >= 1, "a read should have met the dead node: {ctx}");
+        assert!(delta(&dead, &before, "l2_skipped") > 20, "the dead node's pages should be skipped: {ctx}");
+        assert!(delta(&dead, &before, "l2_hits") > 0, "the other nodes still serve: {ctx}");
+
+        nodes[1].restart().expect("restart memcached on the same port");
+        let t0 = Instant::now();
+        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&stats(&d.cached), &victim));
+        assert!(came_back, "round {round}: the restarted node was not used again within 15 s: {}", stats(&d.cached));
+        eprintln!("round {round}: the restarted node was up again after {:?}", t0.elapsed());
+        let back = stats(&d.cached);
+        d.run(400);
+        let later = stats(&d.cached);
+        let asked = node_n(&later, &victim, "requests") - node_n(&back, &victim, "requests");
+        assert!(asked > 10, "the restarted node should be asked again: {later}");
+        assert_eq!(node_n(&later, &victim, "failures"), node_n(&back, &victim, "failures"), "{later}");
+
+        // Killed and restarted at once: pooled connections lead to a dead socket.
+        let before = stats(&d.cached);
+        nodes[2].restart().expect("restart memcached");
+        d.run(300);
+        let after = stats(&d.cached);
+        assert!(delta(&after, &before, "l2_misses") > 0, "the restarted node's pages are gone: {after}");
+    }
+
+    let r = d.finish();
+    assert_eq!(n(&r.stats, "l2_rejects_total"), 0, "nothing stale or foreign was in the grid: {}", r.stats);
+    eprintln!("{} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
+}
+
+/// How many requests can wait for a node that stays hung for `d`: the ones in
+/// flight when it hung (one per thread: the reader and the pusher), then one
+/// probe per backoff (100 ms, doubling to 5 s), each failing at its deadline.
+fn waits_bound(d: Duration, deadline: Duration) -> u64 {
+    let (mut t, mut backoff, mut probes) = (deadline, Duration::from_millis(100), 0);
+    loop {
+        t += backoff;
+        if t > d {
+            break;
+        }
+        probes += 1;
+        t += deadline;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
+    }
+    2 + probes
+}
+
+/// A node that hangs (SIGSTOP: it accepts connections and answers nothing).
+/// A request to it waits one deadline (100 ms here), then the node is marked
+/// down and skipped; only one probe per backoff period waits again. Measured:
+/// read timeouts stay within the probe schedule, the slowest grid fetch is
+/// about one deadline, statements that waited are about as many as the
+/// timeouts, and the skipped reads outnumber them. After SIGCONT the node is
+/// probed back up, and the copies it holds of pages rewritten meanwhile are
+/// older than the file: `version` rejects, never served.
+#[test]
+fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejected() {
+    let started = Instant::now();
+    let nodes = [start_node(64), start_node(64), start_node(64)];
+    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let dir = TempDir::new("faults-hang");
+    let deadline = Duration::from_millis(100);
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
+    let mut d = Differential::open(&dir, "wal", 4096, 0xFA_0002, &params);
+    let hung = nodes[0].addr();
+    let slow = |took: &[Duration]| took.iter().filter(|t| **t >= deadline * 9 / 10).count();
+
+    d.run(400);
+    let pause_for = Duration::from_secs(3);
+    let baseline = d.run_for(pause_for);
+    let slow_before = slow(&baseline);
+    let mut version_rejects = 0;
+    let mut cycles = 0;
+    while version_rejects == 0 || cycles < rounds() {
+        cycles += 1;
+        assert!(cycles <= 3 + rounds(), "no stale copy was ever met after {cycles} pause cycles: {}", stats(&d.cached));
+        d.cached.execute_batch("PRAGMA waffle_stats=reset").unwrap();
+        let before = stats(&d.cached);
+        nodes[0].pause();
+        let t0 = Instant::now();
+        let took = d.run_for(pause_for);
+        let paused = t0.elapsed();
+        let during = stats(&d.cached);
+        let ctx = format!("cycle {cycles}, hung for {paused:?}: {during}");
+
+        let timeouts = delta(&during, &before, "l2_faults.timeout");
+        let node_timeouts = node_n(&during, &hung, "timeouts") - node_n(&before, &hung, "timeouts");
+        let skipped = delta(&during, &before, "l2_skipped");
+        let bound = waits_bound(paused, deadline);
+        let max_fetch = Duration::from_micros(n(&during, "latency.l2.max_us"));
+        let slow_during = slow(&took);
+        eprintln!(
+            "cycle {cycles}: {} statements in {paused:?} with the node hung: read timeouts {timeouts} \
+             (bound {bound}), node timeouts incl. pushes {node_timeouts}, reads skipped {skipped}, \
+             slowest grid fetch {max_fetch:?}, statements >= 90 ms {slow_during} (before the hang: {slow_before})",
+            took.len()
+        );
+        assert!(timeouts >= 1, "the hung node was never waited for: {ctx}");
+        assert!(timeouts <= bound, "more read timeouts than the backoff schedule allows: {ctx}");
+        assert!(node_timeouts <= 2 * bound, "more timeouts (reads and pushes) than the schedule allows: {ctx}");
+        assert!(skipped >= 5 * timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");
+        assert!(max_fetch <= deadline * 2, "a grid fetch waited {max_fetch:?}, more than about one deadline: {ctx}");
+        assert!(
+            slow_during as u64 <= timeouts + 2 * slow_before as u64 + 3,
+            "{slow_during} statements took a deadline or more, for {timeouts} timeouts: {ctx}"
+        );
+        assert!(paused < pause_for + 4 * deadline, "the phase overran: {paused:?}");
+        d.check(); // with the node still hung
+
+        nodes[0].resume();
+        let t0 = Instant::now();
+        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&stats(&d.cached), &hung));
+        assert!(came_back, "the resumed node was not probed back up within 15 s: {}", stats(&d.cached));
+        eprintln!("cycle {cycles}: the resumed node was up again after {:?}", t0.elapsed());
+        d.run(200);
+        d.check(); // reads every page: the stale copies on the resumed node are met here
+        version_rejects = n(&stats(&d.cached), "l2_rejects.version");
+    }
+    let r = d.finish();
+    let s = &r.stats;
+    let others: u64 = ["length", "format", "checksum", "database", "page", "size"]
+        .iter()
+        .map(|k| n(s, &format!("l2_rejects.{k}")))
+        .sum();
+    assert_eq!(others, 0, "only stale (version) rejects are possible here: {s}");
+    eprintln!(
+        "{} stale copies rejected (version): {version_rejects}, pause cycles {cycles}, in {:.1}s",
+        r.line(),
+        started.elapsed().as_secs_f64()
+    );
+}
+
+/// The grid full and evicting: two 4 MiB memcached nodes (about 1800 pages in
+/// all) under a 20 MB table read over and over. memcached evicts, pushed
+/// pages are not found again (misses, far more than drops and failed pushes),
+/// and every result is still right.
+#[test]
+fn a_full_grid_evicts_and_every_result_stays_right() {
+    use rusqlite::types::Value as V;
+    let started = Instant::now();
+    let nodes = [start_node(4), start_node(4)];
+    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let dir = TempDir::new("faults-full");
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
+    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0003, &params);
+
+    const ROWS: i64 = 5000; // one 3000-byte row per 4 KiB page: about 20 MB
+    d.step(&Op::Exec("CREATE TABLE bulk(id INTEGER PRIMARY KEY, v BLOB)".into(), vec![]));
+    d.step(&Op::Exec("BEGIN".into(), vec![]));
+    for id in 1..=ROWS {
+        d.step(&Op::Exec("INSERT INTO bulk VALUES (?, ?)".into(), vec![V::Integer(id), V::Blob(pattern(id as u64, 3000))]));
+    }
+    d.step(&Op::Exec("COMMIT".into(), vec![]));
+    flush(&d.cached);
+    let mut rng_state = 0x5EED_u64;
+    let mut next = move || {
+        rng_state ^= rng_state << 13;
+        rng_state ^= rng_state >> 7;
+        rng_state ^= rng_state << 17;
+        rng_state
+    };
+    for round in 0..2 * rounds() {
+        d.run(150);
+        for _ in 0..300 {
+            let id = 1 + (next() % ROWS as u64) as i64;
+            d.step(&Op::Query("SELECT id, v FROM bulk WHERE id = ?".into(), vec![V::Integer(id)]));
+        }
+        d.step(&Op::Query("SELECT count(*), sum(length(v)), sum(unicode(substr(v, 1500, 1))) FROM bulk".into(), vec![]));
+        let lo = 1 + (next() % ROWS as u64) as i64;
+        d.step(&Op::Exec("UPDATE bulk SET v = zeroblob(3000) WHERE id BETWEEN ? AND ?".into(), vec![V::Integer(lo), V::Integer(lo + 50)]));
+        eprintln!("round {round}: {}", stats(&d.cached)["l2_misses"]);
+    }
+    d.check();
+    let evictions: Vec<u64> = nodes.iter().map(|node| node_stat(&node.addr(), "evictions")).collect();
+    let r = d.finish();
+    let s = &r.stats;
+    assert!(evictions.iter().all(|&e| e > 0), "every node should have evicted: {evictions:?}");
+    assert!(n(s, "l2_misses") > 1000, "pushed pages evicted by memcached are misses: {s}");
+    assert!(
+        n(s, "l2_misses") > 2 * (n(s, "l2_push_drops") + n(s, "l2_push_failures")),
+        "most misses should be memcached's evictions, not our drops: {s}"
+    );
+    assert!(n(s, "l2_hits") > 1000, "the grid still serves what it holds: {s}");
+    assert_eq!(n(s, "l2_rejects_total"), 0, "{s}");
+    eprintln!("{} memcached evictions {evictions:?} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
+}
