@@ -25,7 +25,7 @@ use crate::pool::{Evicted, Pool};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
-use crate::versions::{SavedVersions, Versions};
+use crate::versions::{self, SavedVersions, Versions};
 
 const STRIPES: usize = 256;
 /// Most pages one read-ahead window asks for (one grid round trip, one disk read).
@@ -333,13 +333,16 @@ impl PageCache {
         self.pool.remove(page);
     }
 
-    /// The file was cut to `pages` pages.
-    pub fn truncated(&self, pages: u64) {
+    /// The file was cut before page `first_gone`: it and every later page of
+    /// its segment (its file) are gone.
+    pub fn truncated(&self, first_gone: u64) {
         self.stats.truncates.incr();
+        let (segment, _) = versions::split(first_gone);
+        let gone = first_gone..((segment as u64 + 1) << versions::SEGMENT_BITS);
         let _all = self.all_stripes();
-        self.versions.bump_from(pages);
-        self.pool.remove_from(pages);
-        self.pusher.discard(|page| page >= pages);
+        self.versions.bump_from(first_gone);
+        self.pool.remove_range(gone.clone());
+        self.pusher.discard(|page| gone.contains(&page));
     }
 
     /// Forgets everything: every page gets a version no grid copy has.

@@ -8,21 +8,40 @@
 //!
 //! Memory: one u64 per page of the largest file size seen, so 2 MiB per GiB of
 //! database at 4 KiB pages, 512 KiB per GiB at 16 KiB pages. The table grows
-//! only as far as the pages the database actually touches.
+//! only as far as the pages the database actually touches. A cache serving
+//! several files (InnoDB tablespaces) keeps one table per file: the high bits
+//! of a page number name its segment.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
 
-/// Table bound: SQLite's page numbers are 32-bit; a larger page number is a bug upstream.
+/// Pages per segment: a page number is `(segment << SEGMENT_BITS) | index`.
+/// One database file is one segment (SQLite uses segment 0 only); the MySQL
+/// preload gives each tablespace file its own.
+pub const SEGMENT_BITS: u32 = 40;
+/// Table bound within a segment: SQLite's and InnoDB's page numbers are 32-bit.
 pub const MAX_PAGES: u64 = 1 << 32;
+/// Segments at most (tablespace files one cache serves).
+pub const MAX_SEGMENTS: u64 = 1 << 16;
+
+/// The segment and the index within it of a page number.
+pub fn split(page: u64) -> (usize, usize) {
+    ((page >> SEGMENT_BITS) as usize, (page & ((1 << SEGMENT_BITS) - 1)) as usize)
+}
+
+/// The page number of `index` in `segment`.
+pub fn join(segment: u64, index: u64) -> u64 {
+    assert!(segment < MAX_SEGMENTS && index < MAX_PAGES, "page {index} of segment {segment} out of range");
+    (segment << SEGMENT_BITS) | index
+}
 
 pub struct Versions {
-    table: RwLock<Vec<AtomicU64>>,
+    segments: RwLock<Vec<Vec<AtomicU64>>>,
     floor: AtomicU64,
     next: AtomicU64,
 }
 
-/// What a clean close saves and a warm open restores.
+/// What a clean close saves and a warm open restores (segment 0: SQLite).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SavedVersions {
     pub floor: u64,
@@ -39,39 +58,43 @@ impl Default for Versions {
 impl Versions {
     /// A fresh incarnation: every page at version 0.
     pub fn new() -> Versions {
-        Versions { table: RwLock::new(Vec::new()), floor: AtomicU64::new(0), next: AtomicU64::new(1) }
+        Versions { segments: RwLock::new(Vec::new()), floor: AtomicU64::new(0), next: AtomicU64::new(1) }
     }
 
     pub fn restore(saved: SavedVersions) -> Versions {
         assert!(saved.next > saved.floor, "saved versions: next {} must exceed floor {}", saved.next, saved.floor);
         assert!(saved.table.iter().all(|&v| v < saved.next), "saved versions: a page is at or above next");
         Versions {
-            table: RwLock::new(saved.table.into_iter().map(AtomicU64::new).collect()),
+            segments: RwLock::new(vec![saved.table.into_iter().map(AtomicU64::new).collect()]),
             floor: AtomicU64::new(saved.floor),
             next: AtomicU64::new(saved.next),
         }
     }
 
+    /// Segment 0 (the only one a SQLite database uses) and the counters.
     pub fn save(&self) -> SavedVersions {
-        let table = self.table.read().unwrap();
+        let segments = self.segments.read().unwrap();
         SavedVersions {
             floor: self.floor.load(Ordering::Acquire),
             next: self.next.load(Ordering::Acquire),
-            table: table.iter().map(|v| v.load(Ordering::Acquire)).collect(),
+            table: segments.first().map(|t| t.iter().map(|v| v.load(Ordering::Acquire)).collect()).unwrap_or_default(),
         }
     }
 
     /// The version the backing file holds for `page`.
     pub fn current(&self, page: u64) -> u64 {
         let floor = self.floor.load(Ordering::Acquire);
-        let table = self.table.read().unwrap();
-        let v = table.get(page as usize).map_or(0, |v| v.load(Ordering::Acquire));
+        let (seg, idx) = split(page);
+        let segments = self.segments.read().unwrap();
+        let v = segments.get(seg).and_then(|t| t.get(idx)).map_or(0, |v| v.load(Ordering::Acquire));
         v.max(floor)
     }
 
     /// Records that `page` exists (was read), so a later truncation covers it.
     pub fn touch(&self, page: u64) {
-        if (page as usize) >= self.table.read().unwrap().len() {
+        let (seg, idx) = split(page);
+        let covered = self.segments.read().unwrap().get(seg).is_some_and(|t| idx < t.len());
+        if !covered {
             self.grow(page);
         }
     }
@@ -79,25 +102,30 @@ impl Versions {
     /// The page was rewritten: give it a fresh version and return it.
     pub fn bump(&self, page: u64) -> u64 {
         let v = self.next.fetch_add(1, Ordering::AcqRel);
+        let (seg, idx) = split(page);
         {
-            let table = self.table.read().unwrap();
-            if let Some(slot) = table.get(page as usize) {
+            let segments = self.segments.read().unwrap();
+            if let Some(slot) = segments.get(seg).and_then(|t| t.get(idx)) {
                 slot.store(v, Ordering::Release);
                 return v;
             }
         }
         self.grow(page);
-        self.table.read().unwrap()[page as usize].store(v, Ordering::Release);
+        self.segments.read().unwrap()[seg][idx].store(v, Ordering::Release);
         v
     }
 
-    /// The file was cut to `first_page` pages: every page from there on gets a
-    /// fresh version, so no copy of the old contents is trusted if it grows again.
+    /// The file of `first_page`'s segment was cut to `first_page`'s index:
+    /// every page of that segment from there on gets a fresh version, so no
+    /// copy of the old contents is trusted if it grows again.
     pub fn bump_from(&self, first_page: u64) {
         let v = self.next.fetch_add(1, Ordering::AcqRel);
-        let table = self.table.read().unwrap();
-        for slot in table.iter().skip(first_page as usize) {
-            slot.store(v, Ordering::Release);
+        let (seg, idx) = split(first_page);
+        let segments = self.segments.read().unwrap();
+        if let Some(table) = segments.get(seg) {
+            for slot in table.iter().skip(idx) {
+                slot.store(v, Ordering::Release);
+            }
         }
     }
 
@@ -107,15 +135,21 @@ impl Versions {
         self.floor.store(v, Ordering::Release);
     }
 
+    /// Pages with a slot in the table, over all segments.
     pub fn pages_tracked(&self) -> usize {
-        self.table.read().unwrap().len()
+        self.segments.read().unwrap().iter().map(Vec::len).sum()
     }
 
     fn grow(&self, page: u64) {
-        assert!(page < MAX_PAGES, "page number {page} beyond the version table's bound");
-        let mut table = self.table.write().unwrap();
-        let want = (page as usize + 1).max(table.len() * 5 / 4);
-        let want = want.min(MAX_PAGES as usize);
+        let (seg, idx) = split(page);
+        assert!((seg as u64) < MAX_SEGMENTS, "segment {seg} beyond the version table's bound");
+        assert!((idx as u64) < MAX_PAGES, "page number {idx} beyond the version table's bound");
+        let mut segments = self.segments.write().unwrap();
+        while segments.len() <= seg {
+            segments.push(Vec::new());
+        }
+        let table = &mut segments[seg];
+        let want = (idx + 1).max(table.len() * 5 / 4).min(MAX_PAGES as usize);
         while table.len() < want {
             table.push(AtomicU64::new(0));
         }
@@ -159,6 +193,21 @@ mod tests {
         assert!(v.current(2) > w);
         assert!(v.current(100) > w);
         assert!(v.bump(2) > v.current(100) - 1);
+    }
+
+    #[test]
+    fn segments_are_independent() {
+        let v = Versions::new();
+        let a = join(0, 5);
+        let b = join(3, 5);
+        v.touch(join(3, 9));
+        let w = v.bump(b);
+        assert_eq!(v.current(a), 0, "segment 0 untouched by segment 3");
+        assert_eq!(v.current(b), w);
+        v.bump_from(join(3, 2));
+        assert!(v.current(b) > w);
+        assert_eq!(v.current(a), 0, "a truncation of segment 3 leaves segment 0 alone");
+        assert_eq!(split(b), (3, 5));
     }
 
     #[test]

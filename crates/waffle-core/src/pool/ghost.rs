@@ -81,8 +81,9 @@ impl Ghost {
 
     /// Forgets every page `>= first_page` (their history is void after a
     /// truncate). O(ghost size); truncates are rare.
-    pub(super) fn forget_from(&mut self, first_page: u64) {
-        self.seq_of.retain(|&page, _| page < first_page);
+    /// Forgets pages in `pages` (a truncated file's tail).
+    pub(super) fn forget_range(&mut self, pages: std::ops::Range<u64>) {
+        self.seq_of.retain(|page, _| !pages.contains(page));
     }
 
     pub(super) fn clear(&mut self) {
@@ -174,12 +175,12 @@ mod tests {
     }
 
     #[test]
-    fn forget_from_and_clear() {
+    fn forget_range_and_clear() {
         let mut g = Ghost::new(100);
         for page in 0..10 {
             g.push(page, 1);
         }
-        g.forget_from(5);
+        g.forget_range(5..u64::MAX);
         assert!(g.contains(4) && !g.contains(5));
         g.validate();
         g.clear();

@@ -204,9 +204,15 @@ impl Pool {
 
     /// Drops every entry with `page >= first_page` (truncate); returns how many.
     pub fn remove_from(&self, first_page: u64) -> usize {
+        self.remove_range(first_page..u64::MAX)
+    }
+
+    /// Drops every entry whose page is in `pages` (one file's tail when
+    /// several files share the pool); returns how many.
+    pub fn remove_range(&self, pages: std::ops::Range<u64>) -> usize {
         self.shards
             .iter()
-            .map(|shard| shard.update(|cache| cache.remove_from(first_page)))
+            .map(|shard| shard.update(|cache| cache.remove_range(pages.clone())))
             .sum()
     }
 

@@ -217,18 +217,18 @@ impl S3Fifo {
     }
 
     /// Drops every entry with `page >= first_page`; returns how many.
-    pub(super) fn remove_from(&mut self, first_page: u64) -> usize {
+    pub(super) fn remove_range(&mut self, pages: std::ops::Range<u64>) -> usize {
         let mut removed = 0;
         // Detaching only touches the visited slot and the free list head, so
         // walking the slab by index stays valid.
         for idx in 0..self.slots.len() as u32 {
             let slot = &self.slots[idx as usize];
-            if slot.queue != Queue::Free && slot.page >= first_page {
+            if slot.queue != Queue::Free && pages.contains(&slot.page) {
                 drop(self.detach(idx));
                 removed += 1;
             }
         }
-        self.ghost.forget_from(first_page);
+        self.ghost.forget_range(pages);
         self.after_mutation();
         removed
     }
@@ -644,13 +644,13 @@ mod tests {
     }
 
     #[test]
-    fn remove_from_walks_the_slab_and_forgets_ghosts() {
+    fn remove_range_walks_the_slab_and_forgets_ghosts() {
         let mut s = S3Fifo::new(1000);
         let mut ev = Vec::new();
         for page in 0..20 {
             s.insert(page, 0, entry(100, 0), false, &mut ev);
         }
-        assert_eq!(s.remove_from(15), 5);
+        assert_eq!(s.remove_range(15..u64::MAX), 5);
         assert!((0..15).all(|p| s.contains(p) == ev.iter().all(|e| e.page != p)));
         assert!(!(15..20).any(|p| s.contains(p)));
         s.validate();
