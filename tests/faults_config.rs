@@ -170,8 +170,9 @@ fn work(conn: &Connection) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     drop_pager_cache(conn);
-    let (count, total): (i64, i64) =
-        conn.query_row("SELECT count(*), sum(length(v)) FROM t", [], |r| Ok((r.get(0)?, r.get(1)?))).map_err(|e| e.to_string())?;
+    let (count, total): (i64, i64) = conn
+        .query_row("SELECT count(*), sum(length(v)) FROM t", [], |r| Ok((r.get(0)?, r.get(1)?)))
+        .map_err(|e| e.to_string())?;
     let want_total: i64 = (1..=300).map(|id| 900 + id % 7).sum();
     if (count, total) != (300, want_total) {
         return Err(format!("wrong results: {count} rows, {total} bytes"));
@@ -206,7 +207,10 @@ fn child_process_entry_does_nothing_unless_spawned_by_the_config_test() {
             Ok(conn) => match work(&conn) {
                 Ok(()) => {
                     let s = stats(&conn);
-                    eprintln!("=== result {i}: opened ok; l2_misses+skipped {}", n(&s, "l2_misses") + n(&s, "l2_skipped") + n(&s, "l2_faults.io") + n(&s, "l2_faults.timeout"));
+                    eprintln!(
+                        "=== result {i}: opened ok; l2_misses+skipped {}",
+                        n(&s, "l2_misses") + n(&s, "l2_skipped") + n(&s, "l2_faults.io") + n(&s, "l2_faults.timeout")
+                    );
                 }
                 Err(e) => eprintln!("=== result {i}: opened but failed: {e}"),
             },
@@ -249,7 +253,10 @@ fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {
             Want::Refused(param, value) => {
                 assert!(result.contains("refused Some(CannotOpen)"), "should be refused with SQLITE_CANTOPEN: {what}");
                 assert!(result.contains("file created: false"), "a refused open must not create the file: {what}");
-                let line = said.lines().find(|l| l.starts_with("waffle: cannot open")).unwrap_or_else(|| panic!("no error line: {what}"));
+                let line = said
+                    .lines()
+                    .find(|l| l.starts_with("waffle: cannot open"))
+                    .unwrap_or_else(|| panic!("no error line: {what}"));
                 assert!(
                     line.contains(&format!("bad value for {param}: '{value}'")),
                     "the error should name {param} and '{value}': {what}"

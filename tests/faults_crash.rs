@@ -45,7 +45,7 @@ const ENV_FIRST: &str = "WAFFLE_FC_FIRST";
 const CHILD_TEST: &str = "child_process_entry_does_nothing_unless_spawned_by_a_crash_test";
 
 fn rounds() -> u64 {
-    std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()).map_or(4, |s| (s / 5).max(4))
+    soak_rounds(16, 3)
 }
 
 fn mix(x: u64) -> u64 {
@@ -102,12 +102,9 @@ fn params_for(grid: &str) -> Vec<(&str, &str)> {
 /// reporting each, until killed.
 #[test]
 fn child_process_entry_does_nothing_unless_spawned_by_a_crash_test() {
-    let (Some(db), Ok(grid), Some(report), Ok(first)) = (
-        std::env::var_os(ENV_DB),
-        std::env::var(ENV_GRID),
-        std::env::var_os(ENV_REPORT),
-        std::env::var(ENV_FIRST),
-    ) else {
+    let (Some(db), Ok(grid), Some(report), Ok(first)) =
+        (std::env::var_os(ENV_DB), std::env::var(ENV_GRID), std::env::var_os(ENV_REPORT), std::env::var(ENV_FIRST))
+    else {
         return;
     };
     let conn = open_waffle(Path::new(&db), &params_for(&grid));
@@ -189,6 +186,7 @@ fn contents(conn: &Connection) -> (Vec<(i64, i64, Vec<u8>)>, u64) {
 }
 
 fn crash_rounds(journal: &str, seed: u64) {
+    let _serial = serial();
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64)];
     let addrs: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
@@ -215,11 +213,11 @@ fn crash_rounds(journal: &str, seed: u64) {
     let mut last_committed = 0u64;
     let (mut hot_journals, mut wal_left, mut in_flight_committed, mut hits_after_recovery) = (0, 0, 0, 0);
     for round in 0..rounds() {
-        let r = mix(seed ^ round);
+        let r = mix(soak_seed(seed) ^ round);
         let commits = 2 + (r % 8) as usize;
         let extra_ms = (r >> 8) % 25;
         let child_id = crash_child(&db, &grid, &report, last_committed + 1, commits, extra_ms);
-        let tag = format!("[{journal} round {round}]");
+        let tag = format!("[{journal} round {round} seed {:#x}]", soak_seed(seed));
         assert_eq!(child_id, parent_id, "{tag} after a clean close the child's open should be warm (same cache id)");
         if dir.join("c.db-journal").exists() {
             hot_journals += 1;
@@ -305,4 +303,135 @@ fn killed_while_writing_in_rollback_journal_mode() {
 #[test]
 fn killed_while_writing_in_wal_mode() {
     crash_rounds("wal", 0xC0DE_0002);
+}
+
+/// A damaged sidecar (`<db>-waffle`) is never trusted and never fails the
+/// open: truncated, emptied, bit-flipped, garbage, or another database's
+/// clean sidecar. Each open is cold (a new cache id, no grid hit), the data
+/// is right, and a clean close makes the next open warm again.
+#[test]
+fn a_damaged_sidecar_means_a_cold_start_never_an_error() {
+    let _serial = serial();
+    let node = start_node(64);
+    let grid = node.addr();
+    let dir = TempDir::new("sidecar-damage");
+    let db = dir.join("s.db");
+    let other = dir.join("other.db");
+    let side = waffle_core::sidecar::Sidecar::path_for(&db);
+    let fill = |path: &Path| {
+        let conn = open_waffle(path, &params_for(&grid));
+        conn.execute_batch(
+            "CREATE TABLE t(id INTEGER PRIMARY KEY, n INTEGER, v BLOB); CREATE TABLE meta(last INTEGER); INSERT INTO meta VALUES (0);",
+        )
+        .unwrap();
+        for n in 1..=20 {
+            transaction(&conn, n);
+        }
+        cache_id(&conn)
+    };
+    let mut id = fill(&db);
+    fill(&other);
+    let other_side = std::fs::read(waffle_core::sidecar::Sidecar::path_for(&other)).unwrap();
+
+    type Damage = Box<dyn Fn(&[u8]) -> Vec<u8>>;
+    let damages: Vec<(&str, Damage)> = vec![
+        ("emptied", Box::new(|_| Vec::new())),
+        ("truncated to 50 bytes", Box::new(|b| b[..50].to_vec())),
+        ("last byte cut", Box::new(|b| b[..b.len() - 1].to_vec())),
+        (
+            "a byte flipped in the versions",
+            Box::new(|b| {
+                let mut b = b.to_vec();
+                let at = b.len() - 12;
+                b[at] ^= 1;
+                b
+            }),
+        ),
+        (
+            "the clean flag cleared",
+            Box::new(|b| {
+                let mut b = b.to_vec();
+                b[12] = 0;
+                b
+            }),
+        ),
+        ("garbage", Box::new(|b| pattern(9, b.len()))),
+        ("another database's clean sidecar", Box::new(move |_| other_side.clone())),
+    ];
+    for (what, damage) in damages {
+        // The sidecar is intact and clean here: the open would be warm.
+        let bytes = std::fs::read(&side).unwrap();
+        std::fs::write(&side, damage(&bytes)).unwrap();
+        let conn = open_waffle(&db, &params_for(&grid));
+        let new_id = cache_id(&conn);
+        assert_ne!(new_id, id, "{what}: a damaged sidecar must not be trusted (same cache id)");
+        let (rows, m) = contents(&conn);
+        assert_eq!(m, 20);
+        assert!(rows == expected(20), "{what}: wrong rows");
+        let s = stats(&conn);
+        assert_eq!(n(&s, "l2_hits"), 0, "{what}: no copy from before may be served: {s}");
+        drop(conn);
+        id = new_id;
+        // And warm again after this clean close.
+        let conn = open_waffle(&db, &params_for(&grid));
+        assert_eq!(cache_id(&conn), id, "{what}: the clean close after it should make the next open warm");
+        drop(conn);
+        eprintln!("sidecar {what}: cold open, right rows, then warm again");
+    }
+}
+
+/// BUG (crates/waffle-core/src/sidecar.rs, reported, not fixed here): the
+/// sidecar's `flock` belongs to the open file description, which a child
+/// process shares between its fork and its exec (O_CLOEXEC only closes it at
+/// exec). In a process where one thread spawns children while another closes
+/// a database and opens it again, the reopen can fail with "the database is
+/// already open through waffle in process <this very process>", and SQLite
+/// gets SQLITE_CANTOPEN. Found by `a_damaged_sidecar_means_a_cold_start_never_an_error`
+/// running next to the crash tests (which spawn children).
+///
+///     cargo test --release -p waffle-e2e --test faults_crash -- --ignored reopen_while
+#[test]
+#[ignore = "known bug: a child spawned by another thread keeps the sidecar lock until it execs"]
+fn reopen_while_another_thread_spawns_children() {
+    let _serial = serial();
+    let dir = TempDir::new("sidecar-fork");
+    let db = dir.join("f.db");
+    drop(open_waffle(&db, &[]));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = std::sync::Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut spawned = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = Command::new("true").status();
+                spawned += 1;
+            }
+            spawned
+        })
+    };
+    let mut failures = Vec::new();
+    let started = Instant::now();
+    let mut opens = 0;
+    while started.elapsed() < Duration::from_secs(5) && failures.is_empty() {
+        opens += 1;
+        match try_open_waffle(&db, &[]) {
+            Ok(conn) => drop(conn),
+            Err(e) => failures.push(format!("open {opens}: {e}")),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let spawned = spawner.join().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {opens} reopens failed while {spawned} children were spawned: {failures:?}",
+        failures.len()
+    );
+}
+
+/// The tests of this file run one at a time: the crash tests spawn children,
+/// and a child holds a copy of every open sidecar's lock until it execs (see
+/// `reopen_while_another_thread_spawns_children`).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }

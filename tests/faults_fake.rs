@@ -29,7 +29,7 @@ use waffle_core::envelope::{self, Identity};
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
 
 fn rounds() -> u64 {
-    std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<u64>().ok()).map_or(1, |s| (s / 30).max(1))
+    soak_rounds(1, 30)
 }
 
 fn delta(after: &Value, before: &Value, path: &str) -> u64 {
@@ -58,7 +58,8 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
     let real = start_node(64);
     let grid = format!("{},{}", fake.addr(), real.addr());
     let dir = TempDir::new("faults-fake");
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
+    // Long enough that a stall of a loaded machine is not a timeout racing the injected fault.
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "500")];
     let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0004, &params);
 
     // No fault: the fake node is a working grid node.
@@ -111,7 +112,10 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
             let after = stats(&d.cached);
             let injected = fake.injected_set(fault) - injected_before;
             let failed = delta(&after, &before, "l2_push_failures");
-            assert!(failed >= injected, "{fault:?}: {injected} stores refused, {failed} push failures counted: {after}");
+            assert!(
+                failed >= injected,
+                "{fault:?}: {injected} stores refused, {failed} push failures counted: {after}"
+            );
             table.push(format!("store {fault:?}: injected {injected}, l2_push_failures +{failed}"));
             let up = d.run_until(Duration::from_secs(15), |d| stats(&d.cached)["nodes"][0]["up"] == true);
             assert!(up, "the fake node did not come back up after {fault:?}");
@@ -138,7 +142,10 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
 fn the_grid_client_never_hands_back_a_value_for_the_wrong_key() {
     let fake = FakeNode::start();
     let spec = NodeSpec::parse_list(&fake.addr()).unwrap();
-    let grid = Grid::new(spec, GridOptions { timeout_ms: 100, backoff_min_ms: 1, backoff_max_ms: 1, ..GridOptions::default() });
+    let grid = Grid::new(
+        spec,
+        GridOptions { timeout_ms: 100, backoff_min_ms: 1, backoff_max_ms: 1, ..GridOptions::default() },
+    );
     const CACHE: u64 = 0xC0FFEE;
     const PAGES: u64 = 48;
     let page = |p: u64, version: u64| pattern(p << 8 | version, 512);
@@ -148,8 +155,9 @@ fn the_grid_client_never_hands_back_a_value_for_the_wrong_key() {
     for (round, fault) in GetFault::ALL.iter().copied().cycle().take(3 * GetFault::ALL.len()).enumerate() {
         let version = round as u64 + 1;
         let keys: Vec<String> = (0..PAGES).map(|p| envelope::key(CACHE, p)).collect();
-        let values: Vec<Vec<u8>> =
-            (0..PAGES).map(|p| envelope::seal(Identity { cache_id: CACHE, page: p, version }, &page(p, version))).collect();
+        let values: Vec<Vec<u8>> = (0..PAGES)
+            .map(|p| envelope::seal(Identity { cache_id: CACHE, page: p, version }, &page(p, version)))
+            .collect();
         let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
         std::thread::sleep(Duration::from_millis(5)); // past any backoff
         let report = grid.store_many(&items);
@@ -165,7 +173,11 @@ fn the_grid_client_never_hands_back_a_value_for_the_wrong_key() {
             let expect = Identity { cache_id: CACHE, page: p as u64, version };
             match envelope::open(v, expect, 512) {
                 Ok(payload) => {
-                    assert_eq!(payload, &page(p as u64, version)[..], "round {round} ({fault:?}): page {p} opened with other bytes");
+                    assert_eq!(
+                        payload,
+                        &page(p as u64, version)[..],
+                        "round {round} ({fault:?}): page {p} opened with other bytes"
+                    );
                     served += 1;
                 }
                 Err(why) => {
@@ -184,5 +196,7 @@ fn the_grid_client_never_hands_back_a_value_for_the_wrong_key() {
     }
     assert!(served > 100, "the pipelined fetch should mostly work: {served} served");
     assert!(refused > 0 && wrong_key_values > 0, "OtherKey faults should be refused by the envelope");
-    eprintln!("grid client: {served} values served, {refused} refused by their envelope ({wrong_key_values} for another key)");
+    eprintln!(
+        "grid client: {served} values served, {refused} refused by their envelope ({wrong_key_values} for another key)"
+    );
 }

@@ -113,8 +113,18 @@ fn each_kind_of_foreign_value_is_rejected_for_its_reason() {
         ("another format version", "format", 26, Box::new(|g, _| with(g, 4, 2))),
         ("an unknown flag", "format", 34, Box::new(|g, _| with(g, 5, 0x80))),
         ("a sealed value, and we have no key", "seal", 42, Box::new(|g, _| with(g, 5, envelope::FLAG_SEALED))),
-        ("length field one more than the value holds", "length", 50, Box::new(|g, _| with(g, 32, g[32].wrapping_add(1)))),
-        ("one bit flipped in the payload", "checksum", 58, Box::new(|g, _| with(g, HEADER_BYTES + 1000, g[HEADER_BYTES + 1000] ^ 4))),
+        (
+            "length field one more than the value holds",
+            "length",
+            50,
+            Box::new(|g, _| with(g, 32, g[32].wrapping_add(1))),
+        ),
+        (
+            "one bit flipped in the payload",
+            "checksum",
+            58,
+            Box::new(|g, _| with(g, HEADER_BYTES + 1000, g[HEADER_BYTES + 1000] ^ 4)),
+        ),
         (
             "the same page of another cache (another database)",
             "database",
@@ -216,8 +226,7 @@ fn a_hostile_writer_during_the_workload_is_never_served() {
         let db = d.waffle_path.clone();
         std::thread::spawn(move || hostile_writer(&addrs, &db, id, &stop, &written))
     };
-    let soak = std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<usize>().ok()).unwrap_or(0);
-    for _ in 0..(2 + soak / 20) {
+    for _ in 0..soak_rounds(3, 20) {
         d.run(600);
         d.check();
     }
@@ -308,7 +317,11 @@ fn without_a_key_a_forged_envelope_with_the_right_identity_is_served() {
     let mut clients = vec![RawClient::connect(&node.addr())];
     let dir = TempDir::new("hostile-forge");
     let db = dir.join("f.db");
-    let params = [("waffle_grid", node.addr()), ("waffle_local", "16KiB".to_string()), ("waffle_timeout_ms", "1000".to_string())];
+    let params = [
+        ("waffle_grid", node.addr()),
+        ("waffle_local", "16KiB".to_string()),
+        ("waffle_timeout_ms", "1000".to_string()),
+    ];
     let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let conn = open_waffle(&db, &params);
     create(&conn);
@@ -327,5 +340,7 @@ fn without_a_key_a_forged_envelope_with_the_right_identity_is_served() {
     assert_eq!(&got[..16], b"FORGED BY MALLET", "the forged page was expected to be served (no key, crc32c only)");
     assert!(n(&after, "l2_hits") > n(&before, "l2_hits"), "{after}");
     assert_eq!(n(&after, "l2_rejects_total"), n(&before, "l2_rejects_total"));
-    eprintln!("without a key, a forged envelope (right cache id, page, version; valid crc32c) was served: documented limit");
+    eprintln!(
+        "without a key, a forged envelope (right cache id, page, version; valid crc32c) was served: documented limit"
+    );
 }

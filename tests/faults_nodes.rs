@@ -21,9 +21,9 @@ use serde_json::Value;
 use support::workload::*;
 use support::*;
 
-/// Rounds of each phase: 1 normally, more under `scripts/soak`.
+/// Rounds of each phase: 2 normally, one per 30 s of `WAFFLE_SOAK_SECONDS`.
 fn rounds() -> usize {
-    std::env::var("WAFFLE_SOAK_SECONDS").ok().and_then(|s| s.parse::<usize>().ok()).map_or(1, |s| (s / 30).max(1))
+    soak_rounds(2, 30) as usize
 }
 
 fn node<'a>(s: &'a Value, addr: &str) -> &'a Value {
@@ -57,7 +57,9 @@ fn a_node_killed_mid_workload_then_restarted_empty() {
     let mut nodes = [start_node(64), start_node(64), start_node(64)];
     let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
     let dir = TempDir::new("faults-kill");
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
+    // A dead node refuses at once; a long deadline keeps a loaded machine's
+    // stalls from passing for faults of the live nodes.
+    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")];
     let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0001, &params);
     let victim = nodes[1].addr();
 
@@ -73,8 +75,11 @@ fn a_node_killed_mid_workload_then_restarted_empty() {
         let ctx = format!("round {round}, node killed: {dead}");
         assert!(!node_up(&dead, &victim), "the dead node should be marked down: {ctx}");
         assert!(node_n(&dead, &victim, "marked_down") > node_n(&before, &victim, "marked_down"), "{ctx}");
-        assert!(delta(&dead, &before, "l2_faults.io") >= 1, "a read should have met the dead node: {ctx}");
-        assert!(delta(&dead, &before, "l2_skipped") > 20, "the dead node's pages should be skipped: {ctx}");
+        // The reader or the pusher met it first (refused or reset); after that, probes only.
+        let failed = node_n(&dead, &victim, "failures") - node_n(&before, &victim, "failures");
+        assert!(failed >= 1, "requests to the dead node should have failed: {ctx}");
+        let met = delta(&dead, &before, "l2_faults.io") + delta(&dead, &before, "l2_skipped");
+        assert!(met > 20, "reads of the dead node's pages should fail fast or be skipped: {ctx}");
         assert!(delta(&dead, &before, "l2_hits") > 0, "the other nodes still serve: {ctx}");
 
         nodes[1].restart().expect("restart memcached on the same port");
@@ -122,9 +127,10 @@ fn waits_bound(d: Duration, deadline: Duration) -> u64 {
 /// A node that hangs (SIGSTOP: it accepts connections and answers nothing).
 /// A request to it waits one deadline (100 ms here), then the node is marked
 /// down and skipped; only one probe per backoff period waits again. Measured:
-/// read timeouts stay within the probe schedule, the slowest grid fetch is
-/// about one deadline, statements that waited are about as many as the
-/// timeouts, and the skipped reads outnumber them. After SIGCONT the node is
+/// the requests that waited for it (reads and pushes) stay within the probe
+/// schedule, the slowest grid fetch is about one deadline, statements that
+/// waited are about as many as the timeouts, and the skipped reads far
+/// outnumber them. After SIGCONT the node is
 /// probed back up, and the copies it holds of pages rewritten meanwhile are
 /// older than the file: `version` rejects, never served.
 #[test]
@@ -159,26 +165,36 @@ fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejec
 
         let timeouts = delta(&during, &before, "l2_faults.timeout");
         let node_timeouts = node_n(&during, &hung, "timeouts") - node_n(&before, &hung, "timeouts");
+        // Timeouts of the healthy nodes (a stall of this loaded machine) are not the hung node's.
+        let elsewhere: u64 = nodes[1..]
+            .iter()
+            .map(|other| node_n(&during, &other.addr(), "timeouts") - node_n(&before, &other.addr(), "timeouts"))
+            .sum();
         let skipped = delta(&during, &before, "l2_skipped");
-        let bound = waits_bound(paused, deadline);
+        // (+50 ms: the node stopped a moment before `t0`, while `pause` waited for it.)
+        let bound = waits_bound(paused + Duration::from_millis(50), deadline);
         let max_fetch = Duration::from_micros(n(&during, "latency.l2.max_us"));
         let slow_during = slow(&took);
         eprintln!(
-            "cycle {cycles}: {} statements in {paused:?} with the node hung: read timeouts {timeouts} \
-             (bound {bound}), node timeouts incl. pushes {node_timeouts}, reads skipped {skipped}, \
+            "cycle {cycles}: {} statements in {paused:?} with the node hung: waits for it (reads and pushes) \
+             {node_timeouts} (bound {bound}), read timeouts {timeouts} (other nodes: {elsewhere}), reads skipped {skipped}, \
              slowest grid fetch {max_fetch:?}, statements >= 90 ms {slow_during} (before the hang: {slow_before})",
             took.len()
         );
-        assert!(timeouts >= 1, "the hung node was never waited for: {ctx}");
-        assert!(timeouts <= bound, "more read timeouts than the backoff schedule allows: {ctx}");
-        assert!(node_timeouts <= 2 * bound, "more timeouts (reads and pushes) than the schedule allows: {ctx}");
-        assert!(skipped >= 5 * timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");
+        assert!(node_timeouts >= 1, "the hung node was never waited for: {ctx}");
+        // Every request that waited for the hung node, reads and pushes together:
+        // the two in flight when it hung, then one probe per backoff period.
+        assert!(node_timeouts <= bound, "more waits for the hung node than the backoff schedule allows: {ctx}");
+        assert!(timeouts <= bound + elsewhere, "more read timeouts than the backoff schedule allows: {ctx}");
+        assert!(skipped >= 5 * node_timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");
         assert!(max_fetch <= deadline * 2, "a grid fetch waited {max_fetch:?}, more than about one deadline: {ctx}");
         assert!(
             slow_during as u64 <= timeouts + 2 * slow_before as u64 + 3,
             "{slow_during} statements took a deadline or more, for {timeouts} timeouts: {ctx}"
         );
-        assert!(paused < pause_for + 4 * deadline, "the phase overran: {paused:?}");
+        // Bounded: the phase ends within one statement of its length (a VACUUM
+        // on a loaded machine can take a second), not after thousands of waits.
+        assert!(paused < pause_for + Duration::from_secs(2), "the phase overran: {paused:?}");
         d.check(); // with the node still hung
 
         nodes[0].resume();
@@ -222,7 +238,10 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     d.step(&Op::Exec("CREATE TABLE bulk(id INTEGER PRIMARY KEY, v BLOB)".into(), vec![]));
     d.step(&Op::Exec("BEGIN".into(), vec![]));
     for id in 1..=ROWS {
-        d.step(&Op::Exec("INSERT INTO bulk VALUES (?, ?)".into(), vec![V::Integer(id), V::Blob(pattern(id as u64, 3000))]));
+        d.step(&Op::Exec(
+            "INSERT INTO bulk VALUES (?, ?)".into(),
+            vec![V::Integer(id), V::Blob(pattern(id as u64, 3000))],
+        ));
     }
     d.step(&Op::Exec("COMMIT".into(), vec![]));
     flush(&d.cached);
@@ -233,15 +252,21 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
         rng_state ^= rng_state << 17;
         rng_state
     };
-    for round in 0..2 * rounds() {
+    for round in 0..1 + rounds() {
         d.run(150);
         for _ in 0..300 {
             let id = 1 + (next() % ROWS as u64) as i64;
             d.step(&Op::Query("SELECT id, v FROM bulk WHERE id = ?".into(), vec![V::Integer(id)]));
         }
-        d.step(&Op::Query("SELECT count(*), sum(length(v)), sum(unicode(substr(v, 1500, 1))) FROM bulk".into(), vec![]));
+        d.step(&Op::Query(
+            "SELECT count(*), sum(length(v)), sum(unicode(substr(v, 1500, 1))) FROM bulk".into(),
+            vec![],
+        ));
         let lo = 1 + (next() % ROWS as u64) as i64;
-        d.step(&Op::Exec("UPDATE bulk SET v = zeroblob(3000) WHERE id BETWEEN ? AND ?".into(), vec![V::Integer(lo), V::Integer(lo + 50)]));
+        d.step(&Op::Exec(
+            "UPDATE bulk SET v = zeroblob(3000) WHERE id BETWEEN ? AND ?".into(),
+            vec![V::Integer(lo), V::Integer(lo + 50)],
+        ));
         eprintln!("round {round}: {}", stats(&d.cached)["l2_misses"]);
     }
     d.check();

@@ -262,7 +262,7 @@ fn serve(stream: TcpStream, s: &Shared) -> io::Result<()> {
 
 /// Whether the `n`-th command (1-based) of a kind gets the planned fault.
 fn due<F: Copy>(plan: Option<(F, u64)>, n: u64) -> Option<F> {
-    plan.and_then(|(f, every)| (n % every == 0).then_some(f))
+    plan.and_then(|(f, every)| n.is_multiple_of(every).then_some(f))
 }
 
 fn handle_set(

@@ -16,7 +16,7 @@ use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::{open_plain, open_waffle, stats, TempDir};
+use super::{open_plain, open_waffle, soak_seed, stats, TempDir};
 
 /// One statement of the workload.
 #[derive(Debug, Clone)]
@@ -330,14 +330,19 @@ pub struct Differential {
     pub errors: usize,
     /// Full checks done (integrity and dumps of both, compared).
     pub checks: usize,
-    /// The slowest statement on the `waffle` side.
+    /// The slowest statement on the `waffle` side, and what it was.
     pub slowest: Duration,
+    pub slowest_op: String,
+    /// The errors both sides returned, by message, with their counts.
+    pub error_kinds: std::collections::BTreeMap<String, usize>,
 }
 
 impl Differential {
     /// Opens `plain.db` and `waffle.db` in `dir` (the latter through `waffle`
     /// with `params`) and creates the workload's table in `journal` mode.
+    /// The seed is varied by `WAFFLE_SOAK_SEED` (see [`soak_seed`]).
     pub fn open(dir: &TempDir, journal: &str, page_size: usize, seed: u64, params: &[(&str, &str)]) -> Differential {
+        let seed = soak_seed(seed);
         let plain_path = dir.join("plain.db");
         let waffle_path = dir.join("waffle.db");
         let plain = open_plain(&plain_path);
@@ -358,6 +363,8 @@ impl Differential {
             errors: 0,
             checks: 0,
             slowest: Duration::ZERO,
+            slowest_op: String::new(),
+            error_kinds: Default::default(),
         }
     }
 
@@ -367,7 +374,10 @@ impl Differential {
         let t0 = Instant::now();
         let b = apply(&self.cached, op);
         let took = t0.elapsed();
-        self.slowest = self.slowest.max(took);
+        if took > self.slowest {
+            self.slowest = took;
+            self.slowest_op = describe(op);
+        }
         if a != b {
             let s = stats(&self.cached);
             panic!(
@@ -381,7 +391,10 @@ impl Differential {
         }
         match &a {
             Outcome::Rows(r) => self.rows_compared += r.len(),
-            Outcome::Error(_) => self.errors += 1,
+            Outcome::Error(e) => {
+                self.errors += 1;
+                *self.error_kinds.entry(e.clone()).or_default() += 1;
+            }
             Outcome::Changed(_) => {}
         }
         self.ops += 1;
@@ -461,6 +474,8 @@ impl Differential {
             errors: self.errors,
             checks: self.checks,
             slowest: self.slowest,
+            slowest_op: self.slowest_op.clone(),
+            error_kinds: self.error_kinds.clone(),
             stats: s,
         };
         let Differential { plain, cached, plain_path, waffle_path, journal, page_size, tag, .. } = self;
@@ -490,6 +505,8 @@ pub struct FinalReport {
     pub errors: usize,
     pub checks: usize,
     pub slowest: Duration,
+    pub slowest_op: String,
+    pub error_kinds: std::collections::BTreeMap<String, usize>,
     /// The `waffle` database's stats just before it was closed.
     pub stats: serde_json::Value,
 }
@@ -499,20 +516,23 @@ impl FinalReport {
     pub fn line(&self) -> String {
         let s = &self.stats;
         format!(
-            "{} {} ops, {} rows compared, {} full checks, errors returned {}, wrong results 0; \
-             l2_hits {} l2_misses {} l2_skipped {} rejects {} faults {} push_failures {} slowest op {:?}",
+            "{} {} ops, {} rows compared, {} full checks, wrong results 0, errors only from the cache 0 \
+             (SQL errors both sides returned alike: {} {:?}); \
+             l2_hits {} l2_misses {} l2_skipped {} rejects {} faults {} push_failures {} slowest op {:?} ({})",
             self.tag,
             self.ops,
             self.rows_compared,
             self.checks,
             self.errors,
+            self.error_kinds,
             s["l2_hits"],
             s["l2_misses"],
             s["l2_skipped"],
             s["l2_rejects"],
             s["l2_faults"],
             s["l2_push_failures"],
-            self.slowest
+            self.slowest,
+            self.slowest_op.chars().take(80).collect::<String>()
         )
     }
 }

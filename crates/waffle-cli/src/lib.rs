@@ -6,9 +6,11 @@
 //! - [`open`]: opening SQLite connections through the `waffle` VFS.
 //! - [`bench`]: `waffle bench` and `waffle bench sweep`, the seeds' experiments.
 //! - [`probe`]: `waffle probe`, latency against concurrency for disk and grid.
+//! - [`mysql`]: `waffle bench mysql` (MariaDB under the preload, real sysbench) and `waffle stats`.
 
 pub mod bench;
 pub mod dataset;
 pub mod demo;
+pub mod mysql;
 pub mod open;
 pub mod probe;

@@ -54,9 +54,11 @@ enum Command {
     },
     /// Reproduce the seeds' experiments: a workload under several configurations, one after the other
     /// on the same data (docs/benchmarks.md). `waffle bench sweep` varies the memory budget.
-    Bench(BenchCmd),
+    Bench(Box<BenchCmd>),
     /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
     Probe(ProbeArgs),
+    /// Pretty-print a stats file (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output).
+    Stats(waffle_cli::mysql::stats::StatsArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -80,6 +82,8 @@ struct BenchCmd {
 enum BenchSub {
     /// Throughput against the local memory budget (% of the data) for local and grid: seed 003's figure.
     Sweep(SweepArgs),
+    /// MariaDB stock and under libwaffle_preload.so: the real sysbench, side by side (docs/benchmarks.md).
+    Mysql(waffle_cli::mysql::bench::MysqlArgs),
 }
 
 #[derive(Args, Clone)]
@@ -148,6 +152,10 @@ struct BenchArgs {
     /// Seed of the workload's random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Run every configuration this many times, interleaved, and report the median round
+    /// (evens out a shared machine's changing load; bench only).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
+    rounds: u64,
 }
 
 #[derive(Args)]
@@ -228,12 +236,14 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         json: a.json.clone(),
         charts: a.charts.clone(),
         seed: a.seed,
+        rounds: a.rounds as usize,
     })
 }
 
 fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
+        Some(BenchSub::Mysql(m)) => waffle_cli::mysql::bench::run(&m).map(|_| ()),
         Some(BenchSub::Sweep(s)) => {
             let bench = bench_options(&s.args, true)?;
             if s.points.is_empty() || s.points.iter().any(|p| !(*p > 0.0 && *p <= 1000.0)) {
@@ -253,7 +263,7 @@ fn run_probe(a: ProbeArgs) -> Result<(), String> {
     if !(a.seconds > 0.0 && a.seconds <= 3600.0) {
         return Err("--seconds: more than 0, at most 3600".into());
     }
-    if !(512..=(1 << 20)).contains(&a.value_size) || a.value_size % 512 != 0 {
+    if !(512..=(1 << 20)).contains(&a.value_size) || !a.value_size.is_multiple_of(512) {
         return Err("--value-size: a multiple of 512 from 512 bytes to 1 MiB".into());
     }
     if a.file_size < a.value_size {
@@ -311,9 +321,10 @@ fn main() -> ExitCode {
                 .map(|_| ())
             }
         }
-        Command::Bench(cmd) => run_bench(cmd),
+        Command::Bench(cmd) => run_bench(*cmd),
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
+        Command::Stats(a) => waffle_cli::mysql::stats::run_args(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -138,7 +138,9 @@ pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Vec<u8>
 /// `out` (whose length is the page size being read). With a key only sealed
 /// values are accepted; without one only plain values. Never panics.
 pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mut [u8]) -> Result<(), Reject> {
-    if value.len() < HEADER_BYTES {
+    // Shorter than the smallest envelope of either kind (plain: header and
+    // crc32c; sealed is longer): `length`, as `open` says, before any other check.
+    if value.len() < HEADER_BYTES + TRAILER_BYTES {
         return Err(Reject::Length);
     }
     if value[0..4] != MAGIC || value[4] != FORMAT || value[6..8] != [0, 0] {
@@ -309,6 +311,28 @@ mod tests {
             w[byte] ^= 0x10;
             assert!(open_into(&w, ID, Some(&key), &mut out).is_err(), "flip at byte {byte}");
         }
+    }
+
+    #[test]
+    fn too_short_for_any_envelope_is_a_length_reject_from_both_entry_points() {
+        // Found by fuzz/ (envelope_sealed): 36..=39 bytes were `format` from
+        // `open_into` but `length` from `open`.
+        let key = SealKey::from_bytes(&[6; 32]);
+        let v = seal(ID, &page());
+        let mut out = vec![0u8; 4096];
+        for n in 0..HEADER_BYTES + TRAILER_BYTES {
+            let mut short = pattern_bytes(n);
+            if n >= 8 {
+                short[..8].copy_from_slice(&v[..8]); // even with a right header start
+            }
+            assert_eq!(open(&short, ID, 4096), Err(Reject::Length), "{n} bytes");
+            assert_eq!(open_into(&short, ID, None, &mut out), Err(Reject::Length), "{n} bytes, no key");
+            assert_eq!(open_into(&short, ID, Some(&key), &mut out), Err(Reject::Length), "{n} bytes, key");
+        }
+    }
+
+    fn pattern_bytes(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 37 + 11) as u8).collect()
     }
 
     #[test]

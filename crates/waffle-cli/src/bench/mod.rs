@@ -64,6 +64,9 @@ pub struct BenchOptions {
     pub json: Option<PathBuf>,
     pub charts: Option<PathBuf>,
     pub seed: u64,
+    /// Each configuration runs this many times, interleaved (local, grid, ..., local, grid, ...);
+    /// the median round is reported. Evens out a shared machine's changing load.
+    pub rounds: usize,
 }
 
 impl Default for BenchOptions {
@@ -90,6 +93,7 @@ impl Default for BenchOptions {
             json: None,
             charts: None,
             seed: 1,
+            rounds: 1,
         }
     }
 }
@@ -215,13 +219,14 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let load_start = report::load_average();
     println!("waffle bench {}: {}", workload.name(), workload.describe());
     println!(
-        "data: {} ({}), page size {}; {} threads; warm-up: one pass over the data + {} s; measured {} s per configuration",
+        "data: {} ({}), page size {}; {} threads; warm-up: one pass over the data + {} s; measured {} s per configuration{}",
         mib(ds.bytes),
         ds.path.display(),
         o.page_bytes,
         threads,
         o.warmup_s,
-        o.duration_s
+        o.duration_s,
+        if o.rounds > 1 { format!("; {} rounds, interleaved, the median shown", o.rounds) } else { String::new() }
     );
     println!(
         "memory budget B = {} ({:.0}% of the data) = SQLite page caches {} (all {threads} connections) + L1 {}; \
@@ -238,18 +243,35 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     }
     println!("host: {} cores, load average {load_start:.2} at start", report::cores());
 
-    let mut results = Vec::new();
-    for plan in &plans {
-        let ropts = RunOptions {
-            threads,
-            warmup: Duration::from_secs_f64(o.warmup_s),
-            duration: Duration::from_secs_f64(o.duration_s),
-            timeout_ms: o.timeout_ms,
-            budget_bytes: budget,
-            seed: o.seed,
-        };
-        results.push(runner::run_config(workload.as_ref(), &ds, plan, &ropts)?);
+    let rounds = o.rounds.max(1);
+    let mut per_plan: Vec<Vec<ConfigResult>> = vec![Vec::new(); plans.len()];
+    for round in 0..rounds {
+        for (i, plan) in plans.iter().enumerate() {
+            let ropts = RunOptions {
+                threads,
+                warmup: Duration::from_secs_f64(o.warmup_s),
+                duration: Duration::from_secs_f64(o.duration_s),
+                timeout_ms: o.timeout_ms,
+                budget_bytes: budget,
+                seed: o.seed + round as u64,
+            };
+            if rounds > 1 {
+                eprintln!("waffle bench: round {} of {rounds}", round + 1);
+            }
+            per_plan[i].push(runner::run_config(workload.as_ref(), &ds, plan, &ropts)?);
+        }
     }
+    let results: Vec<ConfigResult> = per_plan
+        .into_iter()
+        .map(|mut rs| {
+            let all: Vec<f64> = rs.iter().map(|r| r.throughput).collect();
+            rs.sort_by(|a, b| a.throughput.total_cmp(&b.throughput));
+            let mut median = rs.swap_remove(rs.len() / 2);
+            median.rounds = all;
+            median
+        })
+        .collect();
+    let mut results = results;
     report::fill_ratios(&mut results);
     report::print_table(&results);
     let checks = checks(workload.name(), &results);
@@ -298,6 +320,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
             "timeout_ms": o.timeout_ms,
             "distribution": if workload.name() == "oltp-read-only" { json!(o.dist.name()) } else { Value::Null },
             "seed": o.seed,
+            "rounds": rounds,
         },
         "emulated": notes,
         "host": { "cores": report::cores(), "load_start": finite_or_null(load_start), "load_end": finite_or_null(load_end) },

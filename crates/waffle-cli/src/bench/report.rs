@@ -106,6 +106,8 @@ pub struct ConfigResult {
     pub ratio_to_local: Option<f64>,
     pub ratio_to_all_local: Option<f64>,
     pub ratio_to_stock: Option<f64>,
+    /// With `--rounds N`: every round's throughput, in order (the result shown is the median round's).
+    pub rounds: Vec<f64>,
 }
 
 /// The host's load while a run went, from /proc/loadavg (1-minute average).
@@ -211,6 +213,7 @@ pub fn print_table(results: &[ConfigResult]) {
         .iter()
         .filter(|r| {
             r.retries > 0
+                || r.rounds.len() > 1
                 || r.errors > 0
                 || r.rollbacks > 0
                 || r.ratio_to_stock.is_some() && r.name != "stock"
@@ -226,6 +229,10 @@ pub fn print_table(results: &[ConfigResult]) {
             }
             if r.errors > 0 {
                 parts.push(format!("{} errors", r.errors));
+            }
+            if r.rounds.len() > 1 {
+                let rs: Vec<String> = r.rounds.iter().map(|t| format!("{t:.1}")).collect();
+                parts.push(format!("rounds {} (median shown)", rs.join(", ")));
             }
             if let Some(h) = r.hits.as_ref().filter(|h| h.read_ahead > 0.0) {
                 parts.push(format!("{:.1}% of reads started a read-ahead window; {} pages read from disk", 100.0 * h.read_ahead, h.disk_pages));

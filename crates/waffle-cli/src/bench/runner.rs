@@ -291,5 +291,6 @@ pub fn run_config(workload: &dyn Workload, ds: &Dataset, plan: &Plan, opts: &Run
         ratio_to_local: None,
         ratio_to_all_local: None,
         ratio_to_stock: None,
+        rounds: vec![throughput],
     })
 }

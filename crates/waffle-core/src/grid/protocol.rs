@@ -67,12 +67,13 @@ pub fn parse_reply(buf: &[u8]) -> Result<Option<(Reply<'_>, usize)>, ProtocolErr
     };
     let line = &buf[..line_len];
     let after_line = line_len + 2;
-    let (code, rest) = match line.iter().position(|&b| b == b' ') {
-        Some(i) => (&line[..i], &line[i + 1..]),
-        None => (line, &line[line.len()..]),
+    let (code, rest, has_args) = match line.iter().position(|&b| b == b' ') {
+        Some(i) => (&line[..i], &line[i + 1..], true),
+        None => (line, &line[line.len()..], false),
     };
+    // "EN " (a space, then nothing) is no more a bare EN than "EN x" is.
     let no_args = |reply: Reply<'static>| {
-        if rest.is_empty() {
+        if !has_args {
             Ok(Some((reply, after_line)))
         } else {
             Err(ProtocolError::UnexpectedArguments)
@@ -282,6 +283,10 @@ mod tests {
         assert_eq!(parse_reply(b"E\0N\r\n"), Err(ProtocolError::BadLine));
         assert_eq!(parse_reply(b"EN 1\r\n"), Err(ProtocolError::UnexpectedArguments));
         assert_eq!(parse_reply(b"MN x\r\n"), Err(ProtocolError::UnexpectedArguments));
+        // Found by fuzz/ (parse_reply): a trailing space passed for "no arguments".
+        assert_eq!(parse_reply(b"EN \r\n"), Err(ProtocolError::UnexpectedArguments));
+        assert_eq!(parse_reply(b"MN \r\n"), Err(ProtocolError::UnexpectedArguments));
+        assert_eq!(parse_reply(b"ERROR \r\n8bb"), Err(ProtocolError::UnexpectedArguments));
         assert_eq!(parse_reply(&[b'A'; MAX_LINE_BYTES + 2]), Err(ProtocolError::LineTooLong));
         assert_eq!(parse_reply(&[b'A'; 10]), Ok(None));
         assert_eq!(parse_reply(b""), Ok(None));

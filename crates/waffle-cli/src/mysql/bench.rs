@@ -1,0 +1,496 @@
+//! `waffle bench mysql`: the real sysbench (`oltp_read_only`, `oltp_read_write`)
+//! against a real MariaDB, stock and under `libwaffle_preload.so`, side by side
+//! on the same data (docs/benchmarks.md's rules).
+//!
+//! Configurations, for a local memory budget B and data of about 4 B:
+//!
+//! | name | InnoDB buffer pool | Waffle L1 | grid (memcached) |
+//! |---|---|---|---|
+//! | `stock` | B | - | - |
+//! | `waffle` | small (B/8, at least 6 MiB) | B - small | B, over `--nodes` nodes |
+//! | `stock-2x` | 2 B | - | - |
+//!
+//! Each configuration starts from a copy of one prepared datadir (made once,
+//! kept in `--dir` while its parameters match), runs each workload for a
+//! warm-up and then a measured period, and reports tps, p95 latency, the
+//! buffer pool's hit ratio and, under Waffle, where the buffer pool's misses
+//! were answered (L1, grid, disk) from the preload's stats file.
+//!
+//! Nothing is installed here: a missing mariadbd or sysbench is an error that
+//! says how to install them. Servers listen on 127.0.0.1 only, with their own
+//! socket and port, and are always stopped.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use serde_json::{json, Value};
+use waffle_nodes::Node;
+
+use super::server::{self, Preload, Server, ServerOptions, SysbenchResult, Tools};
+use crate::mysql::stats;
+
+/// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
+pub const ROW_BYTES: u64 = 460;
+
+#[derive(Args, Clone, Debug)]
+pub struct MysqlArgs {
+    /// The local memory budget B: the stock buffer pool; under Waffle, buffer pool + L1.
+    #[arg(long, default_value = "32MiB", value_parser = size)]
+    pub budget: u64,
+    /// Data size (sysbench tables, on disk). Default: 4 x the budget.
+    #[arg(long, value_parser = size)]
+    pub data: Option<u64>,
+    /// sysbench tables.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub tables: u32,
+    /// sysbench threads.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=256))]
+    pub threads: u32,
+    /// Seconds of each workload before measuring.
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(0..=3600))]
+    pub warmup: u64,
+    /// Measured seconds of each workload.
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u64).range(1..=86400))]
+    pub duration: u64,
+    /// sysbench workloads, run in this order in every configuration.
+    #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_read_write")]
+    pub workloads: Vec<String>,
+    /// Configurations, in order: stock, waffle, stock-2x.
+    #[arg(long, value_delimiter = ',', default_value = "stock,waffle,stock-2x")]
+    pub configs: Vec<String>,
+    /// memcached nodes of the waffle configuration (together they hold B).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=16))]
+    pub nodes: u32,
+    /// InnoDB buffer pool of the waffle configuration. Default: B/8, at least 6 MiB.
+    #[arg(long, value_parser = size)]
+    pub waffle_pool: Option<u64>,
+    /// Deadline of one grid request.
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
+    pub timeout_ms: u64,
+    /// EMULATED link to the grid: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
+    #[arg(long, default_value = "loopback")]
+    pub link: String,
+    /// EMULATED disk under every configuration: real (this machine's disk), hdd-10k, ssd-2009, nvme, cloud-block.
+    /// Stock servers then also run under the preload, caching nothing, only so that their page reads wait for the
+    /// same emulated device (writes are not emulated).
+    #[arg(long, default_value = "real")]
+    pub device: String,
+    /// sysbench's key distribution: uniform (seed 003), special, gaussian, pareto.
+    #[arg(long, default_value = "uniform")]
+    pub rand_type: String,
+    /// Where the prepared datadir and the runs go.
+    #[arg(long, default_value = "waffle-bench/mysql")]
+    pub dir: PathBuf,
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// libwaffle_preload.so (default: next to this program, or target/release).
+    #[arg(long)]
+    pub preload: Option<PathBuf>,
+}
+
+fn size(s: &str) -> Result<u64, String> {
+    waffle_core::config::parse_size(s)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Kind {
+    Stock,
+    Waffle,
+    Stock2x,
+}
+
+impl Kind {
+    fn parse(s: &str) -> Result<Kind, String> {
+        match s.trim() {
+            "stock" => Ok(Kind::Stock),
+            "waffle" => Ok(Kind::Waffle),
+            "stock-2x" => Ok(Kind::Stock2x),
+            other => Err(format!("unknown configuration '{other}' (stock, waffle, stock-2x)")),
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Kind::Stock => "stock",
+            Kind::Waffle => "waffle",
+            Kind::Stock2x => "stock-2x",
+        }
+    }
+}
+
+/// One measured run.
+#[derive(Clone, Debug)]
+pub struct RunResult {
+    pub config: String,
+    pub workload: String,
+    pub sysbench: SysbenchResult,
+    /// InnoDB: page requests and the ones its buffer pool missed, during the measured period.
+    pub bp_requests: u64,
+    pub bp_misses: u64,
+    /// Waffle: where the buffer pool's misses were answered, during the measured period.
+    pub waffle: Option<Value>,
+}
+
+impl RunResult {
+    fn bp_hit(&self) -> Option<f64> {
+        (self.bp_requests > 0).then(|| 1.0 - self.bp_misses as f64 / self.bp_requests as f64)
+    }
+}
+
+fn innodb_status(s: &Server) -> Result<(u64, u64), String> {
+    let out = s.sql(
+        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_read_requests','Innodb_buffer_pool_reads')",
+    )?;
+    let mut req = 0;
+    let mut miss = 0;
+    for line in out.lines() {
+        let mut it = line.split('\t');
+        match (it.next(), it.next().and_then(|v| v.trim().parse::<u64>().ok())) {
+            (Some("Innodb_buffer_pool_read_requests"), Some(v)) => req = v,
+            (Some("Innodb_buffer_pool_reads"), Some(v)) => miss = v,
+            _ => {}
+        }
+    }
+    Ok((req, miss))
+}
+
+/// The stats file as written after `after` (it is rewritten every 200 ms here).
+fn fresh_stats(s: &Server, after: Instant) -> Option<Value> {
+    let since = after.elapsed().as_millis() as u64;
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64;
+    let t = now_ms.saturating_sub(since);
+    s.wait_stats(Duration::from_secs(5), |v| v.get("updated_unix_ms").and_then(Value::as_u64).is_some_and(|u| u > t))
+}
+
+fn delta(after: &Value, before: &Value, k: &str) -> u64 {
+    let g = |v: &Value| v.get(k).and_then(Value::as_u64).unwrap_or(0);
+    g(after).saturating_sub(g(before))
+}
+
+struct Dataset {
+    template: PathBuf,
+    table_size: u64,
+}
+
+/// The prepared datadir: made once (install, sysbench prepare on a stock
+/// server, clean shutdown) and reused while tables and rows match.
+fn dataset(tools: &Tools, a: &MysqlArgs, data_bytes: u64) -> Result<Dataset, String> {
+    let table_size = (data_bytes / a.tables as u64 / ROW_BYTES).max(1000);
+    let template = a.dir.join(format!("template-{}x{}", a.tables, table_size));
+    let marker = template.join("waffle-dataset-ready");
+    if marker.is_file() {
+        eprintln!("waffle bench mysql: reusing the prepared data in {}", template.display());
+        return Ok(Dataset { template, table_size });
+    }
+    let _ = std::fs::remove_dir_all(&template);
+    eprintln!(
+        "waffle bench mysql: preparing {} tables x {} rows (about {} MiB) in {} ...",
+        a.tables,
+        table_size,
+        (a.tables as u64 * table_size * ROW_BYTES) >> 20,
+        template.display()
+    );
+    server::install_datadir(tools, &template, &[])?;
+    let s = Server::start(tools, &template, ServerOptions::stock(256 << 20))?;
+    s.sql("CREATE DATABASE IF NOT EXISTS sbtest")?;
+    let mut args = server::sysbench_args(&s, a.tables, table_size);
+    args.push(format!("--threads={}", a.tables.min(4)));
+    args.extend(["oltp_read_write".to_string(), "prepare".to_string()]);
+    server::sysbench(tools, &args, Duration::from_secs(3600))?;
+    s.shutdown()?;
+    std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
+    Ok(Dataset { template, table_size })
+}
+
+/// Runs the benchmark; prints the table and returns the results.
+pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
+    let tools = Tools::find()?;
+    tools.sysbench()?;
+    let kinds: Vec<Kind> = a.configs.iter().map(|c| Kind::parse(c)).collect::<Result<_, _>>()?;
+    if kinds.is_empty() || a.workloads.is_empty() {
+        return Err("--configs and --workloads must not be empty".into());
+    }
+    for w in &a.workloads {
+        if !matches!(w.as_str(), "oltp_read_only" | "oltp_read_write" | "oltp_point_select" | "oltp_write_only") {
+            return Err(format!(
+                "unknown workload '{w}' (oltp_read_only, oltp_read_write, oltp_point_select, oltp_write_only)"
+            ));
+        }
+    }
+    waffle_core::emulation::LinkProfile::by_name(a.link.trim())?;
+    let emulated = waffle_core::emulation::DeviceProfile::by_name(a.device.trim())?.is_some();
+    let preload = match (kinds.contains(&Kind::Waffle) || emulated, &a.preload) {
+        (false, _) => None,
+        (true, Some(p)) => Some(p.clone()),
+        (true, None) => Some(server::find_preload()?),
+    };
+    let budget = a.budget.max(server::MIN_BUFFER_POOL);
+    let data_bytes = a.data.unwrap_or(budget * 4);
+    let small = a.waffle_pool.unwrap_or((budget / 8).max(server::MIN_BUFFER_POOL)).max(server::MIN_BUFFER_POOL);
+    if kinds.contains(&Kind::Waffle) && small >= budget {
+        return Err(format!(
+            "the waffle configuration's buffer pool ({} MiB) must be smaller than the budget ({} MiB)",
+            small >> 20,
+            budget >> 20
+        ));
+    }
+    std::fs::create_dir_all(&a.dir).map_err(|e| format!("cannot create {}: {e}", a.dir.display()))?;
+    let a_dir = a.dir.canonicalize().map_err(|e| e.to_string())?;
+    let a = MysqlArgs { dir: a_dir, ..a.clone() };
+    let ds = dataset(&tools, &a, data_bytes)?;
+    let mut results = Vec::new();
+    for kind in &kinds {
+        results.extend(run_config(&tools, &a, &ds, *kind, budget, small, preload.as_deref())?);
+    }
+    print!("{}", table(&results, budget, data_bytes, &a, ds.table_size, small));
+    if let Some(path) = &a.json {
+        let v = to_json(&results, &a, budget, data_bytes, ds.table_size, small);
+        std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        eprintln!("waffle bench mysql: results in {}", path.display());
+    }
+    Ok(results)
+}
+
+fn run_config(
+    tools: &Tools,
+    a: &MysqlArgs,
+    ds: &Dataset,
+    kind: Kind,
+    budget: u64,
+    small: u64,
+    preload: Option<&Path>,
+) -> Result<Vec<RunResult>, String> {
+    let datadir = a.dir.join(format!("run-{}", kind.name()));
+    let _ = std::fs::remove_dir_all(&datadir);
+    server::copy_datadir(&ds.template, &datadir)?;
+    let _ = std::fs::remove_file(datadir.join("waffle-dataset-ready"));
+    let mut nodes = Vec::new();
+    let device = a.device.trim().to_string();
+    let emulated = device != "real";
+    // A stock server with an EMULATED device: under the preload, caching nothing (WAFFLE_TABLES=-).
+    let stock = |pool: u64| match (emulated, preload) {
+        (true, Some(lib)) => ServerOptions::waffle(
+            pool,
+            Preload {
+                library: lib.to_path_buf(),
+                env: vec![
+                    ("WAFFLE_TABLES".to_string(), "-".to_string()),
+                    ("WAFFLE_DEVICE".to_string(), device.clone()),
+                    ("WAFFLE_LOCAL".to_string(), "64KiB".to_string()),
+                ],
+            },
+        ),
+        _ => ServerOptions::stock(pool),
+    };
+    let options = match kind {
+        Kind::Stock => stock(budget),
+        Kind::Stock2x => stock(budget * 2),
+        Kind::Waffle => {
+            let per_node_mib = ((budget >> 20) / a.nodes as u64).max(1) as u32;
+            for _ in 0..a.nodes {
+                nodes.push(
+                    Node::start(per_node_mib)
+                        .map_err(|e| format!("cannot start memcached: {e} (apt-get install memcached)"))?,
+                );
+            }
+            let grid = nodes.iter().map(Node::addr).collect::<Vec<_>>().join(",");
+            let env = vec![
+                ("WAFFLE_GRID".to_string(), grid),
+                ("WAFFLE_LOCAL".to_string(), (budget - small).to_string()),
+                ("WAFFLE_TIMEOUT_MS".to_string(), a.timeout_ms.to_string()),
+                ("WAFFLE_LINK".to_string(), a.link.trim().to_string()),
+                ("WAFFLE_STATS_INTERVAL_MS".to_string(), "200".to_string()),
+                ("WAFFLE_DEVICE".to_string(), device.clone()),
+            ];
+            ServerOptions::waffle(small, Preload { library: preload.expect("found above").to_path_buf(), env })
+        }
+    };
+    eprintln!(
+        "waffle bench mysql: {}{}: buffer pool {} MiB{}",
+        kind.name(),
+        if emulated { format!(" (EMULATED {device})") } else { String::new() },
+        options.buffer_pool_bytes >> 20,
+        if kind == Kind::Waffle {
+            format!(", L1 {} MiB, grid {} x {} MiB", (budget - small) >> 20, a.nodes, (budget >> 20) / a.nodes as u64)
+        } else {
+            String::new()
+        }
+    );
+    let s = Server::start(tools, &datadir, options)?;
+    let mut out = Vec::new();
+    for w in &a.workloads {
+        let mut args = server::sysbench_args(&s, a.tables, ds.table_size);
+        args.push(format!("--threads={}", a.threads));
+        args.push(format!("--rand-type={}", a.rand_type));
+        args.push("--report-interval=0".into());
+        if a.warmup > 0 {
+            let mut warm = args.clone();
+            warm.extend([format!("--time={}", a.warmup), w.clone(), "run".into()]);
+            server::sysbench(tools, &warm, Duration::from_secs(a.warmup + 300))?;
+        }
+        let (req0, miss0) = innodb_status(&s)?;
+        let t0 = Instant::now();
+        let before = if kind == Kind::Waffle { fresh_stats(&s, t0) } else { None };
+        let mut measured = args.clone();
+        measured.extend([format!("--time={}", a.duration), w.clone(), "run".into()]);
+        let r = server::sysbench(tools, &measured, Duration::from_secs(a.duration + 300))?;
+        let t1 = Instant::now();
+        let (req1, miss1) = innodb_status(&s)?;
+        let waffle = match (&before, kind == Kind::Waffle) {
+            (Some(b), true) => fresh_stats(&s, t1).map(|after| {
+                let mut m = serde_json::Map::new();
+                for k in [
+                    "l1_hits",
+                    "l1_misses",
+                    "push_queue_hits",
+                    "l2_hits",
+                    "l2_misses",
+                    "disk_reads",
+                    "l2_pushes",
+                    "l2_rejects_total",
+                    "disk_writes",
+                ] {
+                    m.insert(k.into(), json!(delta(&after, b, k)));
+                }
+                m.insert("l2_latency_p95_us".into(), after["latency"]["l2"]["p95_us"].clone());
+                Value::Object(m)
+            }),
+            _ => None,
+        };
+        eprintln!("waffle bench mysql: {} {}: {:.1} tps, p95 {:.2} ms", kind.name(), w, r.tps, r.latency_p95_ms);
+        out.push(RunResult {
+            config: kind.name().into(),
+            workload: w.clone(),
+            sysbench: r,
+            bp_requests: req1.saturating_sub(req0),
+            bp_misses: miss1.saturating_sub(miss0),
+            waffle,
+        });
+    }
+    if kind == Kind::Waffle {
+        if let Some(v) = s.stats() {
+            eprint!("{}", stats::render(&v, "waffle stats at the end of the waffle configuration"));
+        }
+    }
+    s.shutdown()?;
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&datadir);
+    Ok(out)
+}
+
+fn pct(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
+}
+
+fn waffle_split(w: &Value) -> (u64, u64, u64, u64) {
+    let g = |k: &str| w.get(k).and_then(Value::as_u64).unwrap_or(0);
+    (g("l1_hits") + g("push_queue_hits"), g("l2_hits"), g("disk_reads"), g("l1_hits") + g("l1_misses"))
+}
+
+fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_size: u64, small: u64) -> String {
+    use std::fmt::Write as _;
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "\nsysbench on MariaDB: {} tables x {} rows (~{} MiB), {} threads, {}, budget B = {} MiB; waffle: buffer pool {} MiB + L1 {} MiB, grid {} MiB on {} nodes{}",
+        a.tables,
+        table_size,
+        data >> 20,
+        a.threads,
+        a.rand_type,
+        budget >> 20,
+        small >> 20,
+        (budget - small) >> 20,
+        budget >> 20,
+        a.nodes,
+        if a.link.trim() == "loopback" { String::new() } else { format!(" over an EMULATED {} link", a.link.trim()) }
+    );
+    if a.device.trim() != "real" {
+        let _ = writeln!(
+            o,
+            "disk: EMULATED {} under every configuration (page reads that reach the disk wait for it; writes do not)",
+            a.device.trim()
+        );
+    }
+    let _ = writeln!(
+        o,
+        "{:<16} {:<9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>7} {:>7} {:>10}",
+        "workload", "config", "tps", "vs stock", "p95 ms", "BP hit", "BP miss/s", "L1", "grid", "disk rd/s"
+    );
+    for r in results {
+        let stock = results.iter().find(|s| s.workload == r.workload && s.config == "stock").map(|s| s.sysbench.tps);
+        let ratio = stock.filter(|&s| s > 0.0).map_or("-".into(), |s| format!("{:.2}x", r.sysbench.tps / s));
+        let secs = a.duration as f64;
+        let (l1, l2, disk) = match &r.waffle {
+            Some(w) => {
+                let (l1, l2, disk, reads) = waffle_split(w);
+                let f = |n: u64| {
+                    if reads == 0 {
+                        "-".to_string()
+                    } else {
+                        format!("{:.1}%", n as f64 * 100.0 / reads as f64)
+                    }
+                };
+                (f(l1), f(l2), format!("{:.0}", disk as f64 / secs))
+            }
+            None => ("-".into(), "-".into(), format!("{:.0}", r.bp_misses as f64 / secs)),
+        };
+        let _ = writeln!(
+            o,
+            "{:<16} {:<9} {:>8.1} {:>8} {:>8.2} {:>7} {:>10.0} {:>7} {:>7} {:>10}",
+            r.workload,
+            r.config,
+            r.sysbench.tps,
+            ratio,
+            r.sysbench.latency_p95_ms,
+            pct(r.bp_hit()),
+            r.bp_misses as f64 / secs,
+            l1,
+            l2,
+            disk
+        );
+    }
+    let _ = writeln!(
+        o,
+        "BP: InnoDB's buffer pool (hit ratio of page requests; misses per second). L1, grid: share of the buffer pool's misses \
+         Waffle answered from its local pool and from memcached. disk rd/s: page reads that reached the disk per second."
+    );
+    o
+}
+
+fn to_json(results: &[RunResult], a: &MysqlArgs, budget: u64, data: u64, table_size: u64, small: u64) -> Value {
+    json!({
+        "benchmark": "mysql",
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "budget_bytes": budget,
+        "data_bytes": data,
+        "tables": a.tables,
+        "table_size": table_size,
+        "threads": a.threads,
+        "rand_type": a.rand_type,
+        "warmup_s": a.warmup,
+        "duration_s": a.duration,
+        "waffle_buffer_pool_bytes": small,
+        "waffle_local_bytes": budget - small,
+        "grid_bytes": budget,
+        "nodes": a.nodes,
+        "link": a.link,
+        "device": a.device,
+        "results": results.iter().map(|r| json!({
+            "config": r.config,
+            "workload": r.workload,
+            "tps": r.sysbench.tps,
+            "qps": r.sysbench.qps,
+            "latency_p95_ms": r.sysbench.latency_p95_ms,
+            "latency_avg_ms": r.sysbench.latency_avg_ms,
+            "transactions": r.sysbench.transactions,
+            "ignored_errors": r.sysbench.ignored_errors,
+            "buffer_pool_requests": r.bp_requests,
+            "buffer_pool_misses": r.bp_misses,
+            "buffer_pool_hit_ratio": r.bp_hit(),
+            "waffle": r.waffle,
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,871 @@
+//! The process-wide cache and what it knows about the server's tablespaces.
+//!
+//! One [`PageCache`] serves every tablespace file, so one L1 budget covers
+//! them all. Each open tablespace file (by device and inode) gets a segment:
+//! its page `i` is the cache's page `versions::join(segment, i)`. Every
+//! descriptor of the file maps to the segment (see `fds`), reference counted;
+//! when the last one closes, the segment's pages are dropped from every tier
+//! (their versions bumped) and the segment number is free for another file.
+//! So a file deleted and another created on the same inode never meet.
+//!
+//! Started at the first tracked open (no thread or socket before): the cache
+//! with a fresh random identity (so no grid copy of an earlier server run is
+//! ever asked for), its pusher thread, and a thread that writes the stats
+//! file every second.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use waffle_core::backing::{Backing, DIRECT_ALIGN};
+use waffle_core::emulation::EmulatedDevice;
+use waffle_core::grid::{Grid, GridOptions};
+use waffle_core::stats::Counter;
+use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
+use waffle_core::{CacheOptions, Config, PageCache, Source};
+
+use crate::filter::Filter;
+use crate::innodb::{self, Mismatch};
+use crate::{fds, guard, log, real, state};
+
+/// Page size when neither `WAFFLE_PAGE_SIZE`, the first tablespace nor the command line says.
+pub const DEFAULT_PAGE_BYTES: u64 = 16384;
+/// How often the stats file is rewritten, unless `WAFFLE_STATS_INTERVAL_MS` says.
+pub const DEFAULT_STATS_INTERVAL_MS: u64 = 1000;
+/// Distinct tablespace names with their own counters; later ones share "(other)".
+const MAX_NAMES: usize = 10_000;
+const NO_SPACE: u64 = u64::MAX;
+
+/// Counters of one tablespace name (kept across its files and segments).
+#[derive(Default)]
+pub struct NameStats {
+    pub cached: AtomicBool,
+    pub opens: Counter,
+    pub l1_hits: Counter,
+    pub push_queue_hits: Counter,
+    pub l2_hits: Counter,
+    pub disk_reads: Counter,
+    pub short_reads: Counter,
+    pub page_writes: Counter,
+    pub invalidations: Counter,
+    pub innodb_rejects: Counter,
+}
+
+/// What the hot path needs about a segment; one per segment number, reused.
+struct SegInfo {
+    stats: AtomicPtr<NameStats>,
+    /// The tablespace id its pages carry, once a consistent page was seen.
+    space_id: AtomicU64,
+}
+
+struct Slot {
+    refs: u32,
+    file: (u64, u64),
+    cached: bool,
+}
+
+#[derive(Default)]
+struct Segments {
+    by_file: HashMap<(u64, u64), u32>,
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+}
+
+/// The preload's own counters (the cache's are in `PageCache::stats_json`).
+#[derive(Default)]
+pub struct Counters {
+    pub tracked_opens: Counter,
+    pub segments_dropped: Counter,
+    /// Whole-page reads served through the cache.
+    pub page_reads: Counter,
+    /// Reads of tracked files that were not one whole aligned page (pass through).
+    pub passthrough_reads: Counter,
+    /// Reads the cache could not answer (its backing read failed): asked again of the server's fd.
+    pub fallback_reads: Counter,
+    pub page_writes: Counter,
+    /// Pages made invalid by writes of several pages at once (the doublewrite buffer).
+    pub multi_page_writes: Counter,
+    /// Pages made invalid by writes that were not whole aligned pages, or failed.
+    pub partial_writes: Counter,
+    /// write()/writev()/pwritev() on a tablespace: the whole file is dropped from the cache.
+    pub unpositioned_writes: Counter,
+    pub truncations: Counter,
+    pub hole_punches: Counter,
+    /// Page reads of tablespaces not cached that waited for the EMULATED device (`WAFFLE_DEVICE`).
+    pub emulated_reads: Counter,
+    /// Grid copies refused by the InnoDB page check, by reason (`innodb::Mismatch`).
+    pub innodb_rejects: [Counter; 4],
+}
+
+pub struct Runtime {
+    pub cache: PageCache,
+    pub page_bytes: u64,
+    pub page_bytes_from: &'static str,
+    pub config: Config,
+    pub filter: Filter,
+    pub counters: Counters,
+    pub stats_path: PathBuf,
+    pub datadir: PathBuf,
+    /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
+    device: Option<Arc<EmulatedDevice<FdBacking>>>,
+    segs: Mutex<Segments>,
+    seg_info: Box<[AtomicPtr<SegInfo>]>,
+    names: Mutex<HashMap<String, &'static NameStats>>,
+    buffered_warned: AtomicBool,
+}
+
+static RUNTIME: OnceLock<Option<Runtime>> = OnceLock::new();
+
+/// The runtime, if it was started.
+#[inline]
+pub fn get() -> Option<&'static Runtime> {
+    RUNTIME.get().and_then(Option::as_ref)
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The stats file: `$WAFFLE_STATS_FILE`, else `waffle-stats.json` in the
+/// server's working directory (its datadir: mariadbd changes into it first).
+pub fn stats_path() -> PathBuf {
+    match env("WAFFLE_STATS_FILE") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")).join("waffle-stats.json"),
+    }
+}
+
+/// The server's command line, as arguments.
+fn cmdline() -> Vec<String> {
+    std::fs::read("/proc/self/cmdline")
+        .map(|b| {
+            b.split(|&c| c == 0).filter(|a| !a.is_empty()).map(|a| String::from_utf8_lossy(a).into_owned()).collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The value of `--name=value` on the command line, `-` and `_` alike.
+fn option(args: &[String], name: &str) -> Option<String> {
+    let want = name.replace('_', "-");
+    args.iter().rev().find_map(|a| {
+        let (k, v) = a.strip_prefix("--")?.split_once('=')?;
+        (k.replace('_', "-") == want).then(|| v.to_string())
+    })
+}
+
+fn parse_page_size(v: &str) -> Option<u64> {
+    let v = v.trim().to_ascii_lowercase();
+    let n = match v.strip_suffix('k') {
+        Some(k) => k.parse::<u64>().ok()? * 1024,
+        None => v.parse().ok()?,
+    };
+    (n.is_power_of_two() && (4096..=65536).contains(&n)).then_some(n)
+}
+
+/// Page 0's first 4 KiB through `fd` (O_DIRECT or not: an aligned buffer).
+fn read_head(fd: i32) -> Option<Vec<u8>> {
+    let layout = std::alloc::Layout::from_size_align(DIRECT_ALIGN, DIRECT_ALIGN).ok()?;
+    // SAFETY: non-zero size; freed below.
+    let p = unsafe { std::alloc::alloc_zeroed(layout) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: p holds DIRECT_ALIGN bytes.
+    let n = unsafe { real::pread64(fd, p as *mut libc::c_void, DIRECT_ALIGN, 0) };
+    let out = (n == DIRECT_ALIGN as isize).then(|| unsafe { std::slice::from_raw_parts(p, DIRECT_ALIGN) }.to_vec());
+    unsafe { std::alloc::dealloc(p, layout) };
+    out
+}
+
+fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), String> {
+    if let Some(v) = env("WAFFLE_PAGE_SIZE") {
+        return parse_page_size(&v)
+            .map(|n| (n, "WAFFLE_PAGE_SIZE"))
+            .ok_or_else(|| format!("bad value for WAFFLE_PAGE_SIZE: '{v}': expected 4k, 8k, 16k, 32k or 64k"));
+    }
+    if let Some(n) = read_head(first_fd).and_then(|h| innodb::page_bytes_from_page0(&h)) {
+        return Ok((n as u64, "the first tablespace's page 0"));
+    }
+    if let Some(n) = option(args, "innodb-page-size").and_then(|v| parse_page_size(&v)) {
+        return Ok((n, "--innodb-page-size"));
+    }
+    Ok((DEFAULT_PAGE_BYTES, "the default"))
+}
+
+/// Starts the runtime at the first tracked open (`first_fd`). None if it could not start (the preload is then off).
+pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
+    RUNTIME
+        .get_or_init(|| match Runtime::start(first_fd) {
+            Ok(rt) => Some(rt),
+            Err(e) => {
+                let msg = format!("cannot start ({e}); the server runs without Waffle");
+                log::error(&msg);
+                state::disable(msg);
+                write_disabled_stats();
+                None
+            }
+        })
+        .as_ref()
+}
+
+impl Runtime {
+    fn start(first_fd: i32) -> Result<Runtime, String> {
+        let config = Config::from_lookup(|_| None).map_err(|e| e.to_string())?;
+        let args = cmdline();
+        let (page_bytes, page_bytes_from) = page_size(first_fd, &args)?;
+        let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
+        let grid = (!config.grid.is_empty()).then(|| {
+            let opts = GridOptions { timeout_ms: config.timeout_ms, link: config.link, ..GridOptions::default() };
+            Arc::new(Grid::new(config.grid.clone(), opts))
+        });
+        let device = config.device.map(|p| Arc::new(EmulatedDevice::new(FdBacking { page_bytes }, p)));
+        if let Some(d) = &device {
+            log::note(&format!(
+                "EMULATED device {}: every tablespace page read that reaches the disk waits for it (benchmarks only)",
+                d.profile().name
+            ));
+        }
+        let backing: Box<dyn Backing> = match &device {
+            Some(d) => Box::new(SharedDevice(Arc::clone(d))),
+            None => Box::new(FdBacking { page_bytes }),
+        };
+        let cache_id = waffle_core::random_cache_id();
+        let cache = PageCache::new(
+            CacheOptions {
+                cache_id,
+                saved: None,
+                page_bytes: page_bytes as usize,
+                local_bytes: config.local_bytes,
+                push_queue_bytes: config.push_queue_bytes,
+                grid,
+                seal_key: config.seal_key.clone(),
+            },
+            backing,
+        );
+        let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let rt = Runtime {
+            cache,
+            page_bytes,
+            page_bytes_from,
+            filter,
+            counters: Counters::default(),
+            stats_path: stats_path(),
+            datadir,
+            segs: Mutex::new(Segments::default()),
+            seg_info: (0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            names: Mutex::new(HashMap::new()),
+            buffered_warned: AtomicBool::new(false),
+            device,
+            config,
+        };
+        let grid_text = if rt.config.grid.is_empty() {
+            "none (L1 only)".to_string()
+        } else {
+            rt.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")
+        };
+        log::note(&format!(
+            "caching InnoDB tablespace pages of {}: page {} KiB (from {}), L1 {} MiB, grid {}, tables {}, cache id {:016x} (new every server start), stats in {}",
+            rt.datadir.display(),
+            page_bytes / 1024,
+            page_bytes_from,
+            rt.config.local_bytes >> 20,
+            grid_text,
+            if rt.filter.is_all() {
+                "all".to_string()
+            } else if rt.filter.patterns() == ["-"] {
+                "none (WAFFLE_TABLES=-)".to_string()
+            } else {
+                rt.filter.patterns().join(",")
+            },
+            cache_id,
+            rt.stats_path.display()
+        ));
+        if let Some(v) = option(&args, "innodb-use-native-aio") {
+            if !matches!(v.to_ascii_lowercase().as_str(), "0" | "off" | "false") {
+                log::note(
+                    "--innodb-use-native-aio is on: if InnoDB sets up io_uring or libaio, Waffle turns itself off",
+                );
+            }
+        }
+        start_stats_thread();
+        // SAFETY: registering a plain extern "C" function.
+        unsafe {
+            libc::atexit(at_exit);
+        }
+        Ok(rt)
+    }
+
+    fn seg(&self, segment: u32) -> &SegInfo {
+        let p = self.seg_info[segment as usize].load(Ordering::Acquire);
+        debug_assert!(!p.is_null());
+        // SAFETY: SegInfos are leaked, never freed; set before any slot names the segment.
+        unsafe { &*p }
+    }
+
+    fn name_stats(&self, name: &str) -> &'static NameStats {
+        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = names.get(name) {
+            return s;
+        }
+        let key = if names.len() >= MAX_NAMES { "(other)" } else { name };
+        names.entry(key.to_string()).or_insert_with(|| Box::leak(Box::default()))
+    }
+
+    /// `fd` was just opened on the tablespace at `path`.
+    pub fn track_open(&self, fd: i32, path: &str, flags: i32) {
+        // SAFETY: fstat into a zeroed struct.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return;
+        }
+        let file = (st.st_dev, st.st_ino);
+        let name = innodb::tablespace_name(path);
+        self.counters.tracked_opens.incr();
+        if flags & libc::O_DIRECT == 0
+            && flags & libc::O_ACCMODE == libc::O_RDWR
+            && !self.buffered_warned.swap(true, Ordering::Relaxed)
+        {
+            log::note(&format!(
+                "{path} is open without O_DIRECT (innodb_flush_method): the kernel's page cache holds its pages too"
+            ));
+        }
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        let (segment, cached) = match segs.by_file.get(&file).copied() {
+            Some(segment) => {
+                let slot = segs.slots[segment as usize].as_mut().expect("a mapped segment has a slot");
+                slot.refs += 1;
+                let cached = slot.cached;
+                if cached && flags & libc::O_TRUNC != 0 {
+                    self.cache.truncated(join(segment as u64, 0));
+                }
+                (segment, cached)
+            }
+            None => {
+                let segment = match segs.free.pop() {
+                    Some(s) => s,
+                    None if (segs.slots.len() as u64) < MAX_SEGMENTS => {
+                        segs.slots.push(None);
+                        (segs.slots.len() - 1) as u32
+                    }
+                    None => {
+                        drop(segs);
+                        self.turn_off(format!("more than {MAX_SEGMENTS} tablespace files open at once"));
+                        return;
+                    }
+                };
+                let cached = self.filter.matches(&name);
+                let stats = self.name_stats(&name);
+                stats.cached.store(cached, Ordering::Relaxed);
+                let info = &self.seg_info[segment as usize];
+                let p = info.load(Ordering::Acquire);
+                let info = if p.is_null() {
+                    let fresh: &'static SegInfo = Box::leak(Box::new(SegInfo {
+                        stats: AtomicPtr::new(std::ptr::null_mut()),
+                        space_id: AtomicU64::new(NO_SPACE),
+                    }));
+                    info.store(fresh as *const SegInfo as *mut SegInfo, Ordering::Release);
+                    fresh
+                } else {
+                    // SAFETY: leaked, never freed.
+                    unsafe { &*p }
+                };
+                info.stats.store(stats as *const NameStats as *mut NameStats, Ordering::Release);
+                info.space_id.store(NO_SPACE, Ordering::Release);
+                segs.slots[segment as usize] = Some(Slot { refs: 1, file, cached });
+                segs.by_file.insert(file, segment);
+                (segment, cached)
+            }
+        };
+        self.seg(segment).stats().opens.incr();
+        if !fds::set(fd, fds::encode(segment, cached)) {
+            drop(segs);
+            self.turn_off(format!(
+                "descriptor {fd} of {path} is beyond the {} descriptors the preload tracks",
+                fds::MAX_FD
+            ));
+        }
+    }
+
+    /// Another descriptor (`dup`) of the file `slot` names.
+    pub fn share(&self, fd: i32, slot: u32) {
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
+            s.refs += 1;
+        }
+        drop(segs);
+        if !fds::set(fd, slot) {
+            self.turn_off(format!("descriptor {fd} is beyond the {} descriptors the preload tracks", fds::MAX_FD));
+        }
+    }
+
+    /// A descriptor of the file `slot` names was closed.
+    pub fn release(&self, slot: u32) {
+        let segment = fds::segment(slot);
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(s) = segs.slots.get_mut(segment as usize).and_then(Option::as_mut) else {
+            return;
+        };
+        s.refs -= 1;
+        if s.refs > 0 {
+            return;
+        }
+        let s = segs.slots[segment as usize].take().expect("checked above");
+        segs.by_file.remove(&s.file);
+        if s.cached {
+            // Every page of the file leaves every tier (versions bumped), so
+            // the segment number can serve another file.
+            self.cache.truncated(join(segment as u64, 0));
+        }
+        segs.free.push(segment);
+        self.counters.segments_dropped.incr();
+    }
+
+    /// Serves a whole-page read of a cached tablespace. None: the caller
+    /// reads the file itself (the cache must never fail the server).
+    pub fn read_page(&self, slot: u32, fd: i32, offset: u64, buf: &mut [u8]) -> Option<isize> {
+        let segment = fds::segment(slot);
+        let index = offset / self.page_bytes;
+        if index >= MAX_PAGES {
+            return None;
+        }
+        let page = join(segment as u64, index);
+        let info = self.seg(segment);
+        let stats = info.stats();
+        let (n, source) = READ_FD
+            .with(|c| {
+                c.set((segment, fd));
+                let r = self.cache.read(page, buf);
+                c.set((u32::MAX, -1));
+                r
+            })
+            .ok()
+            .or_else(|| {
+                self.counters.fallback_reads.incr();
+                None
+            })?;
+        self.counters.page_reads.incr();
+        if n < buf.len() {
+            stats.short_reads.incr();
+            return Some(n as isize);
+        }
+        match source {
+            Source::L1 => stats.l1_hits.incr(),
+            Source::PushQueue => stats.push_queue_hits.incr(),
+            Source::L2 | Source::ReadAhead => {
+                let space = info.space_id.load(Ordering::Acquire);
+                let space = (space != NO_SPACE).then_some(space as u32);
+                if let Err(why) = innodb::check_page(buf, index as u32, space) {
+                    // Second line of defence: the envelope matched, the InnoDB page does not.
+                    self.counters.innodb_rejects[why.index()].incr();
+                    stats.innodb_rejects.incr();
+                    self.cache.invalidate(page);
+                    log::rate_limited_error(&format!(
+                        "a grid copy of page {index} of segment {segment} is not a consistent InnoDB page ({}); read from disk instead",
+                        why.name()
+                    ));
+                    return None;
+                }
+                stats.l2_hits.incr();
+            }
+            Source::Disk => {
+                stats.disk_reads.incr();
+                self.learn_space(info, buf, index);
+            }
+        }
+        Some(n as isize)
+    }
+
+    /// Whether page reads of tablespaces not cached must go through the EMULATED device.
+    pub fn emulates_device(&self) -> bool {
+        self.device.is_some()
+    }
+
+    /// A whole-page read of a tablespace not cached, with an EMULATED device:
+    /// the file, after the device's service time. None: read it directly.
+    pub fn read_emulated(&self, slot: u32, fd: i32, offset: u64, buf: &mut [u8]) -> Option<isize> {
+        let device = self.device.as_ref()?;
+        let segment = fds::segment(slot);
+        let index = offset / self.page_bytes;
+        if index >= MAX_PAGES {
+            return None;
+        }
+        let at = join(segment as u64, index) * self.page_bytes;
+        let n = READ_FD.with(|c| {
+            c.set((segment, fd));
+            let r = device.read_at(buf, at);
+            c.set((u32::MAX, -1));
+            r
+        });
+        self.counters.emulated_reads.incr();
+        n.ok().map(|n| n as isize)
+    }
+
+    fn learn_space(&self, info: &SegInfo, page: &[u8], index: u64) {
+        if info.space_id.load(Ordering::Relaxed) == NO_SPACE
+            && page.iter().any(|&b| b != 0)
+            && innodb::check_page(page, index as u32, None).is_ok()
+        {
+            info.space_id.store(innodb::space_id(page) as u64, Ordering::Release);
+        }
+    }
+
+    /// The server wrote `requested` bytes of `buf` at `offset`; the write returned `result`.
+    pub fn wrote(&self, slot: u32, offset: i64, buf: &[u8], requested: usize, result: isize) {
+        let segment = fds::segment(slot);
+        let ps = self.page_bytes;
+        let info = self.seg(segment);
+        if offset >= 0 && result == requested as isize && requested as u64 == ps && (offset as u64).is_multiple_of(ps) {
+            let index = offset as u64 / ps;
+            if index < MAX_PAGES {
+                self.cache.wrote(join(segment as u64, index), buf);
+                self.counters.page_writes.incr();
+                info.stats().page_writes.incr();
+                self.learn_space(info, buf, index);
+                return;
+            }
+        }
+        let n = self.invalidate_range(segment, offset, requested as u64);
+        let whole = offset >= 0
+            && (offset as u64).is_multiple_of(ps)
+            && (requested as u64).is_multiple_of(ps)
+            && result == requested as isize;
+        if whole {
+            // Several pages at once: the doublewrite buffer, read back only by
+            // crash recovery, in one large read that passes through.
+            self.counters.multi_page_writes.add(n);
+        } else {
+            self.counters.partial_writes.add(n);
+        }
+    }
+
+    /// Drops the pages `[offset, offset + len)` overlaps from every tier. Returns how many.
+    pub fn invalidate_range(&self, segment: u32, offset: i64, len: u64) -> u64 {
+        if len == 0 {
+            return 0;
+        }
+        let ps = self.page_bytes;
+        let first = offset.max(0) as u64 / ps;
+        let last = (offset.max(0) as u64).saturating_add(len - 1) / ps;
+        let stats = self.seg(segment).stats();
+        let mut n = 0;
+        for index in first..=last.min(MAX_PAGES - 1) {
+            self.cache.invalidate(join(segment as u64, index));
+            n += 1;
+        }
+        stats.invalidations.add(n);
+        n
+    }
+
+    /// A write at an unknown position (write/writev/pwritev2 at -1): the whole file leaves the cache.
+    pub fn invalidate_all(&self, segment: u32) {
+        self.counters.unpositioned_writes.incr();
+        self.cache.truncated(join(segment as u64, 0));
+    }
+
+    pub fn truncated(&self, segment: u32, len: i64) {
+        self.counters.truncations.incr();
+        let first = len.max(0) as u64 / self.page_bytes;
+        if first < MAX_PAGES {
+            self.cache.truncated(join(segment as u64, first));
+        }
+    }
+
+    pub fn fallocated(&self, segment: u32, mode: i32, offset: i64, len: i64) {
+        const PUNCH_HOLE: i32 = 0x02;
+        const COLLAPSE_RANGE: i32 = 0x08;
+        const ZERO_RANGE: i32 = 0x10;
+        const INSERT_RANGE: i32 = 0x20;
+        if mode & (COLLAPSE_RANGE | INSERT_RANGE) != 0 {
+            // Data after offset moved: everything from there is another page now.
+            self.truncated(segment, offset);
+        } else if mode & (PUNCH_HOLE | ZERO_RANGE) != 0 {
+            self.counters.hole_punches.incr();
+            self.invalidate_range(segment, offset, len.max(0) as u64);
+        }
+        // Mode 0 / KEEP_SIZE only allocates: the bytes that exist stay as they are.
+    }
+
+    /// Turns the preload off for good (pass-through) and frees L1.
+    pub fn turn_off(&self, why: String) {
+        if state::disable(why.clone()) {
+            log::error(&format!("{why}; Waffle is OFF for this server run: everything passes through"));
+            self.cache.reset();
+        }
+    }
+
+    /// The stats file's contents: the cache's counters (as `PRAGMA waffle_stats`)
+    /// and the preload's, with a table per tablespace.
+    pub fn stats_json(&self, final_write: bool) -> Value {
+        let mut m = self.cache.stats_json();
+        header(&mut m, final_write);
+        m.insert("page_bytes".into(), json!(self.page_bytes));
+        m.insert("page_bytes_from".into(), json!(self.page_bytes_from));
+        m.insert("datadir".into(), json!(self.datadir.display().to_string()));
+        m.insert("grid".into(), json!(self.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")));
+        if let Some(d) = &self.device {
+            m.insert("device".into(), json!(format!("{} (EMULATED)", d.profile().name)));
+        }
+        m.insert(
+            "tables".into(),
+            json!(if self.filter.is_all() { vec!["*".to_string()] } else { self.filter.patterns().to_vec() }),
+        );
+        let c = &self.counters;
+        let mut rejects = Map::new();
+        for why in Mismatch::ALL {
+            rejects.insert(why.name().into(), json!(c.innodb_rejects[why.index()].get()));
+        }
+        let open = self.segs.lock().map(|s| s.by_file.len()).unwrap_or(0);
+        m.insert(
+            "preload".into(),
+            json!({
+                "tracked_opens": c.tracked_opens.get(),
+                "tablespaces_open": open,
+                "segments_dropped": c.segments_dropped.get(),
+                "page_reads": c.page_reads.get(),
+                "passthrough_reads": c.passthrough_reads.get(),
+                "fallback_reads": c.fallback_reads.get(),
+                "page_writes": c.page_writes.get(),
+                "multi_page_writes": c.multi_page_writes.get(),
+                "partial_writes": c.partial_writes.get(),
+                "unpositioned_writes": c.unpositioned_writes.get(),
+                "truncations": c.truncations.get(),
+                "hole_punches": c.hole_punches.get(),
+                "emulated_reads": c.emulated_reads.get(),
+                "innodb_rejects": Value::Object(rejects),
+            }),
+        );
+        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        let mut spaces = Map::new();
+        let mut sorted: Vec<_> = names.iter().collect();
+        sorted.sort_by(|a, b| a.0.cmp(b.0));
+        for (name, s) in sorted {
+            let (l1, pq, l2, disk) = (s.l1_hits.get(), s.push_queue_hits.get(), s.l2_hits.get(), s.disk_reads.get());
+            let reads = l1 + pq + l2 + disk + s.short_reads.get();
+            let ratio = |n: u64, d: u64| {
+                if d == 0 {
+                    Value::Null
+                } else {
+                    json!((n as f64 / d as f64 * 1e4).round() / 1e4)
+                }
+            };
+            spaces.insert(
+                name.clone(),
+                json!({
+                    "cached": s.cached.load(Ordering::Relaxed),
+                    "opens": s.opens.get(),
+                    "reads": reads,
+                    "l1_hits": l1,
+                    "push_queue_hits": pq,
+                    "l2_hits": l2,
+                    "disk_reads": disk,
+                    "page_writes": s.page_writes.get(),
+                    "invalidations": s.invalidations.get(),
+                    "innodb_rejects": s.innodb_rejects.get(),
+                    "hit_ratio": ratio(l1 + pq + l2, reads),
+                    "l2_hit_ratio": ratio(l2, l2 + disk),
+                }),
+            );
+        }
+        m.insert("tablespaces".into(), Value::Object(spaces));
+        Value::Object(m)
+    }
+}
+
+impl SegInfo {
+    fn stats(&self) -> &'static NameStats {
+        // SAFETY: NameStats are leaked; set before the segment is used.
+        unsafe { &*self.stats.load(Ordering::Acquire) }
+    }
+}
+
+fn node_text(n: &waffle_core::grid::NodeSpec) -> String {
+    format!("{}:{}", n.host, n.port)
+}
+
+fn header(m: &mut Map<String, Value>, final_write: bool) {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    m.insert("adapter".into(), json!("mariadb-preload"));
+    m.insert("state".into(), json!(state::name(state::get())));
+    if let Some(r) = state::reason() {
+        m.insert("disabled_reason".into(), json!(r));
+    }
+    m.insert("pid".into(), json!(std::process::id()));
+    m.insert("updated_unix_ms".into(), json!(now.as_millis() as u64));
+    m.insert("final".into(), json!(final_write));
+}
+
+/// Writes `v` to `path` atomically (a temporary file renamed over it).
+fn write_atomically(path: &Path, v: &Value) -> io::Result<()> {
+    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
+    let text = serde_json::to_string_pretty(v).map_err(io::Error::other)? + "\n";
+    std::fs::write(&tmp, text)?;
+    std::fs::rename(&tmp, path)
+}
+
+/// Writes the stats file now (the stats thread, exit, and when turning off).
+pub fn write_stats(final_write: bool) {
+    if state::get() == state::FORKED {
+        return;
+    }
+    let _g = guard::Guard::enter();
+    let (v, path) = match get() {
+        Some(rt) => (rt.stats_json(final_write), rt.stats_path.clone()),
+        None => {
+            let mut m = Map::new();
+            header(&mut m, final_write);
+            (Value::Object(m), stats_path())
+        }
+    };
+    if let Err(e) = write_atomically(&path, &v) {
+        log::rate_limited_error(&format!("cannot write {}: {e}", path.display()));
+    }
+}
+
+/// The stats of a preload that turned off before its cache started.
+pub fn write_disabled_stats() {
+    write_stats(false);
+}
+
+fn start_stats_thread() {
+    let interval = env("WAFFLE_STATS_INTERVAL_MS")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|&ms| (10..=3_600_000).contains(&ms))
+        .unwrap_or(DEFAULT_STATS_INTERVAL_MS);
+    let spawned = std::thread::Builder::new().name("waffle-stats".into()).spawn(move || {
+        guard::enter_forever();
+        loop {
+            std::thread::sleep(Duration::from_millis(interval));
+            if state::get() == state::FORKED {
+                return;
+            }
+            let _ = std::panic::catch_unwind(|| write_stats(false));
+        }
+    });
+    if let Err(e) = spawned {
+        log::error(&format!("cannot start the stats thread ({e}); no stats file"));
+    }
+}
+
+extern "C" fn at_exit() {
+    let _ = std::panic::catch_unwind(|| write_stats(true));
+}
+
+thread_local! {
+    /// The segment and descriptor of the read in progress on this thread: the backing reads through the server's own fd.
+    static READ_FD: Cell<(u32, i32)> = const { Cell::new((u32::MAX, -1)) };
+}
+
+/// The cache's view of the disk: page `join(segment, i)` is page `i` of the
+/// segment's file, read through the descriptor the server is reading with
+/// (no descriptor of our own; O_DIRECT when the server's is). Reads go
+/// straight into the caller's buffer when it is aligned, else through an
+/// aligned bounce buffer.
+struct FdBacking {
+    page_bytes: u64,
+}
+
+impl Backing for FdBacking {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let (segment, fd) = READ_FD.with(Cell::get);
+        let page = offset / self.page_bytes;
+        let (seg, index) = waffle_core::versions::split(page);
+        if fd < 0 || seg as u32 != segment {
+            return Err(io::Error::other("no descriptor of this tablespace on this thread"));
+        }
+        let file_offset = index as u64 * self.page_bytes + offset % self.page_bytes;
+        let aligned = (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
+            && buf.len().is_multiple_of(DIRECT_ALIGN)
+            && file_offset.is_multiple_of(DIRECT_ALIGN as u64);
+        if aligned {
+            return pread_full(fd, buf, file_offset);
+        }
+        let span = buf.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let layout = std::alloc::Layout::from_size_align(span, DIRECT_ALIGN).map_err(io::Error::other)?;
+        // SAFETY: non-zero size (a page); freed below.
+        let p = unsafe { std::alloc::alloc(layout) };
+        if p.is_null() {
+            return Err(io::Error::other("out of memory"));
+        }
+        // SAFETY: p holds span bytes, only read after the kernel wrote them.
+        let bounce = unsafe { std::slice::from_raw_parts_mut(p, span) };
+        let r = pread_full(fd, bounce, file_offset).map(|n| {
+            let n = n.min(buf.len());
+            buf[..n].copy_from_slice(&bounce[..n]);
+            n
+        });
+        unsafe { std::alloc::dealloc(p, layout) };
+        r
+    }
+
+    fn is_direct(&self) -> bool {
+        true
+    }
+}
+
+/// The device shared by the cache and the reads of tablespaces not cached.
+struct SharedDevice(Arc<EmulatedDevice<FdBacking>>);
+
+impl Backing for SharedDevice {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+
+    fn is_direct(&self) -> bool {
+        true
+    }
+}
+
+fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: the range is inside buf.
+        let n = unsafe {
+            real::pread64(
+                fd,
+                buf[got..].as_mut_ptr() as *mut libc::c_void,
+                buf.len() - got,
+                (offset + got as u64) as i64,
+            )
+        };
+        match n {
+            0 => break,
+            n if n > 0 => got += n as usize,
+            _ => {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+        }
+        if got % DIRECT_ALIGN != 0 {
+            break; // a short read at EOF; O_DIRECT could not continue unaligned anyway
+        }
+    }
+    Ok(got)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_and_page_sizes() {
+        let args: Vec<String> = ["mariadbd", "--innodb_page_size=8k", "--innodb-use-native-aio=0", "--datadir=/x"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(option(&args, "innodb-page-size").as_deref(), Some("8k"));
+        assert_eq!(option(&args, "innodb_use_native_aio").as_deref(), Some("0"));
+        assert_eq!(option(&args, "innodb-buffer-pool-size"), None);
+        assert_eq!(parse_page_size("8k"), Some(8192));
+        assert_eq!(parse_page_size("16384"), Some(16384));
+        assert_eq!(parse_page_size("3k"), None);
+        assert_eq!(parse_page_size("128k"), None);
+    }
+}

@@ -1,0 +1,68 @@
+//! Node faults under a running MariaDB: three memcached nodes; during
+//! sysbench oltp_read_write (4 threads) one node is killed and another hung
+//! (SIGSTOP, then SIGCONT). Zero query errors; CHECK TABLE OK; the preload
+//! saw the faults (nodes marked down, timeouts or I/O faults) and kept using
+//! the grid; and the data is what a stock server reads from the same files.
+
+#[path = "mysql_support.rs"]
+mod mysql_support;
+
+use std::time::{Duration, Instant};
+
+use mysql_support::*;
+
+#[test]
+fn a_killed_node_and_a_hung_node_cause_no_query_error() {
+    let _serial = serial();
+    let t0 = Instant::now();
+    let dir = TempDir::new("faults");
+    let mut a = start_node(64);
+    let b = start_node(64);
+    let c = start_node(64);
+    let grid = grid_of(&[&a, &b, &c]);
+    let data = fresh_datadir(&dir, "db");
+    // The default 5 ms grid deadline: a hung node costs little.
+    let s = start(&data, waffle_options(&grid, "1MiB", &[]));
+    sysbench_prepare(&s, 2, 20_000);
+    let args =
+        sysbench_args(&s, 2, 20_000, &["--threads=4", "--time=14", "--report-interval=0", "oltp_read_write", "run"]);
+    let mut bench = server::sysbench_spawn(tools(), &args).unwrap();
+    stats_after(&s, "under load", |v| stat(v, "l2_hits") > 100);
+    std::thread::sleep(Duration::from_secs(2));
+    a.kill();
+    eprintln!("killed node {}", a.addr());
+    std::thread::sleep(Duration::from_secs(3));
+    b.pause();
+    eprintln!("paused node {}", b.addr());
+    std::thread::sleep(Duration::from_secs(4));
+    b.resume();
+    eprintln!("resumed node {}", b.addr());
+    let out = server::wait_output(&mut bench, Duration::from_secs(120)).unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let r = server::parse_sysbench(&text);
+    assert!(out.status.success(), "sysbench failed: {text}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(r.transactions > 0 && r.errors == 0, "{text}");
+    eprintln!(
+        "sysbench through the faults: {:.1} tps, p95 {:.2} ms, ignored errors {}",
+        r.tps, r.latency_p95_ms, r.ignored_errors
+    );
+
+    let tables = sbtest_tables(2);
+    s.check_tables(&refs(&tables)).unwrap();
+    let before = s.stats().unwrap();
+    let v = stats_after(&s, "after the run", |v| stat(v, "preload.page_reads") > stat(&before, "preload.page_reads"));
+    let faults = sum(&v, "l2_faults") + stat(&v, "l2_skipped");
+    let marked: u64 = v["nodes"].as_array().unwrap().iter().map(|n| stat(n, "marked_down")).sum();
+    assert!(faults > 0 && marked >= 2, "the faults were seen (faults+skipped {faults}, marked down {marked}): {v}");
+    assert!(stat(&v, "l2_hits") > 0, "{v}");
+    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{v}");
+    let under_preload = s.checksums(&refs(&tables)).unwrap();
+    let errors = log_errors(&s, &[]);
+    assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
+    s.shutdown().unwrap();
+
+    let stock = start(&data, stock_options(POOL));
+    assert_eq!(stock.checksums(&refs(&tables)).unwrap(), under_preload, "checksums differ from the files' own");
+    stock.shutdown().unwrap();
+    eprintln!("total {:.1} s", t0.elapsed().as_secs_f64());
+}

@@ -1,0 +1,265 @@
+//! Helpers of the MySQL/MariaDB tests (`tests/mysql_*.rs`, each includes this
+//! file with `#[path = "mysql_support.rs"] mod mysql_support;`).
+//!
+//! Servers are `waffle_cli::mysql::server::Server`s: a throwaway datadir (a
+//! copy of one template made once per MariaDB version under the target dir),
+//! their own socket and loopback port, killed when dropped. Nothing is
+//! skipped: a missing MariaDB, sysbench, memcached or preload library fails
+//! with what to install or build.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, SystemTime};
+
+use serde_json::Value;
+pub use waffle_cli::mysql::server::{self, Preload, Server, ServerOptions, Tools};
+pub use waffle_nodes::Node;
+
+/// The test servers' InnoDB buffer pool: the smallest MariaDB takes, so pages really go through the cache.
+pub const POOL: u64 = 6 << 20;
+/// A small redo log: checkpoints come often, so InnoDB writes pages (through the preload) often.
+pub const SERVER_ARGS: [&str; 3] =
+    ["--innodb-log-file-size=16M", "--innodb-flush-log-at-trx-commit=2", "--skip-log-bin"];
+
+pub fn server_args() -> Vec<String> {
+    SERVER_ARGS.iter().map(|s| s.to_string()).collect()
+}
+
+/// A fresh directory under the system temp dir, removed when dropped.
+pub struct TempDir(PathBuf);
+
+impl TempDir {
+    pub fn new(name: &str) -> TempDir {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let p = std::env::temp_dir().join(format!(
+            "waffle-mysql-{name}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::create_dir_all(&p).unwrap_or_else(|e| panic!("cannot create {}: {e}", p.display()));
+        TempDir(p)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+pub fn tools() -> &'static Tools {
+    static T: OnceLock<Tools> = OnceLock::new();
+    T.get_or_init(|| {
+        let t = Tools::find().unwrap_or_else(|e| panic!("{e}"));
+        t.sysbench().unwrap_or_else(|e| panic!("{e}"));
+        t
+    })
+}
+
+/// One MariaDB test at a time in a test binary (2 cores; and predictable run times).
+pub fn serial() -> MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn mariadb_version() -> String {
+    let out = std::process::Command::new(&tools().mariadbd).arg("--version").output().expect("mariadbd --version");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .find(|w| w.contains("MariaDB") || w.chars().next().is_some_and(|c| c.is_ascii_digit()))
+        .unwrap_or("unknown")
+        .replace('/', "_")
+}
+
+/// A freshly installed datadir to copy from: made once per MariaDB version
+/// under the target dir (installing takes seconds; copying is faster).
+pub fn template() -> &'static Path {
+    static T: OnceLock<PathBuf> = OnceLock::new();
+    T.get_or_init(|| {
+        let base = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let dir = base.join(format!("waffle-mysql-template-{}", mariadb_version()));
+        if dir.join("ready").is_file() {
+            return dir;
+        }
+        let tmp = base.join(format!("waffle-mysql-template-tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        server::install_datadir(tools(), &tmp, &server_args()).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(tmp.join("ready"), b"").unwrap();
+        if std::fs::rename(&tmp, &dir).is_err() {
+            // Another test binary made it meanwhile.
+            let _ = std::fs::remove_dir_all(&tmp);
+        }
+        assert!(dir.join("ready").is_file(), "template datadir {} missing", dir.display());
+        dir
+    })
+}
+
+/// A copy of the template at `dir/name`.
+pub fn fresh_datadir(dir: &TempDir, name: &str) -> PathBuf {
+    let to = dir.join(name);
+    server::copy_datadir(template(), &to).unwrap_or_else(|e| panic!("{e}"));
+    let _ = std::fs::remove_file(to.join("ready"));
+    to
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn newest_source() -> (SystemTime, PathBuf) {
+    let mut best = (SystemTime::UNIX_EPOCH, PathBuf::new());
+    for dir in ["crates/waffle-preload/src", "crates/waffle-core/src"] {
+        let mut stack = vec![workspace().join(dir)];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                    if t > best.0 {
+                        best = (t, p);
+                    }
+                }
+            }
+        }
+    }
+    best
+}
+
+/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, else the newest of
+/// target/release and target/debug, which must not be older than the sources.
+pub fn preload_so() -> PathBuf {
+    static P: OnceLock<PathBuf> = OnceLock::new();
+    P.get_or_init(|| {
+        if let Some(p) = std::env::var_os("WAFFLE_PRELOAD_SO") {
+            let p = PathBuf::from(p);
+            assert!(p.is_file(), "WAFFLE_PRELOAD_SO={} does not exist", p.display());
+            return p;
+        }
+        let target =
+            std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
+        let candidates = [target.join("release/libwaffle_preload.so"), target.join("debug/libwaffle_preload.so")];
+        let found: Vec<(SystemTime, PathBuf)> =
+            candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).collect();
+        let Some((time, path)) = found.into_iter().max_by_key(|(t, _)| *t) else {
+            panic!(
+                "libwaffle_preload.so not found (looked for {candidates:?}). Build it first: \
+                 `cargo build --release -p waffle-preload` (or `cargo build --release`)"
+            )
+        };
+        let (src_time, src) = newest_source();
+        assert!(
+            time >= src_time,
+            "{} is older than {}: rebuild with `cargo build --release -p waffle-preload`",
+            path.display(),
+            src.display()
+        );
+        path
+    })
+    .clone()
+}
+
+pub fn start_node(mib: u32) -> Node {
+    Node::start(mib).unwrap_or_else(|e| panic!("cannot start memcached ({e}): apt-get install memcached"))
+}
+
+pub fn grid_of(nodes: &[&Node]) -> String {
+    nodes.iter().map(|n| n.addr()).collect::<Vec<_>>().join(",")
+}
+
+/// Options of a server under the preload: a tiny buffer pool, `local` of L1, the grid.
+pub fn waffle_options(grid: &str, local: &str, extra_env: &[(&str, &str)]) -> ServerOptions {
+    let mut env = vec![
+        ("WAFFLE_GRID".to_string(), grid.to_string()),
+        ("WAFFLE_LOCAL".to_string(), local.to_string()),
+        ("WAFFLE_STATS_INTERVAL_MS".to_string(), "200".to_string()),
+    ];
+    for (k, v) in extra_env {
+        env.retain(|(e, _)| e != k);
+        env.push((k.to_string(), v.to_string()));
+    }
+    let mut o = ServerOptions::waffle(POOL, Preload { library: preload_so(), env });
+    o.extra_args = server_args();
+    o
+}
+
+pub fn stock_options(pool: u64) -> ServerOptions {
+    let mut o = ServerOptions::stock(pool);
+    o.extra_args = server_args();
+    o
+}
+
+pub fn start(datadir: &Path, options: ServerOptions) -> Server {
+    Server::start(tools(), datadir, options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A counter of the stats JSON (`a.b` for nested ones); 0 if absent.
+pub fn stat(v: &Value, key: &str) -> u64 {
+    let mut cur = v;
+    for part in key.split('.') {
+        cur = &cur[part];
+    }
+    cur.as_u64().unwrap_or(0)
+}
+
+pub fn sum(v: &Value, key: &str) -> u64 {
+    let mut cur = v;
+    for part in key.split('.') {
+        cur = &cur[part];
+    }
+    cur.as_object().map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
+}
+
+/// The stats file, once it shows at least `min_reads` page reads (bounded wait).
+pub fn stats_after(s: &Server, what: &str, cond: impl FnMut(&Value) -> bool) -> Value {
+    s.wait_stats(Duration::from_secs(20), cond).unwrap_or_else(|| {
+        panic!(
+            "{what}: the stats file {} never got there; last: {:?}\nlog:\n{}",
+            s.stats_path().display(),
+            s.stats(),
+            s.log()
+        )
+    })
+}
+
+/// The server's error log lines that are errors, other than the ones a test expects.
+pub fn log_errors(s: &Server, allowed: &[&str]) -> Vec<String> {
+    s.log()
+        .lines()
+        .filter(|l| l.contains("[ERROR]"))
+        .filter(|l| !allowed.iter().any(|a| l.contains(a)))
+        .map(str::to_string)
+        .collect()
+}
+
+/// sysbench's arguments for `sbtest` on `s`.
+pub fn sysbench_args(s: &Server, tables: u32, rows: u64, rest: &[&str]) -> Vec<String> {
+    let mut a = server::sysbench_args(s, tables, rows);
+    a.extend(rest.iter().map(|x| x.to_string()));
+    a
+}
+
+pub fn sysbench_prepare(s: &Server, tables: u32, rows: u64) {
+    s.sql("CREATE DATABASE IF NOT EXISTS sbtest").unwrap();
+    let args = sysbench_args(s, tables, rows, &["--threads=2", "oltp_read_write", "prepare"]);
+    server::sysbench(tools(), &args, Duration::from_secs(300)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+pub fn sbtest_tables(n: u32) -> Vec<String> {
+    (1..=n).map(|i| format!("sbtest.sbtest{i}")).collect()
+}
+
+pub fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
