@@ -324,7 +324,13 @@ impl Runtime {
             return;
         }
         let file = (st.st_dev, st.st_ino);
-        let name = innodb::tablespace_name(path);
+        // The name from the descriptor's absolute path (a path relative to
+        // some dirfd may lack the database directory), else from the path given.
+        let full = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned());
+        let name = match full.filter(|f| f.rsplit('/').next() == path.rsplit('/').next()) {
+            Some(f) => innodb::tablespace_name(&f),
+            None => innodb::tablespace_name(path),
+        };
         self.counters.tracked_opens.incr();
         if flags & libc::O_DIRECT == 0
             && flags & libc::O_ACCMODE == libc::O_RDWR
