@@ -109,6 +109,9 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
             flush(&d.cached);
             d.check();
             fake.fail_sets(None, 1);
+            // A batch whose refusal the fake has counted may still be on its way
+            // back to the pusher: wait for the pusher before counting.
+            flush(&d.cached);
             let after = stats(&d.cached);
             let injected = fake.injected_set(fault) - injected_before;
             let failed = delta(&after, &before, "l2_push_failures");

@@ -147,13 +147,14 @@ fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejec
 
     d.run(400);
     let pause_for = Duration::from_secs(3);
-    let baseline = d.run_for(pause_for);
-    let slow_before = slow(&baseline);
     let mut version_rejects = 0;
     let mut cycles = 0;
     while version_rejects == 0 || cycles < rounds() {
         cycles += 1;
         assert!(cycles <= 3 + rounds(), "no stale copy was ever met after {cycles} pause cycles: {}", stats(&d.cached));
+        // As long with every node well, just before: how many statements are
+        // slow anyway at this size of the database, on this machine now.
+        let slow_before = slow(&d.run_for(pause_for));
         d.cached.execute_batch("PRAGMA waffle_stats=reset").unwrap();
         let before = stats(&d.cached);
         nodes[0].pause();
@@ -188,9 +189,13 @@ fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejec
         assert!(timeouts <= bound + elsewhere, "more read timeouts than the backoff schedule allows: {ctx}");
         assert!(skipped >= 5 * node_timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");
         assert!(max_fetch <= deadline * 2, "a grid fetch waited {max_fetch:?}, more than about one deadline: {ctx}");
+        // Statements that waited about a deadline: one per wait for the hung
+        // node at most, plus what this loaded machine does anyway (timeouts of
+        // healthy nodes, slow statements as before the hang).
+        let slow_allowed = node_timeouts + elsewhere + 2 * slow_before as u64 + 3;
         assert!(
-            slow_during as u64 <= timeouts + 2 * slow_before as u64 + 3,
-            "{slow_during} statements took a deadline or more, for {timeouts} timeouts: {ctx}"
+            slow_during as u64 <= slow_allowed,
+            "{slow_during} statements took a deadline or more, for {node_timeouts} waits for the hung node: {ctx}"
         );
         // Bounded: the phase ends within one statement of its length (a VACUUM
         // on a loaded machine can take a second), not after thousands of waits.

@@ -244,6 +244,16 @@ impl RawClient {
         Some(data)
     }
 
+    /// `md <key>`: true if it was there.
+    pub fn delete(&mut self, key: &str) -> bool {
+        self.writer.write_all(format!("md {key}\r\n").as_bytes()).unwrap();
+        match self.line("md").as_str() {
+            "HD\r\n" => true,
+            "NF\r\n" => false,
+            other => panic!("md {key} on {}: unexpected reply {other:?}", self.addr),
+        }
+    }
+
     /// `ms` of `value` under `key` on every node (the key's owner is one of them).
     pub fn set_everywhere(clients: &mut [RawClient], key: &str, value: &[u8]) {
         for c in clients {

@@ -106,11 +106,38 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
     let err = |e: rusqlite::Error| format!("{name}: {e}");
     let conns: Vec<_> =
         (0..opts.threads).map(|_| open::open(path, settings, opts.sqlite_cache_kib)).collect::<Result<_, _>>().map_err(err)?;
-    // Warm-up: one pass over the table, so L1 (and the grid, when on) hold what they can.
-    let _: i64 = conns[0].query_row("SELECT sum(length(payload)) FROM rows", [], |r| r.get(0)).map_err(err)?;
+    // Warm-up: the same random reads for as long as the measurement, so L1
+    // (and the grid, when on, from L1's evictions) hold what they can. A scan
+    // would not do: its pages are read ahead and dropped, never pushed.
+    let (conns, _, _) = run_reads(conns, rows, opts.seconds, 1000);
     let _: String = conns[0].query_row("PRAGMA waffle_stats=reset", [], |r| r.get(0)).map_err(err)?;
     let before = open::stats(&conns[0]).map_err(err)?;
 
+    let (conns, queries, seconds) = run_reads(conns, rows, opts.seconds, 1);
+    let after = open::stats(&conns[0]).map_err(err)?;
+    drop(conns);
+
+    let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
+    let l1 = d("l1_hits") + d("push_queue_hits");
+    let page_reads = d("l1_hits") + d("l1_misses");
+    Ok(Outcome {
+        device: String::new(),
+        name,
+        queries: queries.0,
+        seconds,
+        l1_hits: l1,
+        l2_hits: d("l2_hits"),
+        disk_reads: d("disk_reads"),
+        page_reads,
+        errors: queries.1,
+        grid_p50_us: after["latency"]["l2"]["p50_us"].as_u64().unwrap_or(0),
+        disk_p50_us: after["latency"]["disk"]["p50_us"].as_u64().unwrap_or(0),
+    })
+}
+
+/// Random point reads on every connection for `seconds`; returns the
+/// connections, (queries, errors) and the seconds it took.
+fn run_reads(conns: Vec<rusqlite::Connection>, rows: u64, seconds: u64, seed: u64) -> (Vec<rusqlite::Connection>, (u64, u64), f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let queries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
@@ -121,7 +148,7 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
         .map(|(i, conn)| {
             let (stop, queries, errors) = (Arc::clone(&stop), Arc::clone(&queries), Arc::clone(&errors));
             thread::spawn(move || {
-                let mut rng = SmallRng::seed_from_u64(i as u64 + 1);
+                let mut rng = SmallRng::seed_from_u64(seed * 1000 + i as u64);
                 let mut stmt = conn.prepare("SELECT length(payload) FROM rows WHERE id = ?1").expect("prepare");
                 while !stop.load(Ordering::Relaxed) {
                     let id = rng.gen_range(0..rows) as i64;
@@ -135,29 +162,11 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
             })
         })
         .collect();
-    thread::sleep(Duration::from_secs(opts.seconds));
+    thread::sleep(Duration::from_secs(seconds));
     stop.store(true, Ordering::Relaxed);
     let conns: Vec<_> = workers.into_iter().map(|w| w.join().expect("worker")).collect();
-    let seconds = start.elapsed().as_secs_f64();
-    let after = open::stats(&conns[0]).map_err(err)?;
-    drop(conns);
-
-    let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-    let l1 = d("l1_hits") + d("push_queue_hits");
-    let page_reads = d("l1_hits") + d("l1_misses");
-    Ok(Outcome {
-        device: String::new(),
-        name,
-        queries: queries.load(Ordering::Relaxed),
-        seconds,
-        l1_hits: l1,
-        l2_hits: d("l2_hits"),
-        disk_reads: d("disk_reads"),
-        page_reads,
-        errors: errors.load(Ordering::Relaxed),
-        grid_p50_us: after["latency"]["l2"]["p50_us"].as_u64().unwrap_or(0),
-        disk_p50_us: after["latency"]["disk"]["p50_us"].as_u64().unwrap_or(0),
-    })
+    let took = start.elapsed().as_secs_f64();
+    (conns, (queries.load(Ordering::Relaxed), errors.load(Ordering::Relaxed)), took)
 }
 
 fn device_label(d: &str) -> String {

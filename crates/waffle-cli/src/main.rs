@@ -82,6 +82,15 @@ struct BenchCmd {
 enum BenchSub {
     /// Throughput against the local memory budget (% of the data) for local and grid: seed 003's figure.
     Sweep(SweepArgs),
+    /// Redraw a `waffle bench` chart from its --json report (no benchmark is run).
+    Replot {
+        /// The report written by `waffle bench --json`.
+        #[arg(long)]
+        json: PathBuf,
+        /// Where the PNG goes.
+        #[arg(long)]
+        charts: PathBuf,
+    },
     /// MariaDB stock and under libwaffle_preload.so: the real sysbench, side by side (docs/benchmarks.md).
     Mysql(waffle_cli::mysql::bench::MysqlArgs),
 }
@@ -156,6 +165,10 @@ struct BenchArgs {
     /// (evens out a shared machine's changing load; bench only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
     rounds: u64,
+    /// tpcc: let write transactions wait in SQLite's busy handler only, without the
+    /// process-wide writer mutex they queue on by default.
+    #[arg(long)]
+    no_writer_gate: bool,
 }
 
 #[derive(Args)]
@@ -237,6 +250,7 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         charts: a.charts.clone(),
         seed: a.seed,
         rounds: a.rounds as usize,
+        writer_gate: !a.no_writer_gate,
     })
 }
 
@@ -244,6 +258,17 @@ fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
         Some(BenchSub::Mysql(m)) => waffle_cli::mysql::bench::run(&m).map(|_| ()),
+        Some(BenchSub::Replot { json, charts }) => {
+            let text = std::fs::read_to_string(&json).map_err(|e| format!("cannot read {}: {e}", json.display()))?;
+            let report: serde_json::Value =
+                serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
+            if report["command"] != "bench" {
+                return Err(format!("{} is not a `waffle bench` report", json.display()));
+            }
+            let file = bench::bench_chart(&report, &charts)?;
+            println!("chart: {}", file.display());
+            Ok(())
+        }
         Some(BenchSub::Sweep(s)) => {
             let bench = bench_options(&s.args, true)?;
             if s.points.is_empty() || s.points.iter().any(|p| !(*p > 0.0 && *p <= 1000.0)) {

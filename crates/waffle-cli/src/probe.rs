@@ -111,7 +111,12 @@ fn probe_file(dir: &Path, bytes: u64) -> Result<PathBuf, String> {
 }
 
 /// Runs `op` on `threads` threads for `seconds`; `op(thread state, rng)` returns false on an error.
-fn measure<S: Send>(threads: usize, seconds: f64, mut make: impl FnMut(usize) -> S, op: impl Fn(&mut S, &mut SmallRng) -> bool + Sync) -> Point {
+fn measure<S: Send>(
+    threads: usize,
+    seconds: f64,
+    mut make: impl FnMut(usize) -> S,
+    op: impl Fn(&mut S, &mut SmallRng) -> bool + Sync,
+) -> Point {
     let stop = AtomicBool::new(false);
     let states: Vec<S> = (0..threads).map(&mut make).collect();
     let start = Instant::now();
@@ -198,7 +203,8 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
 
     let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
     let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
-    let grid = Arc::new(Grid::new(specs.clone(), GridOptions { timeout_ms: 1000, link: o.link, ..GridOptions::default() }));
+    let grid =
+        Arc::new(Grid::new(specs.clone(), GridOptions { timeout_ms: 1000, link: o.link, ..GridOptions::default() }));
     let cache_id = 0x9_0be_u64;
     let mut rng = SmallRng::seed_from_u64(5);
     let mut page = vec![0u8; o.value_bytes];
@@ -227,7 +233,12 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         o.value_bytes >> 10,
         link_label
     );
-    println!("host: {} cores, load average {:.2} at start; {} s per point", report::cores(), report::load_average(), o.seconds);
+    println!(
+        "host: {} cores, load average {:.2} at start; {} s per point",
+        report::cores(),
+        report::load_average(),
+        o.seconds
+    );
 
     let pages = (o.file_bytes / o.value_bytes as u64).max(1);
     let mut results: Vec<(&str, Vec<Point>)> = SERIES.iter().map(|s| (*s, Vec::new())).collect();
@@ -235,10 +246,15 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         eprintln!("waffle probe: {n} threads");
         let vb = o.value_bytes;
         let b = Arc::clone(&backing);
-        results[0].1.push(measure(n, o.seconds, |_| vec![0u8; vb], |buf, rng| {
-            let off = rng.gen_range(0..pages) * vb as u64;
-            b.read_at(buf, off).is_ok()
-        }));
+        results[0].1.push(measure(
+            n,
+            o.seconds,
+            |_| vec![0u8; vb],
+            |buf, rng| {
+                let off = rng.gen_range(0..pages) * vb as u64;
+                b.read_at(buf, off).is_ok()
+            },
+        ));
         let addr = node.addr();
         let keys_ref = &keys;
         let link = bare_link.clone();
@@ -261,15 +277,20 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
             },
         ));
         let g = Arc::clone(&grid);
-        results[2].1.push(measure(n, o.seconds, |_| vec![0u8; vb], |out, rng| {
-            let p = rng.gen_range(0..keys_ref.len());
-            match g.get(keys_ref[p].as_bytes()) {
-                Fetch::Hit(v) => {
-                    envelope::open_into(&v, Identity { cache_id, page: p as u64, version: 1 }, None, out).is_ok()
+        results[2].1.push(measure(
+            n,
+            o.seconds,
+            |_| vec![0u8; vb],
+            |out, rng| {
+                let p = rng.gen_range(0..keys_ref.len());
+                match g.get(keys_ref[p].as_bytes()) {
+                    Fetch::Hit(v) => {
+                        envelope::open_into(&v, Identity { cache_id, page: p as u64, version: 1 }, None, out).is_ok()
+                    }
+                    _ => false,
                 }
-                _ => false,
-            }
-        }));
+            },
+        ));
     }
     drop(node);
 
@@ -294,10 +315,19 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     }
     let mut notes = Vec::new();
     if let Some(p) = device {
-        notes.push(format!("device {} EMULATED: {} server(s), {} us per random read ({})", p.name, p.servers, p.random_us, p.source));
+        notes.push(format!(
+            "device {} EMULATED: {} server(s), {} us per random read ({})",
+            p.name, p.servers, p.random_us, p.source
+        ));
     }
     if let Some(l) = o.link {
-        notes.push(format!("link {} EMULATED: {} us round trip + bytes at {} Mb/s, shared ({})", l.name, l.rtt_us, l.bits_per_s / 1_000_000, l.source));
+        notes.push(format!(
+            "link {} EMULATED: {} us round trip + bytes at {} Mb/s, shared ({})",
+            l.name,
+            l.rtt_us,
+            l.bits_per_s / 1_000_000,
+            l.source
+        ));
     }
     for n in &notes {
         println!("{n}");
@@ -326,7 +356,11 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         chart::line_chart(
             &file,
             &format!("waffle probe: {} KiB read latency against concurrency", o.value_bytes >> 10),
-            &format!("disk: {device_label}, O_DIRECT; grid: one memcached node, link {link_label}"),
+            &format!(
+                "disk: {device_label}, O_DIRECT; grid: one memcached node, link {link_label}\n{} cores, {} s per point",
+                report::cores(),
+                o.seconds
+            ),
             "threads",
             "latency, us (log)",
             &series,

@@ -89,9 +89,25 @@ fn bench_oltp_all_configurations() {
     let json = dir.0.join("out.json");
     let charts = dir.0.join("charts");
     let stdout = run(&[
-        "bench", "--data", "3MiB", "--memory", "30%", "--threads", "2", "--warmup", "0", "--duration", "1",
-        "--configs", "local,grid,all-local,stock,grid:2@10gbe", "--dir", d,
-        "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+        "bench",
+        "--data",
+        "3MiB",
+        "--memory",
+        "30%",
+        "--threads",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "1",
+        "--configs",
+        "local,grid,all-local,stock,grid:2@10gbe",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+        "--charts",
+        charts.to_str().unwrap(),
     ]);
     for c in ["local", "grid", "all-local", "stock", "grid:2@10gbe"] {
         assert!(stdout.contains(c), "{c} missing from the table:\n{stdout}");
@@ -110,10 +126,32 @@ fn bench_oltp_all_configurations() {
     assert!(v["checks"].is_array());
     assert_png(&charts.join("bench-oltp-read-only.png"));
 
+    // The chart can be redrawn from the report alone.
+    let again = dir.0.join("replot");
+    run(&["bench", "replot", "--json", json.to_str().unwrap(), "--charts", again.to_str().unwrap()]);
+    assert_png(&again.join("bench-oltp-read-only.png"));
+
     // A second run reuses the dataset.
     let json2 = dir.0.join("again.json");
-    run(&["bench", "--data", "3MiB", "--threads", "1", "--warmup", "0", "--duration", "0.5", "--configs", "local",
-        "--dist", "pareto", "--dir", d, "--json", json2.to_str().unwrap()]);
+    run(&[
+        "bench",
+        "--data",
+        "3MiB",
+        "--threads",
+        "1",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "--configs",
+        "local",
+        "--dist",
+        "pareto",
+        "--dir",
+        d,
+        "--json",
+        json2.to_str().unwrap(),
+    ]);
     let v2 = read_json(&json2);
     assert_eq!(v2["dataset"]["built_now"], false);
     assert_eq!(v2["params"]["distribution"], "pareto:0.2");
@@ -125,9 +163,27 @@ fn bench_tpcc_and_scan() {
     let d = dir.0.to_str().unwrap();
     let json = dir.0.join("tpcc.json");
     run(&[
-        "bench", "--workload", "tpcc", "--warehouses", "1", "--items", "200", "--customers", "30", "--threads", "2",
-        "--warmup", "0", "--duration", "1", "--configs", "local,grid@1gbe/hdd-10k", "--dir", d,
-        "--json", json.to_str().unwrap(),
+        "bench",
+        "--workload",
+        "tpcc",
+        "--warehouses",
+        "1",
+        "--items",
+        "200",
+        "--customers",
+        "30",
+        "--threads",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "1",
+        "--configs",
+        "local,grid@1gbe/hdd-10k",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
     ]);
     let v = read_json(&json);
     assert_eq!(v["unit"], "NOTPM");
@@ -141,8 +197,23 @@ fn bench_tpcc_and_scan() {
     let json = dir.0.join("scan.json");
     let charts = dir.0.join("charts");
     run(&[
-        "bench", "--workload", "scan", "--data", "2MiB", "--warmup", "0", "--duration", "0.5", "--configs",
-        "local,grid", "--dir", d, "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+        "bench",
+        "--workload",
+        "scan",
+        "--data",
+        "2MiB",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "--configs",
+        "local,grid",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+        "--charts",
+        charts.to_str().unwrap(),
     ]);
     let v = read_json(&json);
     assert_eq!(v["unit"], "scans/min");
@@ -158,8 +229,24 @@ fn sweep_draws_throughput_against_memory() {
     let json = dir.0.join("sweep.json");
     let charts = dir.0.join("charts");
     let stdout = run(&[
-        "bench", "sweep", "--data", "2MiB", "--points", "50,120", "--threads", "2", "--warmup", "0", "--duration",
-        "0.5", "--dir", d, "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+        "bench",
+        "sweep",
+        "--data",
+        "2MiB",
+        "--points",
+        "50,120",
+        "--threads",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+        "--charts",
+        charts.to_str().unwrap(),
     ]);
     assert!(stdout.contains("grid/local"), "{stdout}");
     let v = read_json(&json);
@@ -180,13 +267,29 @@ fn probe_reports_disk_and_grid_latency() {
     let json = dir.0.join("probe.json");
     let charts = dir.0.join("charts");
     let stdout = run(&[
-        "probe", "--threads", "1,2", "--seconds", "0.3", "--file-size", "2MiB", "--link", "1gbe", "--dir", d,
-        "--json", json.to_str().unwrap(), "--charts", charts.to_str().unwrap(),
+        "probe",
+        "--threads",
+        "1,2",
+        "--seconds",
+        "0.3",
+        "--file-size",
+        "2MiB",
+        "--link",
+        "1gbe",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+        "--charts",
+        charts.to_str().unwrap(),
     ]);
     assert!(stdout.contains("1gbe (EMULATED)"), "{stdout}");
     let v = read_json(&json);
     let series = v["series"].as_array().unwrap();
-    assert_eq!(series.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(), ["disk", "mg (bare)", "grid hit"]);
+    assert_eq!(
+        series.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(),
+        ["disk", "mg (bare)", "grid hit"]
+    );
     for s in series {
         let pts = s["points"].as_array().unwrap();
         assert_eq!(pts.len(), 2);

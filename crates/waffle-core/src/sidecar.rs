@@ -30,6 +30,11 @@ use std::path::{Path, PathBuf};
 use crate::versions::{SavedVersions, MAX_PAGES};
 
 const MAGIC: [u8; 4] = *b"WFSC";
+/// How long an open waits when the lock is held under our own pid: a child
+/// forked by another thread of this process shares the lock of a sidecar we
+/// have closed until it execs (O_CLOEXEC then drops it), a matter of
+/// milliseconds.
+const OWN_LOCK_WAIT_MS: u64 = 2_000;
 const FORMAT: u32 = 1;
 const FIXED_BYTES: usize = 88;
 
@@ -111,13 +116,20 @@ impl Sidecar {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(io_err)?;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(OWN_LOCK_WAIT_MS);
         // SAFETY: flock on a descriptor we own.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let err = io::Error::last_os_error();
-            if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-                return Err(SidecarError::Owned { pid: read_pid(&file), sidecar: path });
+            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
+                return Err(io_err(err));
             }
-            return Err(io_err(err));
+            let pid = read_pid(&file);
+            // Another process: refuse at once. Our own pid: a forked child may still hold
+            // the lock of our last close until it execs, so wait a little (bounded).
+            if pid != Some(std::process::id()) || std::time::Instant::now() >= deadline {
+                return Err(SidecarError::Owned { pid, sidecar: path });
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
         }
         let mut bytes = Vec::new();
         (&file).read_to_end(&mut bytes).map_err(io_err)?;
@@ -243,11 +255,14 @@ mod tests {
     fn a_second_owner_is_told_the_pid() {
         let db = temp_db("owned");
         let (_s, _) = Sidecar::acquire(&db).unwrap();
-        // flock conflicts between two open file descriptions, even in one process.
+        // flock conflicts between two open file descriptions, even in one
+        // process; under our own pid acquire waits (bounded) before it says so.
+        let t0 = std::time::Instant::now();
         match Sidecar::acquire(&db) {
             Err(SidecarError::Owned { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
             other => panic!("expected Owned, got {:?}", other.map(|_| ())),
         }
+        assert!(t0.elapsed() >= std::time::Duration::from_millis(OWN_LOCK_WAIT_MS), "it waited for a forked child");
     }
 
     #[test]

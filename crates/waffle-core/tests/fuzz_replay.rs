@@ -1,11 +1,13 @@
 //! The fuzz targets' bodies on stable Rust, so CI exercises them without
-//! nightly or libFuzzer: each target runs over its saved corpus
-//! (`fuzz/corpus/<target>/`, minimized by `scripts/fuzz`), then over a few
-//! thousand seeded random inputs and mutations of the corpus.
+//! nightly or libFuzzer: each target runs over its saved inputs
+//! (`fuzz/regressions/<target>/`, named, and `fuzz/corpus/<target>/`,
+//! minimized by `scripts/fuzz`), then over a few thousand seeded random
+//! inputs and mutations of them.
 //!
 //! The bodies are `fuzz/src/lib.rs` itself (included by path), so a property
 //! checked under the fuzzer is checked here too. A fuzz crash found later is
-//! fixed, and its input is added to the corpus: this test replays it forever.
+//! fixed, and its input goes to `fuzz/regressions/<target>/` under a name that
+//! says what it was: this test replays it forever.
 
 #[path = "../../../fuzz/src/lib.rs"]
 #[allow(dead_code)]
@@ -19,15 +21,21 @@ use rand::{Rng, SeedableRng};
 /// Random inputs per target (on top of the corpus).
 const RANDOM_INPUTS: usize = 3000;
 
+/// The inputs saved for `target`: `fuzz/regressions/<target>/` (named: hand
+/// written seeds and every input that once failed; `cargo fuzz cmin` never
+/// touches them) and `fuzz/corpus/<target>/` (what libFuzzer kept, minimized).
 fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus").join(target);
-    let entries = std::fs::read_dir(&dir).unwrap_or_else(|e| {
-        panic!("the saved corpus {} is missing ({e}); it is part of the repository", dir.display())
-    });
-    let mut files: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
-    files.sort();
-    assert!(!files.is_empty(), "the saved corpus {} is empty", dir.display());
-    files.into_iter().map(|p| (p.clone(), std::fs::read(&p).unwrap())).collect()
+    let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../fuzz");
+    let mut all = Vec::new();
+    for dir in [fuzz.join("regressions").join(target), fuzz.join("corpus").join(target)] {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{} is missing ({e}); it is part of the repository", dir.display()));
+        let mut files: Vec<PathBuf> = entries.map(|e| e.unwrap().path()).filter(|p| p.is_file()).collect();
+        files.sort();
+        assert!(!files.is_empty(), "{} is empty", dir.display());
+        all.extend(files.into_iter().map(|p| (p.clone(), std::fs::read(&p).unwrap())));
+    }
+    all
 }
 
 /// Random bytes, biased toward the alphabet of the inputs (digits, reply

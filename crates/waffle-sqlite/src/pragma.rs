@@ -71,6 +71,7 @@ pub fn stats(db: &OpenDb) -> String {
             "push_queue_bytes": db.config.push_queue_bytes,
             "direct_io": db.config.direct_io,
             "device": db.config.device.map_or("real".to_string(), |p| format!("{} (emulated)", p.name)),
+            "link": db.config.link.map_or("loopback".to_string(), |l| format!("{} (emulated)", l.name)),
         }),
     );
     Value::Object(m).to_string()

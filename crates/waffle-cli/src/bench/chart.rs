@@ -32,6 +32,22 @@ fn register_font() {
     });
 }
 
+/// Draws the title and the subtitle's lines (split at '\n'); returns the area below them.
+fn header<'a>(
+    root: &DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>,
+    title: &str,
+    subtitle: &str,
+) -> Result<DrawingArea<BitMapBackend<'a>, plotters::coord::Shift>, String> {
+    let lines: Vec<&str> = subtitle.lines().collect();
+    let (top, body) = root.split_vertically(44 + 18 * lines.len() as u32);
+    top.draw(&Text::new(title.to_string(), (20, 8), (FONT, 22).into_font())).map_err(fail)?;
+    for (i, line) in lines.iter().enumerate() {
+        let style = (FONT, 14).into_font().color(&RGBColor(80, 80, 80));
+        top.draw(&Text::new(line.to_string(), (20, 36 + 18 * i as i32), style)).map_err(fail)?;
+    }
+    Ok(body)
+}
+
 fn fail(e: impl std::fmt::Display) -> String {
     format!("drawing a chart: {e}")
 }
@@ -41,16 +57,20 @@ pub fn color(i: usize) -> RGBColor {
 }
 
 /// One bar per configuration, its value written above it.
-pub fn bar_chart(path: &Path, title: &str, subtitle: &str, y_label: &str, bars: &[(String, f64, String)]) -> Result<(), String> {
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    subtitle: &str,
+    y_label: &str,
+    bars: &[(String, f64, String)],
+) -> Result<(), String> {
     register_font();
     if bars.is_empty() {
         return Err("no bars to draw".into());
     }
     let root = BitMapBackend::new(path, (960, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(fail)?;
-    let (top, body) = root.split_vertically(60);
-    top.draw(&Text::new(title.to_string(), (20, 8), (FONT, 22).into_font())).map_err(fail)?;
-    top.draw(&Text::new(subtitle.to_string(), (20, 36), (FONT, 14).into_font().color(&RGBColor(80, 80, 80)))).map_err(fail)?;
+    let body = header(&root, title, subtitle)?;
     let max = bars.iter().map(|b| b.1).fold(0.0f64, f64::max).max(1e-9);
     let n = bars.len() as i32;
     let mut chart = ChartBuilder::on(&body)
@@ -77,14 +97,21 @@ pub fn bar_chart(path: &Path, title: &str, subtitle: &str, y_label: &str, bars: 
     chart
         .draw_series(bars.iter().enumerate().map(|(i, b)| {
             let i = i as i32;
-            let mut r = Rectangle::new([(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), b.1)], color(i as usize).filled());
+            let mut r = Rectangle::new(
+                [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), b.1)],
+                color(i as usize).filled(),
+            );
             r.set_margin(0, 0, 18, 18);
             r
         }))
         .map_err(fail)?;
     chart
         .draw_series(bars.iter().enumerate().map(|(i, b)| {
-            Text::new(b.2.clone(), (SegmentValue::CenterOf(i as i32), b.1 + max * 0.06), TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)))
+            Text::new(
+                b.2.clone(),
+                (SegmentValue::CenterOf(i as i32), b.1 + max * 0.06),
+                TextStyle::from((FONT, 14).into_font()).pos(Pos::new(HPos::Center, VPos::Bottom)),
+            )
         }))
         .map_err(fail)?;
     root.present().map_err(fail)?;
@@ -134,9 +161,7 @@ pub fn line_chart(
     }
     let root = BitMapBackend::new(path, (960, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(fail)?;
-    let (top, body) = root.split_vertically(60);
-    top.draw(&Text::new(title.to_string(), (20, 8), (FONT, 22).into_font())).map_err(fail)?;
-    top.draw(&Text::new(subtitle.to_string(), (20, 36), (FONT, 14).into_font().color(&RGBColor(80, 80, 80)))).map_err(fail)?;
+    let body = header(&root, title, subtitle)?;
     let pad = (x1 - x0) * 0.03;
     let mut chart = ChartBuilder::on(&body)
         .margin(20)
@@ -147,7 +172,11 @@ pub fn line_chart(
     let x_fmt = |x: &f64| {
         if log2_x {
             let v = 2f64.powf(*x);
-            if (v - v.round()).abs() < 0.01 { format!("{:.0}", v) } else { String::new() }
+            if (v - v.round()).abs() < 0.01 {
+                format!("{:.0}", v)
+            } else {
+                String::new()
+            }
         } else {
             format!("{x:.0}")
         }
@@ -155,7 +184,11 @@ pub fn line_chart(
     let y_fmt = |y: &f64| {
         if log10_y {
             let v = 10f64.powf(*y);
-            if (y - y.round()).abs() < 0.01 { format!("{v:.0}") } else { String::new() }
+            if (y - y.round()).abs() < 0.01 {
+                format!("{v:.0}")
+            } else {
+                String::new()
+            }
         } else if y1 >= 100.0 {
             format!("{y:.0}")
         } else {
@@ -186,7 +219,9 @@ pub fn line_chart(
             chart.draw_series(LineSeries::new(points.clone(), style)).map_err(fail)?
         };
         let w = if s.dashed { 1 } else { 3 };
-        drawn.label(s.name.clone()).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
+        drawn
+            .label(s.name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(w)));
         chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, c.filled()))).map_err(fail)?;
     }
     chart
@@ -220,10 +255,16 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("waffle-chart-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let bar = dir.join("bar.png");
-        bar_chart(&bar, "t", "s", "tps", &[("local".into(), 10.0, "10".into()), ("grid".into(), 20.0, "20".into())]).unwrap();
+        bar_chart(&bar, "t", "s", "tps", &[("local".into(), 10.0, "10".into()), ("grid".into(), 20.0, "20".into())])
+            .unwrap();
         assert!(looks_like_png(&bar));
         let line = dir.join("line.png");
-        let s = Series { name: "a".into(), points: vec![(1.0, 10.0), (2.0, 100.0), (32.0, 1000.0)], dashed: false, color: 0 };
+        let s = Series {
+            name: "a".into(),
+            points: vec![(1.0, 10.0), (2.0, 100.0), (32.0, 1000.0)],
+            dashed: false,
+            color: 0,
+        };
         let d = Series { name: "b".into(), points: vec![(1.0, 20.0), (32.0, 2000.0)], dashed: true, color: 1 };
         line_chart(&line, "t", "s", "threads", "us", &[s, d], true, true).unwrap();
         assert!(looks_like_png(&line));

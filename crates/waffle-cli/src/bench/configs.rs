@@ -8,7 +8,7 @@
 //! |---|---|---|---|
 //! | `local` | S | B - S | none (the seeds' "no Waffle") |
 //! | `grid`, `grid:N` | S | B - S | B (or `--grid-memory`), over 1 (or N) nodes |
-//! | `all-local` | S | 2B - S | none (L1 as large as L1 + L2: the ceiling) |
+//! | `all-local` | S | B - S + L2 (2B - S by default) | none (L1 as large as L1 + L2: the ceiling) |
 //! | `stock` | B (default VFS) | none | none (SQLite alone; misses go to the kernel's page cache) |
 //!
 //! `grid@LINK` (e.g. `grid@1gbe`, `grid:2@100mb`) runs that grid behind an
@@ -167,7 +167,8 @@ impl Plan {
                 p.l2_bytes *= nodes as u64;
                 p.link = spec.link.unwrap_or(default_link);
             }
-            Kind::AllLocal => p.l1_bytes = 2 * budget - s,
+            // The ceiling: L1 as large as the grid configurations' L1 + L2.
+            Kind::AllLocal => p.l1_bytes = budget - s + grid_bytes,
             Kind::Stock => {
                 p.waffle = false;
                 p.sqlite_cache_bytes = budget;

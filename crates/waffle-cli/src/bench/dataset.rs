@@ -91,6 +91,7 @@ pub fn working_copy(ds: &Dataset) -> Result<PathBuf, String> {
     let work = with_suffix(&ds.path, ".work");
     let _ = std::fs::remove_file(&work);
     remove_companions(&work);
-    std::fs::copy(&ds.path, &work).map_err(|e| format!("cannot copy {} to {}: {e}", ds.path.display(), work.display()))?;
+    std::fs::copy(&ds.path, &work)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", ds.path.display(), work.display()))?;
     Ok(work)
 }

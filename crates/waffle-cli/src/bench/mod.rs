@@ -67,6 +67,8 @@ pub struct BenchOptions {
     /// Each configuration runs this many times, interleaved (local, grid, ..., local, grid, ...);
     /// the median round is reported. Evens out a shared machine's changing load.
     pub rounds: usize,
+    /// tpcc: write transactions queue on a process-wide mutex before BEGIN IMMEDIATE.
+    pub writer_gate: bool,
 }
 
 impl Default for BenchOptions {
@@ -94,6 +96,7 @@ impl Default for BenchOptions {
             charts: None,
             seed: 1,
             rounds: 1,
+            writer_gate: true,
         }
     }
 }
@@ -102,7 +105,11 @@ pub fn make_workload(o: &BenchOptions) -> Result<Box<dyn Workload>, String> {
     let rows = oltp::OltpReadOnly::rows_for(o.data_bytes, o.page_bytes);
     match o.workload.as_str() {
         "oltp-read-only" | "oltp" => Ok(Box::new(oltp::OltpReadOnly::new(rows, o.dist.clone()))),
-        "tpcc" => Ok(Box::new(tpcc::Tpcc::new(o.warehouses, o.items, o.customers))),
+        "tpcc" => {
+            let mut t = tpcc::Tpcc::new(o.warehouses, o.items, o.customers);
+            t.writer_gate = o.writer_gate;
+            Ok(Box::new(t))
+        }
         "scan" => Ok(Box::new(scan::Scan::new(rows))),
         w => Err(format!("unknown workload '{w}' (use {})", WORKLOADS.join(", "))),
     }
@@ -142,6 +149,53 @@ fn emulation_notes(plans: &[Plan]) -> Vec<String> {
     notes
 }
 
+/// Draws `waffle bench`'s bar chart from its JSON report into `dir`; returns the file.
+pub fn bench_chart(report: &Value, dir: &Path) -> Result<PathBuf, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let workload = report["workload"].as_str().unwrap_or("bench");
+    let unit = report["unit"].as_str().unwrap_or("");
+    let configs = report["configs"].as_array().cloned().unwrap_or_default();
+    let local = configs
+        .iter()
+        .find(|c| report::base_name(c["name"].as_str().unwrap_or("")) == "local")
+        .and_then(|c| c["throughput"].as_f64())
+        .filter(|t| *t > 0.0);
+    let bars: Vec<(String, f64, String)> = configs
+        .iter()
+        .map(|r| {
+            let t = r["throughput"].as_f64().unwrap_or(0.0);
+            let ratio = r["ratio_to_local"].as_f64().or(local.map(|l| t / l));
+            let rel = ratio.map_or(String::new(), |x| format!(" ({x:.2}x local)"));
+            (r["name"].as_str().unwrap_or("?").to_string(), t, format!("{t:.0}{rel}"))
+        })
+        .collect();
+    let distinct = |key: &str| {
+        let mut v: Vec<String> = configs
+            .iter()
+            .filter(|c| c["vfs"] == "waffle" && (key != "link" || c["link"] != "-"))
+            .filter_map(|c| c[key].as_str().map(str::to_string))
+            .collect();
+        let mut seen = std::collections::HashSet::new();
+        v.retain(|d| seen.insert(d.clone()));
+        v.join(", ")
+    };
+    let (disks, links) = (distinct("device"), distinct("link"));
+    let emulated = report["emulated"].as_array().is_some_and(|a| !a.is_empty());
+    let subtitle = format!(
+        "{}\ndata {}, B {}, {} threads\ndisk: {}{}{}",
+        report["description"].as_str().unwrap_or(""),
+        mib(report["dataset"]["bytes"].as_u64().unwrap_or(0)),
+        mib(report["params"]["budget_bytes"].as_u64().unwrap_or(0)),
+        report["params"]["threads"],
+        if disks.is_empty() { "real".into() } else { disks },
+        if links.is_empty() { String::new() } else { format!("; link: {links}") },
+        if emulated { " - EMULATED: see docs/benchmarks.md" } else { "" }
+    );
+    let file = dir.join(format!("bench-{workload}.png"));
+    chart::bar_chart(&file, &format!("waffle bench {workload}: {unit} by configuration"), &subtitle, unit, &bars)?;
+    Ok(file)
+}
+
 /// A named check against a target from the benchmark issue.
 fn check(name: &str, value: Option<f64>, target: &str, met: impl Fn(f64) -> bool) -> Option<Value> {
     let v = value.filter(|v| v.is_finite())?;
@@ -150,8 +204,9 @@ fn check(name: &str, value: Option<f64>, target: &str, met: impl Fn(f64) -> bool
 
 /// The targets that the configurations of this run can speak to.
 pub fn checks(workload: &str, results: &[ConfigResult]) -> Vec<Value> {
-    let by = |n: &str| results.iter().find(|r| r.name == n);
-    let grid = results.iter().find(|r| matches!(r.name.split(['@', '/']).next(), Some(n) if n == "grid" || n.starts_with("grid:")));
+    let by = |n: &str| results.iter().find(|r| report::base_name(&r.name) == n);
+    let grid =
+        results.iter().find(|r| matches!(report::base_name(&r.name), n if n == "grid" || n.starts_with("grid:")));
     let mut out = Vec::new();
     if let (Some(g), Some(a)) = (grid, by("all-local")) {
         out.extend(check(&format!("{} / all-local throughput", g.name), g.ratio_to_all_local, ">= 0.9", |v| v >= 0.9));
@@ -171,13 +226,18 @@ pub fn checks(workload: &str, results: &[ConfigResult]) -> Vec<Value> {
         } else {
             let target = if g.device.starts_with("hdd-10k") { ">= 10 (hdd-10k)" } else { "(>= 10 on hdd-10k)" };
             let hdd = g.device.starts_with("hdd-10k");
-            out.extend(check(&format!("{} / local throughput", g.name), g.ratio_to_local, target, move |v| !hdd || v >= 10.0));
+            out.extend(check(&format!("{} / local throughput", g.name), g.ratio_to_local, target, move |v| {
+                !hdd || v >= 10.0
+            }));
         }
     }
     if let (Some(l), Some(_)) = (by("local"), by("stock")) {
-        out.extend(check("local / stock throughput (waffle vs stock SQLite)", l.ratio_to_stock, ">= 0.9 when the data fits", |v| {
-            v >= 0.9
-        }));
+        out.extend(check(
+            "local / stock throughput (waffle vs stock SQLite)",
+            l.ratio_to_stock,
+            ">= 0.9 when the data fits",
+            |v| v >= 0.9,
+        ));
     }
     out
 }
@@ -214,7 +274,9 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
         .configs
         .iter()
         .zip(&specs)
-        .map(|(name, spec)| Plan::new(name.trim(), spec, budget, share, o.grid_memory.of(budget), threads, o.link, o.device.clone()))
+        .map(|(name, spec)| {
+            Plan::new(name.trim(), spec, budget, share, o.grid_memory.of(budget), threads, o.link, o.device.clone())
+        })
         .collect();
     let load_start = report::load_average();
     println!("waffle bench {}: {}", workload.name(), workload.describe());
@@ -230,7 +292,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     );
     println!(
         "memory budget B = {} ({:.0}% of the data) = SQLite page caches {} (all {threads} connections) + L1 {}; \
-         grid: L2 = {} of memcached; all-local: L1 = 2B - SQLite; stock: SQLite caches = B",
+         grid: L2 = {} of memcached; all-local: L1 = B - SQLite + L2; stock: SQLite caches = B",
         mib(budget),
         100.0 * budget as f64 / ds.bytes.max(1) as f64,
         mib(share.min(budget / 2)),
@@ -280,28 +342,6 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     println!("host load average {load_end:.2} at the end (2-minute runs on a shared 2-core machine move by 10-20%)");
 
     let (unit, _) = workload.unit();
-    let mut charts = Vec::new();
-    if let Some(dir) = &o.charts {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-        let file = dir.join(format!("bench-{}.png", workload.name()));
-        let bars: Vec<(String, f64, String)> = results
-            .iter()
-            .map(|r| {
-                let rel = r.ratio_to_local.map_or(String::new(), |x| format!(" ({x:.2}x local)"));
-                (r.name.clone(), r.throughput, format!("{:.0}{rel}", r.throughput))
-            })
-            .collect();
-        let emu = if notes.is_empty() { String::new() } else { " - EMULATED hardware, see docs/benchmarks.md".into() };
-        chart::bar_chart(
-            &file,
-            &format!("waffle bench {}: {} by configuration", workload.name(), unit),
-            &format!("{}; data {}, B {}, {threads} threads{emu}", workload.describe(), mib(ds.bytes), mib(budget)),
-            unit,
-            &bars,
-        )?;
-        println!("chart: {}", file.display());
-        charts.push(file.display().to_string());
-    }
     let report = json!({
         "command": "bench",
         "invocation": the_command(),
@@ -326,8 +366,13 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
         "host": { "cores": report::cores(), "load_start": finite_or_null(load_start), "load_end": finite_or_null(load_end) },
         "configs": results,
         "checks": checks,
-        "charts": charts,
     });
+    let mut report = report;
+    if let Some(dir) = &o.charts {
+        let file = bench_chart(&report, dir)?;
+        println!("chart: {}", file.display());
+        report["charts"] = json!([file.display().to_string()]);
+    }
     if let Some(path) = &o.json {
         report::write_json(path, &report)?;
         println!("json: {}", path.display());
@@ -384,7 +429,16 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
             let share = o.sqlite_cache.of(budget);
             let mut results = Vec::new();
             for (name, spec) in o.configs.iter().zip(&specs) {
-                let plan = Plan::new(name.trim(), spec, budget, share, o.grid_memory.of(budget), threads, o.link, device.clone());
+                let plan = Plan::new(
+                    name.trim(),
+                    spec,
+                    budget,
+                    share,
+                    o.grid_memory.of(budget),
+                    threads,
+                    o.link,
+                    device.clone(),
+                );
                 let ropts = RunOptions {
                     threads,
                     warmup: Duration::from_secs_f64(o.warmup_s),
@@ -430,7 +484,10 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         for c in &cfgs {
             print!(" {:>12.1}", c["throughput"].as_f64().unwrap_or(0.0));
         }
-        let grid_ratio = cfgs.iter().find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("grid"))).and_then(|c| c["ratio_to_local"].as_f64());
+        let grid_ratio = cfgs
+            .iter()
+            .find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("grid")))
+            .and_then(|c| c["ratio_to_local"].as_f64());
         println!(" {:>12}", grid_ratio.map_or("-".into(), |r| format!("{r:.2}x")));
     }
     let notes = emulation_notes(&all_plans);
@@ -451,7 +508,7 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         chart::line_chart(
             &file,
             &format!("waffle bench sweep {}: {unit} against local memory", workload.name()),
-            &format!("{}; data {}; grid adds L2 = B of memcached{emu}", workload.describe(), mib(ds.bytes)),
+            &format!("{}\ndata {}; grid adds L2 = B of memcached{emu}", workload.describe(), mib(ds.bytes)),
             "local memory budget B, % of the data",
             unit,
             &series,

@@ -126,9 +126,15 @@ fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-/// Fills each result's ratios to the first `local`, `all-local` and `stock` results.
+/// A configuration's kind without its link and device (`grid:2@1gbe/hdd-10k` -> `grid:2`).
+pub fn base_name(name: &str) -> &str {
+    name.split(['@', '/']).next().unwrap_or(name)
+}
+
+/// Fills each result's ratios to the first `local`, `all-local` and `stock`
+/// results (whatever their device: `local/hdd-10k` is a `local`).
 pub fn fill_ratios(results: &mut [ConfigResult]) {
-    let find = |name: &str| results.iter().find(|r| r.name == name).map(|r| r.throughput);
+    let find = |name: &str| results.iter().find(|r| base_name(&r.name) == name).map(|r| r.throughput);
     let (local, all, stock) = (find("local"), find("all-local"), find("stock"));
     for r in results.iter_mut() {
         let ratio = |base: Option<f64>| base.filter(|b| *b > 0.0).and_then(|b| finite(r.throughput / b));
@@ -235,7 +241,11 @@ pub fn print_table(results: &[ConfigResult]) {
                 parts.push(format!("rounds {} (median shown)", rs.join(", ")));
             }
             if let Some(h) = r.hits.as_ref().filter(|h| h.read_ahead > 0.0) {
-                parts.push(format!("{:.1}% of reads started a read-ahead window; {} pages read from disk", 100.0 * h.read_ahead, h.disk_pages));
+                parts.push(format!(
+                    "{:.1}% of reads started a read-ahead window; {} pages read from disk",
+                    100.0 * h.read_ahead,
+                    h.disk_pages
+                ));
             }
             if let Some(s) = r.ratio_to_stock.filter(|_| r.name != "stock") {
                 parts.push(format!("{s:.2}x stock"));
@@ -284,5 +294,8 @@ mod tests {
         assert_eq!(rs[1].ratio_to_local, None);
         assert_eq!(rs[1].ratio_to_all_local, Some(0.5));
         assert_eq!(rs[1].ratio_to_stock, None);
+        let mut rs = vec![mk("local/hdd-10k", 2.0), mk("grid@1gbe/hdd-10k", 5.0)];
+        fill_ratios(&mut rs);
+        assert_eq!(rs[1].ratio_to_local, Some(2.5));
     }
 }

@@ -68,7 +68,9 @@ fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
 /// SQLite's own page cache hits and misses on `conn` since the last call (which resets them).
 fn sqlite_cache_counts(conn: &Connection) -> (u64, u64) {
     let mut out = [0u64; 2];
-    for (i, op) in [rusqlite::ffi::SQLITE_DBSTATUS_CACHE_HIT, rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS].into_iter().enumerate() {
+    for (i, op) in
+        [rusqlite::ffi::SQLITE_DBSTATUS_CACHE_HIT, rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS].into_iter().enumerate()
+    {
         let (mut cur, mut hi) = (0, 0);
         // SAFETY: the handle is a live connection owned by this thread; the out pointers are valid.
         let rc = unsafe { rusqlite::ffi::sqlite3_db_status(conn.handle(), op, &mut cur, &mut hi, 1) };
@@ -103,7 +105,12 @@ pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u
 /// Runs the workload on every connection until `length` has passed (each
 /// thread finishes the transaction it is in). Returns the summed tally, the
 /// merged latency histogram (microseconds) and the elapsed seconds.
-fn phase(workload: &dyn Workload, conns: &mut [Connection], length: Duration, seed: u64) -> (Tally, Histogram<u64>, f64) {
+fn phase(
+    workload: &dyn Workload,
+    conns: &mut [Connection],
+    length: Duration,
+    seed: u64,
+) -> (Tally, Histogram<u64>, f64) {
     let stop = AtomicBool::new(false);
     let start = Instant::now();
     let results: Vec<(Tally, Histogram<u64>)> = std::thread::scope(|s| {
@@ -150,7 +157,12 @@ fn delta(after: &Value, before: &Value, key: &str) -> u64 {
 }
 
 /// Runs one configuration on `ds` and measures it.
-pub fn run_config(workload: &dyn Workload, ds: &Dataset, plan: &Plan, opts: &RunOptions) -> Result<ConfigResult, String> {
+pub fn run_config(
+    workload: &dyn Workload,
+    ds: &Dataset,
+    plan: &Plan,
+    opts: &RunOptions,
+) -> Result<ConfigResult, String> {
     let err = |what: &str, e: rusqlite::Error| format!("{}: {what}: {e}", plan.name);
     let path: PathBuf = if workload.writes() {
         dataset::working_copy(ds)?
@@ -272,7 +284,11 @@ pub fn run_config(workload: &dyn Workload, ds: &Dataset, plan: &Plan, opts: &Run
         transactions: tally.done,
         seconds,
         latency: Latency::from_histogram(&hist),
-        per_kind: kinds.iter().enumerate().map(|(i, k)| (k.to_string(), tally.per_kind.get(i).copied().unwrap_or(0))).collect(),
+        per_kind: kinds
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.to_string(), tally.per_kind.get(i).copied().unwrap_or(0)))
+            .collect(),
         retries: tally.retries,
         rollbacks: tally.rollbacks,
         errors: tally.errors,

@@ -10,7 +10,12 @@
 //! transaction picks its warehouse at random. 1% of New-Orders roll back on an
 //! unknown item, as specified. SQLite has one writer: write transactions begin
 //! IMMEDIATE and wait in short sleeps (`set_busy_handler`); a transaction that
-//! still finds the database busy is retried and counted in `retries`.
+//! still finds the database busy is retried and counted in `retries`. By
+//! default the write transactions of this process first queue on one mutex
+//! (the writer gate), so the 15 threads waiting for SQLite's single write lock
+//! sleep in the kernel until it is free instead of waking every few hundred
+//! microseconds to retry (on 2 cores those wake-ups starve memcached and the
+//! writer itself); `--no-writer-gate` leaves the waiting to SQLite.
 
 use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
@@ -31,7 +36,7 @@ const C_ITEM: u64 = 7911;
 
 const SYLLABLES: [&str; 10] = ["BAR", "OUGHT", "ABLE", "PRI", "PRES", "ESE", "ANTI", "CALLY", "ATION", "EING"];
 
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Tpcc {
     pub warehouses: u64,
     pub items: u64,
@@ -40,6 +45,9 @@ pub struct Tpcc {
     a_item: u64,
     a_last: u64,
     last_names: u64,
+    /// Write transactions queue on `gate` before BEGIN IMMEDIATE.
+    pub writer_gate: bool,
+    gate: std::sync::Mutex<()>,
 }
 
 /// NURand's A for a table of `n` rows where the specification has `spec_a` for `spec_n`:
@@ -63,6 +71,8 @@ impl Tpcc {
             a_item: scaled_a(8191, items, SPEC_ITEMS),
             a_last: scaled_a(255, last_names, 1000),
             last_names,
+            writer_gate: true,
+            gate: std::sync::Mutex::new(()),
         }
     }
 
@@ -80,6 +90,11 @@ impl Tpcc {
 
     fn random_last(&self, rng: &mut SmallRng) -> String {
         last_name(Self::nurand(rng, self.a_last, 0, self.last_names - 1, C_LAST_RUN))
+    }
+
+    /// The writer gate, held for one write transaction (None when off).
+    fn writer(&self) -> Option<std::sync::MutexGuard<'_, ()>> {
+        self.writer_gate.then(|| self.gate.lock().unwrap_or_else(|p| p.into_inner()))
     }
 
     fn other_warehouse(&self, rng: &mut SmallRng, w: i64) -> i64 {
@@ -193,7 +208,16 @@ impl Tpcc {
                     w,
                     i,
                     rng.gen_range(10..=100),
-                    d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], d[8], d[9],
+                    d[0],
+                    d[1],
+                    d[2],
+                    d[3],
+                    d[4],
+                    d[5],
+                    d[6],
+                    d[7],
+                    d[8],
+                    d[9],
                     data_string(rng)
                 ])?;
             }
@@ -254,7 +278,8 @@ impl Tpcc {
                 perm.swap(i, rng.gen_range(0..=i));
             }
             let mut ord = tx.prepare_cached("INSERT INTO orders VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, 1)")?;
-            let mut line = tx.prepare_cached("INSERT INTO order_line VALUES (?1, ?2, ?3, ?4, ?5, ?1, ?6, 5, ?7, ?8)")?;
+            let mut line =
+                tx.prepare_cached("INSERT INTO order_line VALUES (?1, ?2, ?3, ?4, ?5, ?1, ?6, 5, ?7, ?8)")?;
             let mut new = tx.prepare_cached("INSERT INTO new_order VALUES (?1, ?2, ?3)")?;
             for o in 1..=c {
                 let delivered = o < delivered_below;
@@ -290,11 +315,12 @@ impl Workload for Tpcc {
 
     fn describe(&self) -> String {
         format!(
-            "TPC-C-like, {} warehouses, {} items, {} customers per district{}",
+            "TPC-C-like, {} warehouses, {} items, {} customers per district{}{}",
             self.warehouses,
             self.items,
             self.customers,
-            if self.items == SPEC_ITEMS && self.customers == SPEC_CUSTOMERS { "" } else { " (scaled down)" }
+            if self.items == SPEC_ITEMS && self.customers == SPEC_CUSTOMERS { "" } else { " (scaled down)" },
+            if self.writer_gate { "; writers queue on a mutex" } else { "; writers wait in SQLite's busy handler" }
         )
     }
 
@@ -409,18 +435,29 @@ impl Tpcc {
             })
             .collect();
         let all_local = lines.iter().all(|l| l.1 == w) as i64;
+        let _gate = self.writer();
         transaction(conn, "BEGIN IMMEDIATE", tally, |conn| {
-            let w_tax: f64 = conn.prepare_cached("SELECT w_tax FROM warehouse WHERE w_id = ?1")?.query_row([w], |r| r.get(0))?;
+            let w_tax: f64 =
+                conn.prepare_cached("SELECT w_tax FROM warehouse WHERE w_id = ?1")?.query_row([w], |r| r.get(0))?;
             let (d_tax, o_id): (f64, i64) = conn
                 .prepare_cached("SELECT d_tax, d_next_o_id FROM district WHERE d_w_id = ?1 AND d_id = ?2")?
                 .query_row([w, d], |r| Ok((r.get(0)?, r.get(1)?)))?;
             conn.prepare_cached("UPDATE district SET d_next_o_id = d_next_o_id + 1 WHERE d_w_id = ?1 AND d_id = ?2")?
                 .execute([w, d])?;
             let (discount, _last, _credit): (f64, String, String) = conn
-                .prepare_cached("SELECT c_discount, c_last, c_credit FROM customer WHERE c_w_id = ?1 AND c_d_id = ?2 AND c_id = ?3")?
+                .prepare_cached(
+                    "SELECT c_discount, c_last, c_credit FROM customer WHERE c_w_id = ?1 AND c_d_id = ?2 AND c_id = ?3",
+                )?
                 .query_row([w, d, c], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?;
-            conn.prepare_cached("INSERT INTO orders VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7)")?
-                .execute(params![w, d, o_id, c, now_s(), ol_cnt, all_local])?;
+            conn.prepare_cached("INSERT INTO orders VALUES (?1, ?2, ?3, ?4, ?5, NULL, ?6, ?7)")?.execute(params![
+                w,
+                d,
+                o_id,
+                c,
+                now_s(),
+                ol_cnt,
+                all_local
+            ])?;
             conn.prepare_cached("INSERT INTO new_order VALUES (?1, ?2, ?3)")?.execute([w, d, o_id])?;
             let mut total = 0.0;
             for (n, &(item, supply, qty)) in lines.iter().enumerate() {
@@ -455,14 +492,21 @@ impl Tpcc {
 
     fn payment(&self, conn: &Connection, rng: &mut SmallRng, tally: &mut Tally, w: i64) -> Option<bool> {
         let d = rng.gen_range(1..=DISTRICTS);
-        let (c_w, c_d) =
-            if rng.gen_range(0..100) < 85 { (w, d) } else { (self.other_warehouse(rng, w), rng.gen_range(1..=DISTRICTS)) };
+        let (c_w, c_d) = if rng.gen_range(0..100) < 85 {
+            (w, d)
+        } else {
+            (self.other_warehouse(rng, w), rng.gen_range(1..=DISTRICTS))
+        };
         let amount = rng.gen_range(100..=500_000) as f64 / 100.0;
         let h_data = astring(rng, 12, 24);
+        let _gate = self.writer();
         transaction(conn, "BEGIN IMMEDIATE", tally, |conn| {
-            conn.prepare_cached("UPDATE warehouse SET w_ytd = w_ytd + ?1 WHERE w_id = ?2")?.execute(params![amount, w])?;
+            conn.prepare_cached("UPDATE warehouse SET w_ytd = w_ytd + ?1 WHERE w_id = ?2")?
+                .execute(params![amount, w])?;
             let w_name: String = conn
-                .prepare_cached("SELECT w_name, w_street_1, w_street_2, w_city, w_state, w_zip FROM warehouse WHERE w_id = ?1")?
+                .prepare_cached(
+                    "SELECT w_name, w_street_1, w_street_2, w_city, w_state, w_zip FROM warehouse WHERE w_id = ?1",
+                )?
                 .query_row([w], |r| r.get(0))?;
             conn.prepare_cached("UPDATE district SET d_ytd = d_ytd + ?1 WHERE d_w_id = ?2 AND d_id = ?3")?
                 .execute(params![amount, w, d])?;
@@ -535,11 +579,14 @@ impl Tpcc {
 
     fn delivery(&self, conn: &Connection, rng: &mut SmallRng, tally: &mut Tally, w: i64) -> Option<bool> {
         let carrier = rng.gen_range(1..=10);
+        let _gate = self.writer();
         transaction(conn, "BEGIN IMMEDIATE", tally, |conn| {
             let now = now_s();
             for d in 1..=DISTRICTS {
                 let o: Option<i64> = conn
-                    .prepare_cached("SELECT no_o_id FROM new_order WHERE no_w_id = ?1 AND no_d_id = ?2 ORDER BY no_o_id LIMIT 1")?
+                    .prepare_cached(
+                        "SELECT no_o_id FROM new_order WHERE no_w_id = ?1 AND no_d_id = ?2 ORDER BY no_o_id LIMIT 1",
+                    )?
                     .query_row([w, d], |r| r.get(0))
                     .optional()?;
                 let Some(o) = o else { continue };
@@ -548,8 +595,10 @@ impl Tpcc {
                 let c: i64 = conn
                     .prepare_cached("SELECT o_c_id FROM orders WHERE o_w_id = ?1 AND o_d_id = ?2 AND o_id = ?3")?
                     .query_row([w, d, o], |r| r.get(0))?;
-                conn.prepare_cached("UPDATE orders SET o_carrier_id = ?1 WHERE o_w_id = ?2 AND o_d_id = ?3 AND o_id = ?4")?
-                    .execute([carrier, w, d, o])?;
+                conn.prepare_cached(
+                    "UPDATE orders SET o_carrier_id = ?1 WHERE o_w_id = ?2 AND o_d_id = ?3 AND o_id = ?4",
+                )?
+                .execute([carrier, w, d, o])?;
                 conn.prepare_cached(
                     "UPDATE order_line SET ol_delivery_d = ?1 WHERE ol_w_id = ?2 AND ol_d_id = ?3 AND ol_o_id = ?4",
                 )?

@@ -85,7 +85,8 @@ impl Grid {
             return;
         }
         // Meta commands: `mg <key> v T-1 q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
-        let tx = keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
+        let tx =
+            keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
         let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>() + 4;
         link.complete(start, tx, rx);
     }
