@@ -29,10 +29,9 @@
 mod support;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection};
@@ -120,15 +119,6 @@ fn child_process_entry_does_nothing_unless_spawned_by_a_crash_test() {
     }
 }
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn reported(report: &Path) -> Vec<u64> {
     std::fs::read_to_string(report).unwrap().lines().map(|l| l.parse().expect("a transaction number")).collect()
 }
@@ -137,30 +127,13 @@ fn reported(report: &Path) -> Vec<u64> {
 /// reports and `extra_ms` more; returns the child's cache id.
 fn crash_child(db: &Path, grid: &str, report: &Path, first: u64, commits: usize, extra_ms: u64) -> u64 {
     let before = reported(report).len();
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
         .env(ENV_DB, db)
         .env(ENV_GRID, grid)
         .env(ENV_REPORT, report)
-        .env(ENV_FIRST, first.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the test binary as the child");
-    let mut child = KillOnDrop(child);
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(at) = line.find("ready ") {
-                let _ = tx.send(line[at + 6..].to_string());
-                break;
-            }
-        }
-    });
-    let ready = rx.recv_timeout(Duration::from_secs(20)).expect("the child never got ready");
+        .env(ENV_FIRST, first.to_string());
+    let (mut child, ready) = spawn_until_ready(&mut cmd, Duration::from_secs(20));
     let id = u64::from_str_radix(ready.split_whitespace().next().unwrap(), 16).unwrap();
     let done = wait_until(Duration::from_secs(30), || reported(report).len() >= before + commits);
     assert!(done, "the child did not commit {commits} transactions in 30 s");

@@ -10,10 +10,8 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
@@ -81,47 +79,20 @@ fn child_process_entry_does_nothing_unless_spawned_by_the_crash_test() {
     panic!("the crash test did not kill this child");
 }
 
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
 fn crash_child(db: &Path, grid: &str, mode: &str) -> u64 {
     let exe = std::env::current_exe().unwrap();
-    let child = Command::new(exe)
-        .args([
-            "--exact",
-            "child_process_entry_does_nothing_unless_spawned_by_the_crash_test",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_ENV_DB, db)
-        .env(CHILD_ENV_GRID, grid)
-        .env(CHILD_ENV_MODE, mode)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn the test binary as the child");
-    let mut child = KillOnDrop(child);
-    let stdout = child.0.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            // libtest may print "test <name> ... " on the same line first.
-            if let Some(at) = line.find("ready ") {
-                let _ = tx.send(line[at + 6..].to_string());
-                break;
-            }
-        }
-    });
-    let ready = rx.recv_timeout(Duration::from_secs(15)).expect("the child never got ready");
+    let mut cmd = Command::new(exe);
+    cmd.args([
+        "--exact",
+        "child_process_entry_does_nothing_unless_spawned_by_the_crash_test",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(CHILD_ENV_DB, db)
+    .env(CHILD_ENV_GRID, grid)
+    .env(CHILD_ENV_MODE, mode);
+    let (mut child, ready) = spawn_until_ready(&mut cmd, Duration::from_secs(15));
     let mut words = ready.split_whitespace();
     let id = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
     let pid: u32 = words.next().unwrap().parse().unwrap();

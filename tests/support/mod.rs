@@ -393,3 +393,42 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
         })
         .collect()
 }
+
+// ---------------------------------------------------------------- child processes
+
+/// A child process killed (and reaped) when dropped, so a failing test leaves none behind.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Spawns `cmd` with stdout piped and waits (at most `limit`) for a line
+/// containing "ready "; returns the child and the rest of that line. libtest
+/// may print "test <name> ... " on the same line first.
+pub fn spawn_until_ready(cmd: &mut std::process::Command, limit: Duration) -> (KillOnDrop, String) {
+    use std::process::Stdio;
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the test binary as the child");
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().expect("stdout is piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(at) = line.find("ready ") {
+                let _ = tx.send(line[at + 6..].to_string());
+                break;
+            }
+        }
+    });
+    let ready = rx.recv_timeout(limit).expect("the child never got ready");
+    (child, ready)
+}
