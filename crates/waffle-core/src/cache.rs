@@ -337,12 +337,53 @@ impl PageCache {
     /// its segment (its file) are gone.
     pub fn truncated(&self, first_gone: u64) {
         self.stats.truncates.incr();
+        self.cut(first_gone);
+    }
+
+    /// Another writer cut the file before page `first_gone` (a checkpoint
+    /// elsewhere cuts the file to the database's size). Part of a foreign
+    /// change already counted.
+    pub fn foreign_truncate(&self, first_gone: u64) {
+        self.cut(first_gone);
+    }
+
+    fn cut(&self, first_gone: u64) {
         let (segment, _) = versions::split(first_gone);
         let gone = first_gone..((segment as u64 + 1) << versions::SEGMENT_BITS);
         let _all = self.all_stripes();
         self.versions.bump_from(first_gone);
         self.pool.remove_range(gone.clone());
         self.pusher.discard(|page| gone.contains(&page));
+    }
+
+    /// Another writer (a process or connection that bypasses this cache, a
+    /// checkpoint elsewhere) changed exactly these pages in the file: each gets
+    /// a new version, so no copy in L1, the push queue or the grid is served
+    /// again. Pages the file no longer has are harmless here.
+    pub fn foreign_pages(&self, pages: &[u64]) {
+        self.stats.foreign_changes.incr();
+        self.stats.foreign_pages_invalidated.add(pages.len() as u64);
+        let mut dropped = 0;
+        for &page in pages {
+            let _g = self.stripe(page);
+            self.versions.bump(page);
+            dropped += u64::from(self.pusher.take(page).is_some());
+            dropped += u64::from(self.pool.remove(page));
+        }
+        self.stats.foreign_copies_dropped.add(dropped);
+    }
+
+    /// Another writer changed the file and the changed pages cannot be named:
+    /// a new epoch, in which no copy made before is served.
+    pub fn foreign_reset(&self) {
+        self.stats.foreign_changes.incr();
+        self.stats.foreign_resets.incr();
+        let _all = self.all_stripes();
+        let dropped = self.pool.len() as u64 + self.pusher.queued_pages() as u64;
+        self.versions.reset();
+        self.pool.clear();
+        self.pusher.discard(|_| true);
+        self.stats.foreign_copies_dropped.add(dropped);
     }
 
     /// Forgets everything: every page gets a version no grid copy has.

@@ -177,6 +177,11 @@ impl Pusher {
         }
     }
 
+    /// Pages waiting in the queue (not the batch being sent).
+    pub fn queued_pages(&self) -> usize {
+        self.shared.queue.lock().unwrap().pending.len()
+    }
+
     pub fn queued_bytes(&self) -> u64 {
         self.shared.queue.lock().unwrap().bytes
     }

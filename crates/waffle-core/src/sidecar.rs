@@ -1,24 +1,32 @@
-//! The sidecar file `<database>-waffle`: who owns the database, and what a
-//! clean close saved for a warm restart.
+//! The sidecar file `<database>-waffle`: what a clean close saved for a warm
+//! restart, and whether this process is the only one with the database open
+//! through waffle.
 //!
-//! One process at a time caches a database: the sidecar is held with an
-//! exclusive flock for as long as the database is open, and holds the owner's
-//! pid so a second process can say who is in its way.
+//! Several processes may cache one database at once (each under its own
+//! cache identity; they notice each other's commits as they notice any other
+//! writer's, see the adapter). The sidecar is held with a shared flock by
+//! every process that has the database open. An open that can take the lock
+//! exclusively is alone: it reads what the last clean close saved, then marks
+//! the sidecar dirty (synced) before any page is served, then shares the
+//! lock. An open that finds others starts cold and leaves the file alone. A
+//! close that can take the lock exclusively is the last one out and writes
+//! its versions, identity and adapter state back; any other close leaves the
+//! sidecar dirty.
 //!
-//! Crash safety: on open the sidecar is rewritten as "dirty" (and synced)
-//! before any page is served. Only a clean close writes the versions and the
-//! cache identity back. A crash therefore leaves a dirty sidecar, the next open
-//! picks a new random cache identity, and every grid copy from before the
-//! crash is under keys nobody will ask for again. A warm restart also requires
-//! the database file to be exactly as the clean close left it (device, inode,
-//! size, mtime), so a write by plain SQLite in between makes the open cold.
+//! Crash safety: a crash leaves a dirty sidecar (or one that another open
+//! made dirty), the next open picks a new random cache identity, and every
+//! grid copy from before the crash is under keys nobody will ask for again.
+//! A warm restart also requires the database file to be exactly as the clean
+//! close left it (device, inode, size, mtime); the adapter checks its own
+//! state again under the database's first lock.
 //!
 //! Layout (little-endian):
 //!
 //! ```text
 //!  0 magic "WFSC" | 4 format u32 | 8 pid u32 | 12 clean u8, 3 pad | 16 cache_id u64 | 24 page_bytes u64
 //! 32 db dev u64 | 40 db ino u64 | 48 db size u64 | 56 db mtime ns i64
-//! 64 floor u64 | 72 next u64 | 80 count u64 | 88 versions count*u64 | crc32c u32 over all before
+//! 64 floor u64 | 72 next u64 | 80 count u64 | 88 versions count*u64
+//!    | extra_len u32 | extra (the adapter's state) | crc32c u32 over all before
 //! ```
 
 use std::fs::{File, OpenOptions};
@@ -26,17 +34,21 @@ use std::io::{self, Read};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::versions::{SavedVersions, MAX_PAGES};
 
 const MAGIC: [u8; 4] = *b"WFSC";
-/// How long an open waits when the lock is held under our own pid: a child
-/// forked by another thread of this process shares the lock of a sidecar we
-/// have closed until it execs (O_CLOEXEC then drops it), a matter of
-/// milliseconds.
-const OWN_LOCK_WAIT_MS: u64 = 2_000;
-const FORMAT: u32 = 1;
+/// How long an open tries for a lock: a close that holds it exclusively for a
+/// moment to write, or a child forked by another thread of this process that
+/// shares the lock of a sidecar we closed until it execs (O_CLOEXEC then
+/// drops it), both take milliseconds.
+const LOCK_WAIT_MS: u64 = 2_000;
+const LOCK_RETRY_MS: u64 = 5;
+const FORMAT: u32 = 2;
 const FIXED_BYTES: usize = 88;
+/// Bound of the adapter's state in a sidecar.
+pub const MAX_EXTRA_BYTES: usize = 4096;
 
 /// What a warm open restores.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,30 +56,19 @@ pub struct Warm {
     pub cache_id: u64,
     pub page_bytes: u64,
     pub saved: SavedVersions,
+    /// What the adapter saved with it (its own view of the file).
+    pub extra: Vec<u8>,
 }
 
 #[derive(Debug)]
-pub enum SidecarError {
-    /// Another live process holds the database.
-    Owned { pid: Option<u32>, sidecar: PathBuf },
-    Io { sidecar: PathBuf, err: io::Error },
+pub struct SidecarError {
+    sidecar: PathBuf,
+    err: io::Error,
 }
 
 impl std::fmt::Display for SidecarError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SidecarError::Owned { pid: Some(pid), sidecar } => write!(
-                f,
-                "the database is already open through waffle in process {pid} (lock held on {}); close it there first",
-                sidecar.display()
-            ),
-            SidecarError::Owned { pid: None, sidecar } => write!(
-                f,
-                "the database is already open through waffle in another process (lock held on {})",
-                sidecar.display()
-            ),
-            SidecarError::Io { sidecar, err } => write!(f, "cannot use {}: {err}", sidecar.display()),
-        }
+        write!(f, "cannot use {}: {}", self.sidecar.display(), self.err)
     }
 }
 
@@ -89,11 +90,24 @@ impl DbIdentity {
 }
 
 /// The held sidecar of an open database. Dropping it without
-/// [`Sidecar::close_clean`] leaves it dirty: the next open is cold.
+/// [`Sidecar::close_clean`] leaves it as it is (dirty, if this open was alone).
 pub struct Sidecar {
     file: File,
     path: PathBuf,
     db: PathBuf,
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let err = io::Error::last_os_error();
+    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        Ok(false)
+    } else {
+        Err(err)
+    }
 }
 
 impl Sidecar {
@@ -103,10 +117,11 @@ impl Sidecar {
         PathBuf::from(s)
     }
 
-    /// Takes ownership of `db`. Returns what a clean close saved, if it still applies.
+    /// Joins the processes that have `db` open. Returns what a clean close
+    /// saved if this open is alone and it still applies.
     pub fn acquire(db: &Path) -> Result<(Sidecar, Option<Warm>), SidecarError> {
         let path = Self::path_for(db);
-        let io_err = |err| SidecarError::Io { sidecar: path.clone(), err };
+        let io_err = |err| SidecarError { sidecar: path.clone(), err };
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -116,38 +131,57 @@ impl Sidecar {
             .custom_flags(libc::O_CLOEXEC)
             .open(&path)
             .map_err(io_err)?;
-        let deadline = std::time::Instant::now() + std::time::Duration::from_millis(OWN_LOCK_WAIT_MS);
-        // SAFETY: flock on a descriptor we own.
-        while unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            let err = io::Error::last_os_error();
-            if err.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(io_err(err));
-            }
-            let pid = read_pid(&file);
-            // Another process: refuse at once. Our own pid: a forked child may still hold
-            // the lock of our last close until it execs, so wait a little (bounded).
-            if pid != Some(std::process::id()) || std::time::Instant::now() >= deadline {
-                return Err(SidecarError::Owned { pid, sidecar: path });
-            }
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        let mut bytes = Vec::new();
-        (&file).read_to_end(&mut bytes).map_err(io_err)?;
-        let warm = decode(&bytes).and_then(|(ident, warm)| (Some(ident) == DbIdentity::of(db)).then_some(warm));
         let sidecar = Sidecar { file, path: path.clone(), db: db.to_path_buf() };
-        // Dirty before anything is served: a crash from here on means a cold start.
-        sidecar.write(&encode(false, 0, 0, None, None)).map_err(io_err)?;
-        Ok((sidecar, warm))
+        let deadline = Instant::now() + Duration::from_millis(LOCK_WAIT_MS);
+        loop {
+            if flock(&sidecar.file, libc::LOCK_EX).map_err(io_err)? {
+                let mut bytes = Vec::new();
+                (&sidecar.file).read_to_end(&mut bytes).map_err(io_err)?;
+                let warm = decode(&bytes).and_then(|(ident, warm)| (Some(ident) == DbIdentity::of(db)).then_some(warm));
+                // Dirty before anything is served: a crash from here on means a cold start.
+                sidecar.write(&encode(false, 0, 0, None, None, &[])).map_err(io_err)?;
+                sidecar.share(deadline);
+                return Ok((sidecar, warm));
+            }
+            if flock(&sidecar.file, libc::LOCK_SH).map_err(io_err)? {
+                return Ok((sidecar, None)); // others have it open: start cold, touch nothing
+            }
+            if Instant::now() >= deadline {
+                eprintln!(
+                    "waffle: {} stayed locked for {LOCK_WAIT_MS} ms; opening cold without it",
+                    path.display()
+                );
+                return Ok((sidecar, None));
+            }
+            std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));
+        }
+    }
+
+    /// Turns the exclusive lock into a shared one (not atomic in Linux: another
+    /// open may slip in between, finds the sidecar dirty and starts cold).
+    fn share(&self, deadline: Instant) {
+        while !matches!(flock(&self.file, libc::LOCK_SH), Ok(true)) {
+            if Instant::now() >= deadline {
+                eprintln!("waffle: could not share the lock on {}; the next close may not save", self.path.display());
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));
+        }
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Saves what a warm restart needs, after the database's last write.
-    pub fn close_clean(self, cache_id: u64, page_bytes: u64, saved: &SavedVersions) -> io::Result<()> {
+    /// Saves what a warm restart needs, after the database's last write, if
+    /// this is the last process with the database open. Returns whether it saved.
+    pub fn close_clean(self, cache_id: u64, page_bytes: u64, saved: &SavedVersions, extra: &[u8]) -> io::Result<bool> {
+        if !flock(&self.file, libc::LOCK_EX)? {
+            return Ok(false); // another process still has it open: the sidecar stays dirty
+        }
         let ident = DbIdentity::of(&self.db);
-        self.write(&encode(true, cache_id, page_bytes, ident, Some(saved)))
+        self.write(&encode(true, cache_id, page_bytes, ident, Some(saved), extra))?;
+        Ok(true)
     }
 
     fn write(&self, bytes: &[u8]) -> io::Result<()> {
@@ -157,24 +191,20 @@ impl Sidecar {
     }
 }
 
-fn read_pid(file: &File) -> Option<u32> {
-    let mut head = [0u8; 12];
-    file.read_exact_at(&mut head, 0).ok()?;
-    (head[0..4] == MAGIC).then(|| u32::from_le_bytes(head[8..12].try_into().unwrap()))
-}
-
 fn encode(
     clean: bool,
     cache_id: u64,
     page_bytes: u64,
     ident: Option<DbIdentity>,
     saved: Option<&SavedVersions>,
+    extra: &[u8],
 ) -> Vec<u8> {
+    assert!(extra.len() <= MAX_EXTRA_BYTES, "sidecar: adapter state of {} bytes", extra.len());
     let ident = ident.unwrap_or(DbIdentity { dev: 0, ino: 0, size: 0, mtime_ns: 0 });
     let clean = clean && saved.is_some();
     let empty = SavedVersions { floor: 0, next: 1, table: Vec::new() };
     let saved = saved.unwrap_or(&empty);
-    let mut b = Vec::with_capacity(FIXED_BYTES + saved.table.len() * 8 + 4);
+    let mut b = Vec::with_capacity(FIXED_BYTES + saved.table.len() * 8 + 8 + extra.len());
     b.extend_from_slice(&MAGIC);
     b.extend_from_slice(&FORMAT.to_le_bytes());
     b.extend_from_slice(&std::process::id().to_le_bytes());
@@ -189,6 +219,8 @@ fn encode(
     for v in &saved.table {
         b.extend_from_slice(&v.to_le_bytes());
     }
+    b.extend_from_slice(&(extra.len() as u32).to_le_bytes());
+    b.extend_from_slice(extra);
     let crc = crc32c::crc32c(&b);
     b.extend_from_slice(&crc.to_le_bytes());
     b
@@ -196,7 +228,7 @@ fn encode(
 
 /// A clean, intact sidecar's contents; None for anything else.
 fn decode(b: &[u8]) -> Option<(DbIdentity, Warm)> {
-    if b.len() < FIXED_BYTES + 4 || b[0..4] != MAGIC {
+    if b.len() < FIXED_BYTES + 8 || b[0..4] != MAGIC {
         return None;
     }
     let body = &b[..b.len() - 4];
@@ -208,7 +240,16 @@ fn decode(b: &[u8]) -> Option<(DbIdentity, Warm)> {
         return None;
     }
     let count = u64_at(80);
-    if count > MAX_PAGES || body.len() as u64 != FIXED_BYTES as u64 + count * 8 {
+    if count > MAX_PAGES {
+        return None;
+    }
+    let extra_at = FIXED_BYTES as u64 + count * 8;
+    if (body.len() as u64) < extra_at + 4 {
+        return None;
+    }
+    let extra_at = extra_at as usize;
+    let extra_len = u32::from_le_bytes(b[extra_at..extra_at + 4].try_into().ok()?) as usize;
+    if extra_len > MAX_EXTRA_BYTES || body.len() != extra_at + 4 + extra_len {
         return None;
     }
     let table: Vec<u64> = (0..count as usize).map(|i| u64_at(FIXED_BYTES + i * 8)).collect();
@@ -217,7 +258,8 @@ fn decode(b: &[u8]) -> Option<(DbIdentity, Warm)> {
         return None;
     }
     let ident = DbIdentity { dev: u64_at(32), ino: u64_at(40), size: u64_at(48), mtime_ns: u64_at(56) as i64 };
-    Some((ident, Warm { cache_id: u64_at(16), page_bytes: u64_at(24), saved }))
+    let extra = b[extra_at + 4..extra_at + 4 + extra_len].to_vec();
+    Some((ident, Warm { cache_id: u64_at(16), page_bytes: u64_at(24), saved, extra }))
 }
 
 #[cfg(test)]
@@ -243,33 +285,52 @@ mod tests {
         let db = temp_db("warm");
         let (s, warm) = Sidecar::acquire(&db).unwrap();
         assert_eq!(warm, None);
-        s.close_clean(77, 4096, &saved()).unwrap();
+        assert!(s.close_clean(77, 4096, &saved(), b"adapter").unwrap());
         let (s, warm) = Sidecar::acquire(&db).unwrap();
-        assert_eq!(warm, Some(Warm { cache_id: 77, page_bytes: 4096, saved: saved() }));
+        assert_eq!(warm, Some(Warm { cache_id: 77, page_bytes: 4096, saved: saved(), extra: b"adapter".to_vec() }));
         drop(s); // no clean close: a crash as far as the sidecar knows
         let (_s, warm) = Sidecar::acquire(&db).unwrap();
         assert_eq!(warm, None, "after a dirty close the next open is cold");
     }
 
     #[test]
-    fn a_second_owner_is_told_the_pid() {
-        let db = temp_db("owned");
-        let (_s, _) = Sidecar::acquire(&db).unwrap();
+    fn several_processes_share_and_only_the_last_out_saves() {
+        let db = temp_db("shared");
+        let (first, _) = Sidecar::acquire(&db).unwrap();
+        assert!(first.close_clean(5, 4096, &saved(), &[]).unwrap());
         // flock conflicts between two open file descriptions, even in one
-        // process; under our own pid acquire waits (bounded) before it says so.
-        let t0 = std::time::Instant::now();
-        match Sidecar::acquire(&db) {
-            Err(SidecarError::Owned { pid, .. }) => assert_eq!(pid, Some(std::process::id())),
-            other => panic!("expected Owned, got {:?}", other.map(|_| ())),
-        }
-        assert!(t0.elapsed() >= std::time::Duration::from_millis(OWN_LOCK_WAIT_MS), "it waited for a forked child");
+        // process: two acquires here behave as two processes.
+        let (a, warm_a) = Sidecar::acquire(&db).unwrap();
+        let t0 = Instant::now();
+        let (b, warm_b) = Sidecar::acquire(&db).unwrap();
+        assert!(t0.elapsed() < Duration::from_millis(LOCK_WAIT_MS), "a second open does not wait");
+        assert!(warm_a.is_some(), "the first open is alone: warm");
+        assert_eq!(warm_b, None, "an open beside another starts cold");
+        assert!(!a.close_clean(6, 4096, &saved(), &[]).unwrap(), "b is still open: a does not save");
+        assert!(b.close_clean(7, 4096, &saved(), &[]).unwrap(), "b is the last out");
+        let (_c, warm_c) = Sidecar::acquire(&db).unwrap();
+        assert_eq!(warm_c.map(|w| w.cache_id), Some(7));
+    }
+
+    #[test]
+    fn a_crash_beside_another_process_leaves_the_sidecar_dirty() {
+        let db = temp_db("crash-shared");
+        let (s, _) = Sidecar::acquire(&db).unwrap();
+        assert!(s.close_clean(5, 4096, &saved(), &[]).unwrap());
+        let (a, warm) = Sidecar::acquire(&db).unwrap();
+        assert!(warm.is_some());
+        let (b, _) = Sidecar::acquire(&db).unwrap();
+        drop(a); // a crashes
+        drop(b); // b crashes too
+        let (_c, warm) = Sidecar::acquire(&db).unwrap();
+        assert_eq!(warm, None);
     }
 
     #[test]
     fn a_write_between_sessions_makes_the_open_cold() {
         let db = temp_db("modified");
         let (s, _) = Sidecar::acquire(&db).unwrap();
-        s.close_clean(1, 4096, &saved()).unwrap();
+        s.close_clean(1, 4096, &saved(), &[]).unwrap();
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(b"more").unwrap();
         let (_s, warm) = Sidecar::acquire(&db).unwrap();
         assert_eq!(warm, None);
@@ -279,7 +340,7 @@ mod tests {
     fn a_corrupt_sidecar_is_a_cold_start() {
         let db = temp_db("corrupt");
         let (s, _) = Sidecar::acquire(&db).unwrap();
-        s.close_clean(1, 4096, &saved()).unwrap();
+        s.close_clean(1, 4096, &saved(), &[]).unwrap();
         let path = Sidecar::path_for(&db);
         let mut b = std::fs::read(&path).unwrap();
         for i in 0..b.len() {

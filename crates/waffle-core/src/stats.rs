@@ -141,6 +141,16 @@ pub struct Stats {
     pub scan_drops: Counter,
     /// Whole-cache invalidations (page size changed).
     pub resets: Counter,
+    /// Commits by writers that bypass this cache (another process, another
+    /// connection without waffle, a checkpoint elsewhere), noticed by the adapter.
+    pub foreign_changes: Counter,
+    /// Of those, the ones that made every cached copy unreachable (a new epoch)
+    /// because the changed pages could not be named.
+    pub foreign_resets: Counter,
+    /// Pages named as changed by another writer (their versions bumped).
+    pub foreign_pages_invalidated: Counter,
+    /// Copies dropped from L1 and the push queue because another writer changed them.
+    pub foreign_copies_dropped: Counter,
     latency: [Latency; 3],
 }
 
@@ -179,6 +189,10 @@ impl Stats {
             read_ahead_hits: Counter::default(),
             scan_drops: Counter::default(),
             resets: Counter::default(),
+            foreign_changes: Counter::default(),
+            foreign_resets: Counter::default(),
+            foreign_pages_invalidated: Counter::default(),
+            foreign_copies_dropped: Counter::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
     }
@@ -261,6 +275,10 @@ impl Stats {
         put("read_ahead_hits", json!(self.read_ahead_hits.get()));
         put("scan_drops", json!(self.scan_drops.get()));
         put("resets", json!(self.resets.get()));
+        put("foreign_changes", json!(self.foreign_changes.get()));
+        put("foreign_resets", json!(self.foreign_resets.get()));
+        put("foreign_pages_invalidated", json!(self.foreign_pages_invalidated.get()));
+        put("foreign_copies_dropped", json!(self.foreign_copies_dropped.get()));
         put("latency", Value::Object(latency));
         m
     }

@@ -16,6 +16,19 @@ pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
 pub const SQLITE_OK_LOAD_PERMANENTLY: c_int = 256;
 
 pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
+pub const SQLITE_READONLY: c_int = 8;
+
+/// xLock/xUnlock levels.
+pub const SQLITE_LOCK_SHARED: c_int = 1;
+
+/// xShmLock flags and the WAL's lock slots (src/wal.c: WAL_CKPT_LOCK, WAL_READ_LOCK(i)).
+pub const SQLITE_SHM_UNLOCK: c_int = 1;
+pub const SQLITE_SHM_LOCK: c_int = 2;
+pub const SQLITE_SHM_SHARED: c_int = 4;
+pub const SQLITE_SHM_EXCLUSIVE: c_int = 8;
+pub const WAL_CKPT_LOCK: c_int = 1;
+pub const WAL_READ_LOCK_0: c_int = 3;
+pub const WAL_NREADER: c_int = 5;
 pub const SQLITE_FCNTL_PRAGMA: c_int = 14;
 
 pub type XClose = unsafe extern "C" fn(*mut sqlite3_file) -> c_int;

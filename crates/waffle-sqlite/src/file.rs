@@ -3,16 +3,21 @@
 //!
 //! The main database file goes through the cache: whole-page reads are served
 //! by [`PageCache`](waffle_core::PageCache), writes reach the real file first
-//! and then update the cache. Every other file (journals, WAL, temp files)
-//! and every other method passes straight through.
+//! and then update the cache. Locks and the WAL's shared-memory locks pass
+//! through, and tell [`Coherence`](crate::coherence) when a read transaction
+//! starts, so that what other writers changed is forgotten before a page of
+//! it is served. Every other file (journals, WAL, temp files) and every other
+//! method passes straight through.
 
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::coherence::{FileSig, Forget, Frames};
 use crate::ffi::*;
 use crate::registry::{self, OpenDb};
+use crate::wal_index;
 
 #[repr(C)]
 pub struct WaffleFile {
@@ -24,6 +29,10 @@ pub struct WaffleFile {
     /// time, so no lock is needed.
     pub seq_next: u64,
     pub seq_run: u32,
+    /// The lock level SQLite holds through this handle (what it asked for and got).
+    pub lock_level: c_int,
+    /// Region 0 of the WAL's shared memory as mapped for this handle; null when unmapped.
+    pub shm0: *const u8,
 }
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.
@@ -68,7 +77,12 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     xRead: Some(main_read),
     xWrite: Some(main_write),
     xTruncate: Some(main_truncate),
+    xLock: Some(main_lock),
+    xUnlock: Some(main_unlock),
     xFileControl: Some(main_file_control),
+    xShmMap: Some(main_shm_map),
+    xShmLock: Some(main_shm_lock),
+    xShmUnmap: Some(main_shm_unmap),
     xFetch: Some(no_fetch),
     xUnfetch: Some(no_unfetch),
     ..PASS_METHODS
@@ -99,8 +113,15 @@ pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
 // ---- the main database file ----
 
 unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
-    let rc = pass_close(f);
     let wf = f as *mut WaffleFile;
+    if (*wf).lock_level >= SQLITE_LOCK_SHARED {
+        // Closed while holding a lock (the real close releases it): account for it.
+        if let Some(db) = db(f) {
+            coherent(db, |c| c.on_unlock(|| file_sig(f, db)));
+        }
+        (*wf).lock_level = 0;
+    }
+    let rc = pass_close(f);
     let p = std::mem::replace(&mut (*wf).db, std::ptr::null());
     if !p.is_null() {
         // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
@@ -196,6 +217,149 @@ unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mu
         }
     }
     pass_file_control(f, op, arg)
+}
+
+// ---- other writers (see coherence.rs) ----
+
+impl Forget for waffle_core::PageCache {
+    fn forget_pages(&self, pages: &[u64]) {
+        self.foreign_pages(pages);
+    }
+    fn forget_all(&self) {
+        self.foreign_reset();
+    }
+    fn forget_from(&self, len: u64) {
+        let page_bytes = self.page_bytes() as u64;
+        if page_bytes > 0 {
+            self.foreign_truncate(len / page_bytes);
+        }
+    }
+    fn page_bytes(&self) -> usize {
+        waffle_core::PageCache::page_bytes(self)
+    }
+}
+
+/// The `-wal` file of an open database, for the page numbers of its frames.
+struct WalFrames<'a>(&'a OpenDb);
+
+impl Frames for WalFrames<'_> {
+    fn pages(&self, salt: [u8; 8], page_bytes: u32, first: u32, last: u32) -> Option<Vec<u32>> {
+        wal_index::frame_pages(&self.0.wal_path, salt, page_bytes, first, last)
+    }
+    fn db_len(&self) -> Option<u64> {
+        self.0.meta.metadata().ok().map(|m| m.len())
+    }
+}
+
+/// Runs a coherence step under the database's coherence lock. A panic inside
+/// means the cache cannot vouch for what it holds: it forgets everything.
+fn coherent(db: &OpenDb, step: impl FnOnce(&mut crate::coherence::Coherence)) {
+    let ok = catch_unwind(AssertUnwindSafe(|| {
+        let mut c = db.coherence.lock().unwrap_or_else(|e| e.into_inner());
+        step(&mut c);
+    }));
+    if ok.is_err() {
+        eprintln!("waffle: internal error while checking {} for other writers; dropping its cache", db.path.display());
+        let _ = catch_unwind(AssertUnwindSafe(|| db.cache.foreign_reset()));
+    }
+}
+
+/// The database file as a cheap check sees it: header bytes 24..40 (read
+/// through the real file, as SQLite reads them), size, times, inode.
+unsafe fn file_sig(f: *mut sqlite3_file, db: &OpenDb) -> Option<FileSig> {
+    use std::os::unix::fs::MetadataExt;
+    let mut header = [0u8; 16];
+    let rc = pass_read(f, header.as_mut_ptr() as *mut c_void, 16, 24);
+    if rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ {
+        return None;
+    }
+    let m = db.meta.metadata().ok()?;
+    Some(FileSig {
+        header,
+        size: m.size(),
+        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        ino: m.ino(),
+        dev: m.dev(),
+    })
+}
+
+/// The wal-index as this handle's mapping shows it (None: not mapped or not whole).
+unsafe fn wal_view(f: *mut sqlite3_file) -> Option<wal_index::WalView> {
+    let shm0 = (*(f as *mut WaffleFile)).shm0;
+    // SAFETY: region 0 as SQLite mapped it for this handle (32 KiB, page aligned).
+    (!shm0.is_null()).then(|| wal_index::read_view(shm0)).flatten()
+}
+
+unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
+    let rc = pass_lock(f, level);
+    let wf = f as *mut WaffleFile;
+    if rc == SQLITE_OK && level > (*wf).lock_level {
+        let from = (*wf).lock_level;
+        (*wf).lock_level = level;
+        if let (Some(db), true) = (db(f), from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
+            // Before SQLite reads a page of this transaction.
+            coherent(db, |c| c.on_shared(&db.cache, || file_sig(f, db)));
+        }
+    }
+    rc
+}
+
+unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
+    let wf = f as *mut WaffleFile;
+    if let (Some(db), true) = (db(f), (*wf).lock_level >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) {
+        // While the lock is still held: nobody else has written since our last check.
+        coherent(db, |c| c.on_unlock(|| file_sig(f, db)));
+    }
+    if level < (*wf).lock_level {
+        (*wf).lock_level = level;
+    }
+    pass_unlock(f, level)
+}
+
+unsafe extern "C" fn main_shm_map(f: *mut sqlite3_file, pg: c_int, sz: c_int, extend: c_int, pp: *mut *mut c_void) -> c_int {
+    let rc = pass_shm_map(f, pg, sz, extend, pp);
+    if pg == 0 && (rc == SQLITE_OK || rc & 0xff == SQLITE_READONLY) && !(*pp).is_null() && sz >= 136 {
+        (*(f as *mut WaffleFile)).shm0 = *pp as *const u8;
+    }
+    rc
+}
+
+unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
+    (*(f as *mut WaffleFile)).shm0 = std::ptr::null();
+    pass_shm_unmap(f, delete)
+}
+
+/// Read marks, the checkpoint lock and the restart lock (every read mark but
+/// the first, taken exclusively) are where WAL readers, checkpointers and
+/// restarters of this process begin and end.
+unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, flags: c_int) -> c_int {
+    let Some(db) = db(f) else { return pass_shm_lock(f, ofst, n, flags) };
+    let exclusive = flags & SQLITE_SHM_EXCLUSIVE != 0;
+    let checkpoint = exclusive && ofst == WAL_CKPT_LOCK && n == 1;
+    let restart = exclusive && ofst == WAL_READ_LOCK_0 + 1 && n == WAL_NREADER - 1;
+    if flags & SQLITE_SHM_UNLOCK != 0 {
+        if checkpoint {
+            coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f)));
+        } else if restart {
+            coherent(db, |c| c.on_restart_end(&db.cache, wal_view(f)));
+        }
+        return pass_shm_lock(f, ofst, n, flags);
+    }
+    let rc = pass_shm_lock(f, ofst, n, flags);
+    if rc != SQLITE_OK || flags & SQLITE_SHM_LOCK == 0 {
+        return rc;
+    }
+    let read_mark = flags & SQLITE_SHM_SHARED != 0 && n == 1 && (WAL_READ_LOCK_0..WAL_READ_LOCK_0 + WAL_NREADER).contains(&ofst);
+    let frames = WalFrames(db);
+    if read_mark {
+        coherent(db, |c| c.on_wal_read(&db.cache, wal_view(f), &frames));
+    } else if checkpoint {
+        coherent(db, |c| c.on_checkpoint_begin(&db.cache, wal_view(f), &frames));
+    } else if restart {
+        coherent(db, |c| c.on_restart_begin(&db.cache, wal_view(f), &frames));
+    }
+    rc
 }
 
 /// mmap is declined so that every read of the database is seen by the cache.

@@ -21,11 +21,13 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 mod api;
+mod coherence;
 mod ffi;
 mod file;
 mod pragma;
 mod registry;
 mod vfs;
+mod wal_index;
 
 pub use vfs::VFS_NAME;
 

@@ -2,11 +2,14 @@
 //!
 //! Every connection to one database file in this process shares one
 //! [`PageCache`] (a write through one connection must be seen by the others),
-//! keyed by the file's device and inode. The first open takes the sidecar
-//! lock (so a second process gets a clear error) and the last close pushes L1
-//! to the grid and saves the versions for a warm restart.
+//! keyed by the file's device and inode. The first open joins the sidecar
+//! (other processes may have the database open too: each has its own cache
+//! and notices the others' commits through [`Coherence`]); the last close
+//! pushes L1 to the grid and, if no other process has the database open,
+//! saves the versions for a warm restart.
 
 use std::collections::HashMap;
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,10 +20,18 @@ use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
 
+use crate::coherence::{Coherence, FileSig};
+
 pub struct OpenDb {
     pub cache: PageCache,
     pub path: PathBuf,
     pub config: Config,
+    /// What the cache knows of other writers (file signature, WAL position).
+    pub coherence: Mutex<Coherence>,
+    /// A handle for fstat (size, times, inode) of the database file.
+    pub meta: File,
+    /// The database's WAL file (`<db>-wal`), read for the page numbers of checkpointed frames.
+    pub wal_path: PathBuf,
     sidecar: Sidecar,
 }
 
@@ -65,9 +76,13 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
         None => Box::new(backing),
     };
     let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
-    let (cache_id, page_bytes, saved) = match warm {
-        Some(w) => (w.cache_id, w.page_bytes as usize, Some(w.saved)),
-        None => (waffle_core::random_cache_id(), 0, None),
+    let meta = File::open(path).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
+    // A warm start is trusted only with the file signature it was saved with;
+    // the first lock compares it with the file (Coherence::on_shared).
+    let warm = warm.and_then(|w| FileSig::from_bytes(&w.extra).map(|sig| (w, sig)));
+    let (cache_id, page_bytes, saved, sig) = match warm {
+        Some((w, sig)) => (w.cache_id, w.page_bytes as usize, Some(w.saved), Some(sig)),
+        None => (waffle_core::random_cache_id(), 0, None, None),
     };
     let cache = PageCache::new(
         CacheOptions {
@@ -81,7 +96,17 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
         },
         backing,
     );
-    let db = Arc::new(OpenDb { cache, path: path.to_path_buf(), config, sidecar });
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let db = Arc::new(OpenDb {
+        cache,
+        path: path.to_path_buf(),
+        config,
+        coherence: Mutex::new(Coherence::new(sig)),
+        meta,
+        wal_path: PathBuf::from(wal),
+        sidecar,
+    });
     open.insert(key, Entry { db: Arc::clone(&db), refs: 1 });
     Ok(db)
 }
@@ -116,8 +141,10 @@ pub fn detach(db: Arc<OpenDb>) {
 fn close(db: OpenDb) {
     let cache_id = db.cache.cache_id();
     let page_bytes = db.cache.page_bytes() as u64;
+    let sig = db.coherence.lock().unwrap_or_else(|e| e.into_inner()).sig();
     let saved = db.cache.close();
-    if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved) {
+    let extra = sig.map(|s| s.to_bytes()).unwrap_or_default();
+    if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved, &extra) {
         eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
     }
 }

@@ -101,6 +101,8 @@ unsafe extern "C" fn x_open(
     (*wf).db = std::ptr::null();
     (*wf).seq_next = u64::MAX;
     (*wf).seq_run = 0;
+    (*wf).lock_level = 0;
+    (*wf).shm0 = std::ptr::null();
     let real = file::real(f);
     (*real).pMethods = std::ptr::null();
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();

@@ -1,0 +1,430 @@
+//! Noticing other writers: the signals SQLite's own pager follows, applied to
+//! Waffle's caches (L1, push queue, grid) before a read transaction reads a page.
+//!
+//! Other writers are everything that changes the database file without going
+//! through this process's `waffle` cache: another process (through waffle or
+//! not), a connection of this process opened without `vfs=waffle`, a
+//! checkpoint run by either.
+//!
+//! Rollback-journal mode: a writer needs an EXCLUSIVE lock on the database
+//! file, so while any waffle connection of this process holds SHARED or more,
+//! nobody else writes the file. The cache records the file's signature (the
+//! 16 header bytes at offset 24, which every rollback commit changes through
+//! the change counter, plus size, mtime, ctime, inode) when the last of this
+//! process's connections lets go of its lock, and compares it when the first
+//! takes SHARED again: any difference is a new epoch ([`Forget::forget_all`]).
+//!
+//! WAL mode: connections hold SHARED for as long as they are in WAL mode, and
+//! the file changes only by checkpoints, which copy WAL frames back. When a
+//! waffle connection takes a read mark (the start of every read transaction),
+//! the wal-index says how far the WAL has been copied back (nBackfill) in
+//! which generation (salts); the frames between the last nBackfill accounted
+//! for and now name exactly the pages another checkpointer wrote, and those
+//! pages alone are forgotten. Our own checkpoints (a waffle connection of this
+//! process holds the checkpoint lock) write through the cache and are not
+//! foreign. A generation change that was not ours (a restart of the WAL after
+//! a complete checkpoint elsewhere) leaves frames that can no longer be read:
+//! a new epoch. So does anything that cannot be read whole.
+//!
+//! The rule, and the interleavings it was checked against, are in
+//! docs/design.md ("Other writers").
+
+use crate::wal_index::WalView;
+
+/// The cache as the coherence rules see it (a trait so the rules can be tested alone).
+pub trait Forget {
+    /// These pages (0-based) changed in the file.
+    fn forget_pages(&self, pages: &[u64]);
+    /// The file changed in ways that cannot be named: nothing cached may be served.
+    fn forget_all(&self);
+    /// The file is now `len` bytes: pages from there on are gone.
+    fn forget_from(&self, len: u64);
+    /// The page size the cache uses (0 before the first page).
+    fn page_bytes(&self) -> usize;
+}
+
+/// What identifies the database file's contents as far as a cheap check can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileSig {
+    /// Bytes 24..40: change counter, size in pages, freelist trunk and count.
+    pub header: [u8; 16],
+    pub size: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+    pub ino: u64,
+    pub dev: u64,
+}
+
+impl FileSig {
+    pub const BYTES: usize = 16 + 8 * 5;
+
+    /// For the sidecar: a warm start is checked against it under the first lock.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(Self::BYTES);
+        b.extend_from_slice(&self.header);
+        for v in [self.size, self.mtime_ns as u64, self.ctime_ns as u64, self.ino, self.dev] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<FileSig> {
+        if b.len() != Self::BYTES {
+            return None;
+        }
+        let at = |i: usize| u64::from_le_bytes(b[16 + i * 8..24 + i * 8].try_into().expect("8 bytes"));
+        Some(FileSig {
+            header: b[..16].try_into().ok()?,
+            size: at(0),
+            mtime_ns: at(1) as i64,
+            ctime_ns: at(2) as i64,
+            ino: at(3),
+            dev: at(4),
+        })
+    }
+}
+
+/// How far the cache has accounted for the WAL's checkpoints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct WalMark {
+    salt: [u8; 8],
+    backfilled: u32,
+}
+
+/// Where the pages of a WAL frame range can be read (the `-wal` file).
+pub trait Frames {
+    /// 1-based page numbers written by frames `first..=last` of generation
+    /// `salt`; None if they cannot all be read.
+    fn pages(&self, salt: [u8; 8], page_bytes: u32, first: u32, last: u32) -> Option<Vec<u32>>;
+    /// The database file's length now.
+    fn db_len(&self) -> Option<u64>;
+}
+
+/// One database's coherence state, shared by this process's connections (behind a mutex).
+#[derive(Debug, Default)]
+pub struct Coherence {
+    /// The file as the cache last knew it to be in step (None: it could not be read).
+    sig: Option<FileSig>,
+    /// The cache holds nothing yet (a cold start): the first check has nothing to compare.
+    cold: bool,
+    /// Waffle connections of this process holding SHARED or more on the file.
+    holders: u32,
+    wal: Option<WalMark>,
+    /// Waffle connections of this process inside a checkpoint (holding the checkpoint lock).
+    own_checkpoints: u32,
+    /// The wal-index as an own WAL restart found it (all frames copied back).
+    restart_from: Option<WalView>,
+}
+
+impl Coherence {
+    /// A cache that starts from a clean close: it was in step with a file
+    /// whose signature was `sig` (None: a cold cache).
+    pub fn new(sig: Option<FileSig>) -> Coherence {
+        Coherence { sig, cold: sig.is_none(), ..Coherence::default() }
+    }
+
+    /// The signature recorded last (a clean close saves it; None: nothing to vouch for).
+    pub fn sig(&self) -> Option<FileSig> {
+        if self.cold { None } else { self.sig }
+    }
+
+    /// A waffle connection got SHARED (from no lock). `now` reads the file's
+    /// signature; it is only called when no other connection of ours held a lock.
+    pub fn on_shared(&mut self, cache: &dyn Forget, now: impl FnOnce() -> Option<FileSig>) {
+        self.holders += 1;
+        if self.holders > 1 {
+            return; // another connection of ours held a lock all along: nobody wrote in between
+        }
+        let now = now();
+        if !self.cold && (now.is_none() || now != self.sig) {
+            cache.forget_all();
+        }
+        self.cold = false;
+        self.sig = now;
+    }
+
+    /// A waffle connection is about to let go of its last lock. Called before
+    /// the real unlock, while nobody else can write.
+    pub fn on_unlock(&mut self, now: impl FnOnce() -> Option<FileSig>) {
+        debug_assert!(self.holders > 0, "unlock without a lock");
+        self.holders = self.holders.saturating_sub(1);
+        if self.holders == 0 {
+            self.sig = now();
+        }
+    }
+
+    /// A waffle connection took a read mark (a WAL read transaction starts):
+    /// forget what other checkpointers wrote since the last look.
+    pub fn on_wal_read(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        self.catch_up(cache, view, frames);
+    }
+
+    /// A waffle connection took the checkpoint lock: what others copied back
+    /// before is foreign, what this checkpoint copies is ours.
+    pub fn on_checkpoint_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        self.catch_up(cache, view, frames);
+        self.own_checkpoints += 1;
+    }
+
+    /// The checkpoint lock is about to be released: our own backfill is accounted for.
+    pub fn on_checkpoint_end(&mut self, cache: &dyn Forget, view: Option<WalView>) {
+        self.own_checkpoints = self.own_checkpoints.saturating_sub(1);
+        match (view, self.wal) {
+            (Some(v), Some(m)) if v.salt == m.salt && v.backfilled >= m.backfilled => {
+                self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+            }
+            (Some(v), Some(m)) if v.salt == m.salt => {
+                cache.forget_all(); // nBackfill went back within one generation: not a state SQLite makes
+                self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+            }
+            // A restart inside the checkpoint (TRUNCATE) was seen by on_restart_end.
+            _ => {}
+        }
+    }
+
+    /// A waffle connection is restarting the WAL (it holds every read mark
+    /// exclusively; a restart happens only once every frame was copied back).
+    pub fn on_restart_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        self.catch_up(cache, view, frames);
+        self.restart_from = view;
+    }
+
+    /// The restart is done (about to release the read marks): if the old
+    /// generation was wholly copied back and accounted for, the new one
+    /// starts in step; otherwise nothing is trusted.
+    pub fn on_restart_end(&mut self, cache: &dyn Forget, view: Option<WalView>) {
+        let from = self.restart_from.take();
+        let Some(now) = view else {
+            cache.forget_all();
+            self.wal = None;
+            return;
+        };
+        match (from, self.wal) {
+            (Some(f), Some(m)) if f.salt == m.salt && m.backfilled == f.mx_frame && f.backfilled == f.mx_frame => {
+                self.wal = Some(WalMark { salt: now.salt, backfilled: now.backfilled });
+            }
+            (Some(f), _) if f.salt == now.salt => {} // no restart happened after all
+            _ => {
+                cache.forget_all();
+                self.wal = Some(WalMark { salt: now.salt, backfilled: now.backfilled });
+            }
+        }
+    }
+
+    fn catch_up(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        let Some(v) = view else {
+            cache.forget_all();
+            self.wal = None;
+            return;
+        };
+        let page_bytes = cache.page_bytes();
+        if page_bytes != 0 && page_bytes != v.page_bytes as usize {
+            cache.forget_all(); // the cache's pages are not the WAL's pages
+            self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+            return;
+        }
+        let from = match self.wal {
+            Some(m) if m.salt == v.salt && v.backfilled >= m.backfilled => m.backfilled,
+            // Another generation, or nBackfill went back: frames we did not see are gone.
+            Some(_) => {
+                cache.forget_all();
+                self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+                return;
+            }
+            // First look: whatever this generation copied back may be news.
+            None => 0,
+        };
+        if v.backfilled > from && self.own_checkpoints == 0 {
+            match frames.pages(v.salt, v.page_bytes, from + 1, v.backfilled) {
+                Some(pages) => {
+                    let pages: Vec<u64> = pages.into_iter().map(|p| u64::from(p) - 1).collect();
+                    cache.forget_pages(&pages);
+                    // A checkpoint also cuts the file to the database's size.
+                    if let Some(len) = frames.db_len() {
+                        cache.forget_from(len);
+                    }
+                }
+                None => cache.forget_all(),
+            }
+        }
+        self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::cell::RefCell;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    struct Log {
+        events: RefCell<Vec<String>>,
+    }
+
+    impl Forget for Log {
+        fn forget_pages(&self, pages: &[u64]) {
+            self.events.borrow_mut().push(format!("pages {pages:?}"));
+        }
+        fn forget_all(&self) {
+            self.events.borrow_mut().push("all".into());
+        }
+        fn forget_from(&self, len: u64) {
+            self.events.borrow_mut().push(format!("from {len}"));
+        }
+        fn page_bytes(&self) -> usize {
+            4096
+        }
+    }
+
+    impl Log {
+        fn take(&self) -> Vec<String> {
+            std::mem::take(&mut *self.events.borrow_mut())
+        }
+    }
+
+    /// A WAL: frame number -> (salt, pgno).
+    #[derive(Default)]
+    struct Wal {
+        frames: HashMap<u32, ([u8; 8], u32)>,
+    }
+
+    impl Frames for Wal {
+        fn pages(&self, salt: [u8; 8], _page_bytes: u32, first: u32, last: u32) -> Option<Vec<u32>> {
+            let mut v: Vec<u32> = (first..=last)
+                .map(|f| self.frames.get(&f).filter(|(s, _)| *s == salt).map(|(_, p)| *p))
+                .collect::<Option<_>>()?;
+            v.sort_unstable();
+            v.dedup();
+            Some(v)
+        }
+        fn db_len(&self) -> Option<u64> {
+            Some(1 << 20)
+        }
+    }
+
+    fn sig(counter: u8) -> FileSig {
+        let mut header = [0u8; 16];
+        header[3] = counter;
+        FileSig { header, size: 8192, mtime_ns: 1, ctime_ns: 1, ino: 7, dev: 1 }
+    }
+
+    fn view(salt: u8, mx_frame: u32, backfilled: u32) -> Option<WalView> {
+        Some(WalView { salt: [salt; 8], mx_frame, backfilled, page_bytes: 4096 })
+    }
+
+    #[test]
+    fn rollback_mode_a_foreign_commit_between_transactions_is_a_new_epoch() {
+        let cache = Log::default();
+        let mut c = Coherence::new(None);
+        c.on_shared(&cache, || Some(sig(1)));
+        assert!(cache.take().is_empty(), "a cold cache has nothing to forget");
+        c.on_unlock(|| Some(sig(2))); // our own commit moved the counter: recorded, not foreign
+        c.on_shared(&cache, || Some(sig(2)));
+        assert!(cache.take().is_empty(), "our own commit does not look foreign");
+        c.on_unlock(|| Some(sig(2)));
+        c.on_shared(&cache, || Some(sig(3))); // someone else committed while we held nothing
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    #[test]
+    fn rollback_mode_a_second_holder_does_not_check_again() {
+        let cache = Log::default();
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_shared(&cache, || panic!("not read while another connection of ours holds a lock"));
+        c.on_unlock(|| panic!("not recorded while another connection holds a lock"));
+        c.on_unlock(|| Some(sig(1)));
+        assert!(cache.take().is_empty());
+    }
+
+    #[test]
+    fn an_unreadable_signature_is_never_in_step() {
+        let cache = Log::default();
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_unlock(|| None);
+        c.on_shared(&cache, || None);
+        assert_eq!(cache.take(), vec!["all"]);
+        c.on_unlock(|| None);
+        c.on_shared(&cache, || Some(sig(1)));
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    #[test]
+    fn a_warm_start_checks_the_saved_signature_under_the_first_lock() {
+        let cache = Log::default();
+        let mut c = Coherence::new(Some(sig(5)));
+        c.on_shared(&cache, || Some(sig(6)));
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    #[test]
+    fn wal_foreign_backfill_names_its_pages() {
+        let cache = Log::default();
+        let mut wal = Wal::default();
+        for (f, p) in [(1, 2), (2, 5), (3, 2), (4, 9)] {
+            wal.frames.insert(f, ([1; 8], p));
+        }
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(1, 4, 0), &wal);
+        assert!(cache.take().is_empty());
+        c.on_wal_read(&cache, view(1, 4, 3), &wal); // someone checkpointed frames 1..=3
+        assert_eq!(cache.take(), vec!["pages [1, 4]", "from 1048576"]);
+        c.on_wal_read(&cache, view(1, 4, 3), &wal);
+        assert!(cache.take().is_empty(), "nothing new");
+        c.on_wal_read(&cache, view(1, 4, 4), &wal);
+        assert_eq!(cache.take(), vec!["pages [8]", "from 1048576"]);
+    }
+
+    #[test]
+    fn wal_own_checkpoint_is_not_foreign_but_what_came_before_it_is() {
+        let cache = Log::default();
+        let mut wal = Wal::default();
+        for f in 1..=6 {
+            wal.frames.insert(f, ([1; 8], f + 10));
+        }
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(1, 6, 0), &wal);
+        c.on_checkpoint_begin(&cache, view(1, 6, 2), &wal); // frames 1..=2 by someone else
+        assert_eq!(cache.take(), vec!["pages [10, 11]", "from 1048576"]);
+        c.on_wal_read(&cache, view(1, 6, 4), &wal); // a reader of ours while our checkpoint runs
+        assert!(cache.take().is_empty());
+        c.on_checkpoint_end(&cache, view(1, 6, 6));
+        c.on_wal_read(&cache, view(1, 6, 6), &wal);
+        assert!(cache.take().is_empty(), "our own backfill is accounted for");
+    }
+
+    #[test]
+    fn wal_foreign_restart_is_a_new_epoch_and_our_own_is_not() {
+        let cache = Log::default();
+        let wal = Wal::default();
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(1, 0, 0), &wal);
+        c.on_wal_read(&cache, view(2, 3, 0), &wal); // restarted elsewhere
+        assert_eq!(cache.take(), vec!["all"]);
+        // Our own restart after everything was copied back and accounted for.
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(1, 5, 0), &wal);
+        c.on_checkpoint_begin(&cache, view(1, 5, 0), &wal);
+        c.on_checkpoint_end(&cache, view(1, 5, 5));
+        c.on_restart_begin(&cache, view(1, 5, 5), &wal);
+        c.on_restart_end(&cache, view(2, 0, 0));
+        c.on_wal_read(&cache, view(2, 1, 0), &wal);
+        assert!(cache.take().is_empty(), "our own restart keeps the cache");
+    }
+
+    #[test]
+    fn unreadable_state_trusts_nothing() {
+        let cache = Log::default();
+        let wal = Wal::default();
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, None, &wal);
+        assert_eq!(cache.take(), vec!["all"]);
+        c.on_wal_read(&cache, view(1, 4, 0), &wal);
+        c.on_wal_read(&cache, view(1, 4, 2), &wal); // frames missing from the file
+        assert_eq!(cache.take(), vec!["all"]);
+        c.on_wal_read(&cache, view(1, 4, 1), &wal); // nBackfill went back in one generation
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+}
