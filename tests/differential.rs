@@ -103,6 +103,9 @@ fn run(journal: &str, page_size: usize, seed: u64) {
     // a `version` reject means a read went to the grid while the newer version
     // was still in memory (see push_in_flight.rs).
     assert_eq!(n(&s, "l2_rejects_total"), 0, "a grid value was rejected with no fault injected: {ctx}");
+    // Nobody else writes this file: our own commits, checkpoints and WAL
+    // restarts must never look like another writer's.
+    assert_eq!(n(&s, "foreign_changes"), 0, "our own writes looked foreign: {ctx}");
     // And with room on the nodes, nothing pushed is lost: a miss is a page
     // that was dropped or failed to push.
     assert!(

@@ -114,6 +114,8 @@ pub struct Coherence {
     own_checkpoints: u32,
     /// The wal-index as an own WAL restart found it (all frames copied back).
     restart_from: Option<WalView>,
+    /// The wal-index as an own write transaction found it.
+    write_from: Option<WalView>,
 }
 
 impl Coherence {
@@ -182,6 +184,36 @@ impl Coherence {
         }
     }
 
+    /// A waffle connection took the WAL's write lock (it begins a write
+    /// transaction): catch up, and remember the WAL as it was.
+    pub fn on_write_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        self.write_from = view;
+        // No whole header: SQLite takes the write lock to rebuild the wal-index
+        // (recovery), which writes nothing to the database file. The next read
+        // mark catches up.
+        if view.is_some() {
+            self.catch_up(cache, view, frames);
+        }
+    }
+
+    /// The write lock is about to be released. Nobody else appends to the WAL
+    /// or restarts it meanwhile, so a new generation that appeared during the
+    /// span is ours: the first frame written into an empty WAL draws new salts
+    /// (a restart is seen by the restart hooks).
+    pub fn on_write_end(&mut self, cache: &dyn Forget, view: Option<WalView>) {
+        let from = self.write_from.take();
+        let (Some(now), Some(m)) = (view, self.wal) else { return };
+        if now.salt == m.salt {
+            return;
+        }
+        match from {
+            Some(f) if f.salt == m.salt && f.mx_frame == 0 => {
+                self.wal = Some(WalMark { salt: now.salt, backfilled: now.backfilled });
+            }
+            _ => {} // the next read mark decides (a new epoch)
+        }
+    }
+
     /// A waffle connection is restarting the WAL (it holds every read mark
     /// exclusively; a restart happens only once every frame was copied back).
     pub fn on_restart_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
@@ -218,7 +250,8 @@ impl Coherence {
             return;
         };
         let page_bytes = cache.page_bytes();
-        if page_bytes != 0 && page_bytes != v.page_bytes as usize {
+        // An empty WAL has no page size yet (0).
+        if page_bytes != 0 && v.page_bytes != 0 && page_bytes != v.page_bytes as usize {
             cache.forget_all(); // the cache's pages are not the WAL's pages
             self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
             return;
@@ -412,6 +445,31 @@ mod tests {
         c.on_restart_end(&cache, view(2, 0, 0));
         c.on_wal_read(&cache, view(2, 1, 0), &wal);
         assert!(cache.take().is_empty(), "our own restart keeps the cache");
+    }
+
+    #[test]
+    fn wal_our_first_frame_in_an_empty_wal_is_not_a_foreign_generation() {
+        let cache = Log::default();
+        let wal = Wal::default();
+        let mut c = Coherence::new(None);
+        let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
+        c.on_wal_read(&cache, empty, &wal);
+        c.on_write_begin(&cache, empty, &wal);
+        c.on_write_end(&cache, view(7, 2, 0));
+        c.on_wal_read(&cache, view(7, 2, 0), &wal);
+        assert!(cache.take().is_empty(), "{:?}", c);
+        // The same salt change seen without our write lock is someone else's.
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, empty, &wal);
+        c.on_wal_read(&cache, view(7, 2, 0), &wal);
+        assert_eq!(cache.take(), vec!["all"]);
+        // A write span that began on a non-empty WAL cannot explain a new generation.
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(3, 5, 0), &wal);
+        c.on_write_begin(&cache, view(3, 5, 0), &wal);
+        c.on_write_end(&cache, view(4, 1, 0));
+        c.on_wal_read(&cache, view(4, 1, 0), &wal);
+        assert_eq!(cache.take(), vec!["all"]);
     }
 
     #[test]

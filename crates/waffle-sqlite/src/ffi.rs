@@ -26,6 +26,7 @@ pub const SQLITE_SHM_UNLOCK: c_int = 1;
 pub const SQLITE_SHM_LOCK: c_int = 2;
 pub const SQLITE_SHM_SHARED: c_int = 4;
 pub const SQLITE_SHM_EXCLUSIVE: c_int = 8;
+pub const WAL_WRITE_LOCK: c_int = 0;
 pub const WAL_CKPT_LOCK: c_int = 1;
 pub const WAL_READ_LOCK_0: c_int = 3;
 pub const WAL_NREADER: c_int = 5;

@@ -330,16 +330,20 @@ unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_in
     pass_shm_unmap(f, delete)
 }
 
-/// Read marks, the checkpoint lock and the restart lock (every read mark but
+/// Read marks, the write lock, the checkpoint lock and the restart lock (every read mark but
 /// the first, taken exclusively) are where WAL readers, checkpointers and
 /// restarters of this process begin and end.
+/// (Writers, checkpointers and restarters begin after taking a read mark.)
 unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, flags: c_int) -> c_int {
     let Some(db) = db(f) else { return pass_shm_lock(f, ofst, n, flags) };
     let exclusive = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let checkpoint = exclusive && ofst == WAL_CKPT_LOCK && n == 1;
     let restart = exclusive && ofst == WAL_READ_LOCK_0 + 1 && n == WAL_NREADER - 1;
+    let write = exclusive && ofst == WAL_WRITE_LOCK && n == 1;
     if flags & SQLITE_SHM_UNLOCK != 0 {
-        if checkpoint {
+        if write {
+            coherent(db, |c| c.on_write_end(&db.cache, wal_view(f)));
+        } else if checkpoint {
             coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f)));
         } else if restart {
             coherent(db, |c| c.on_restart_end(&db.cache, wal_view(f)));
@@ -358,6 +362,8 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
         coherent(db, |c| c.on_checkpoint_begin(&db.cache, wal_view(f), &frames));
     } else if restart {
         coherent(db, |c| c.on_restart_begin(&db.cache, wal_view(f), &frames));
+    } else if write {
+        coherent(db, |c| c.on_write_begin(&db.cache, wal_view(f), &frames));
     }
     rc
 }
