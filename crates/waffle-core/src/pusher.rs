@@ -203,8 +203,13 @@ impl Pusher {
 
 impl Drop for Pusher {
     fn drop(&mut self) {
-        self.shared.stop.store(true, Ordering::Release);
-        self.shared.work.notify_all();
+        {
+            // Under the queue's lock: the pusher checks `stop` under it before
+            // it waits, so the wake-up cannot fall between its check and its wait.
+            let _q = self.shared.queue.lock().unwrap_or_else(|e| e.into_inner());
+            self.shared.stop.store(true, Ordering::Release);
+            self.shared.work.notify_all();
+        }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
