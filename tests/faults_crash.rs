@@ -298,7 +298,7 @@ fn killed_while_writing_in_wal_mode() {
     crash_rounds("wal", 0xC0DE_0002);
 }
 
-/// A damaged sidecar (`<db>-waffle`) is never trusted and never fails the
+/// A damaged sidecar (`.<db>-waffle`) is never trusted and never fails the
 /// open: truncated, emptied, bit-flipped, garbage, or another database's
 /// clean sidecar. Each open is cold (a new cache id, no grid hit), the data
 /// is right, and a clean close makes the next open warm again.

@@ -1,6 +1,6 @@
-//! The sidecar file `<database>-waffle`: what a clean close saved for a warm
-//! restart, and whether this process is the only one with the database open
-//! through waffle.
+//! The sidecar file `.<database>-waffle`, hidden beside the database: what a
+//! clean close saved for a warm restart, and whether this process is the only
+//! one with the database open through waffle.
 //!
 //! Several processes may cache one database at once (each under its own
 //! cache identity; they notice each other's commits as they notice any other
@@ -111,10 +111,13 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
 }
 
 impl Sidecar {
+    /// `.<name>-waffle` beside the database: hidden, so that programs (and
+    /// SQLite's own tests) that list a directory see only SQLite's files.
     pub fn path_for(db: &Path) -> PathBuf {
-        let mut s = db.as_os_str().to_owned();
-        s.push("-waffle");
-        PathBuf::from(s)
+        let mut name = std::ffi::OsString::from(".");
+        name.push(db.file_name().unwrap_or(db.as_os_str()));
+        name.push("-waffle");
+        db.with_file_name(name)
     }
 
     /// Joins the processes that have `db` open. Returns what a clean close
