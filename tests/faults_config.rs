@@ -95,6 +95,11 @@ fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         let v: &'static str = Box::leak(path.to_str().unwrap().to_string().into_boxed_str());
         c.push(Case { uri: uri(&[("waffle_key_file", v)]), env: vec![], want: Refused("waffle_key_file", v) });
     }
+    bad("waffle_grid_change", &["sometimes", "", "2"], &mut c);
+    // A misspelt parameter of ours is refused (and the known ones named), not ignored.
+    for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
+        c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
+    }
     // The environment is read when the URI does not say; its errors name the parameter too.
     for (var, param, v) in [
         ("WAFFLE_LOCAL", "waffle_local", "lots"),
@@ -124,6 +129,7 @@ fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         ("waffle_device", "real"),
         ("waffle_grid", ""),
         ("waffle_grid", "  "),
+        ("waffle_grid_change", "on"),
     ] {
         c.push(Case { uri: uri(&[(param, v)]), env: vec![], want: Opens });
     }

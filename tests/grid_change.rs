@@ -1,6 +1,7 @@
 //! `PRAGMA waffle_grid='host:port,...'` changes the grid while the database is
 //! open. With ketama, adding one node to N keeps about N/(N+1) of the cached
-//! pages on the node they are looked for on.
+//! pages on the node they are looked for on. Only when the opener allowed it
+//! (`waffle_grid_change=on`): any SQL can reach a PRAGMA.
 
 mod support;
 
@@ -14,7 +15,7 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     let four = grid_of(&[&nodes[0], &nodes[1], &nodes[2], &nodes[3]]);
     let dir = TempDir::new("grid-change");
     let db = dir.join("g.db");
-    let conn = open_waffle(&db, &[("waffle_grid", &three), ("waffle_local", "8KiB")]);
+    let conn = open_waffle(&db, &[("waffle_grid", &three), ("waffle_local", "8KiB"), ("waffle_grid_change", "on")]);
     conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
     let tx = conn.unchecked_transaction().unwrap();
     for i in 0..3000 {
@@ -74,4 +75,38 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     let err = conn.query_row("PRAGMA waffle_grid='127.0.0.1'", [], |r| r.get::<_, String>(0)).unwrap_err();
     assert!(err.to_string().contains("127.0.0.1"), "{err}");
     assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+}
+
+#[test]
+fn sql_cannot_move_the_grid_unless_the_opener_allowed_it() {
+    let node = start_node(16);
+    let attacker = start_node(16);
+    let dir = TempDir::new("grid-change-off");
+    let db = dir.join("g.db");
+    let conn = open_waffle(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "8KiB")]);
+    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
+    let err = conn
+        .query_row(&format!("PRAGMA waffle_grid='{}'", attacker.addr()), [], |r| r.get::<_, String>(0))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("refused") && err.contains("waffle_grid_change=on"), "a clear SQL error: {err}");
+    let now: String = conn.query_row("PRAGMA waffle_grid", [], |r| r.get(0)).unwrap();
+    assert_eq!(now, node.addr(), "the grid did not move");
+
+    // Pages evicted from now on go to the opener's node only, never to the one SQL named.
+    let tx = conn.unchecked_transaction().unwrap();
+    for i in 0..500 {
+        tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 400)]).unwrap();
+    }
+    tx.commit().unwrap();
+    flush(&conn);
+    let s = stats(&conn);
+    assert!(n(&s, "l2_pushes") > 0, "{s}");
+    assert_eq!(node_stat(&attacker.addr(), "total_items"), 0, "nothing reached the node the SQL named");
+    assert!(node_stat(&node.addr(), "total_items") > 0);
+
+    // A connection opened read-only on the same database is no different.
+    let ro = open_waffle(&db, &[("waffle_grid", &node.addr()), ("mode", "ro")]);
+    let err = ro.query_row("PRAGMA waffle_grid=''", [], |r| r.get::<_, String>(0)).unwrap_err().to_string();
+    assert!(err.contains("refused"), "{err}");
 }

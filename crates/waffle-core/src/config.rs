@@ -54,11 +54,33 @@ pub const KEY_FILE: Param = Param {
     env: "WAFFLE_KEY_FILE",
     help: "seal grid values with the 32-byte key in this file (raw or 64 hex digits)",
 };
+pub const GRID_CHANGE: Param = Param {
+    name: "waffle_grid_change",
+    env: "WAFFLE_GRID_CHANGE",
+    help: "allow PRAGMA waffle_grid='...' to change the grid while open: on|off (default off)",
+};
+
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 8] = [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE];
+pub const PARAMS: [&Param; 9] =
+    [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE, &GRID_CHANGE];
+
+/// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
+/// a misspelt `waffle_locl=1GiB` would otherwise run with defaults unnoticed.
+pub fn check_name(name: &str) -> Result<(), ConfigError> {
+    let lower = name.to_ascii_lowercase();
+    if !lower.starts_with("waffle_") || PARAMS.iter().any(|p| p.name == lower) {
+        return Ok(());
+    }
+    let known: Vec<&str> = PARAMS.iter().map(|p| p.name).collect();
+    Err(ConfigError {
+        param: "URI parameter",
+        value: name.to_string(),
+        reason: format!("not a waffle parameter (known: {})", known.join(", ")),
+    })
+}
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
 pub const DEFAULT_TIMEOUT_MS: u64 = 5;
@@ -79,6 +101,8 @@ pub struct Config {
     pub link: Option<LinkProfile>,
     /// Seal grid values with this key (waffle_key_file or WAFFLE_KEY); None: plain envelopes.
     pub seal_key: Option<Arc<SealKey>>,
+    /// Whether `PRAGMA waffle_grid='...'` may move the grid while open (the opener's choice).
+    pub grid_change: bool,
 }
 
 impl Default for Config {
@@ -92,6 +116,7 @@ impl Default for Config {
             device: None,
             link: None,
             seal_key: None,
+            grid_change: false,
         }
     }
 }
@@ -144,6 +169,9 @@ impl Config {
         }
         if let Some(v) = get(&LINK) {
             c.link = LinkProfile::by_name(v.trim()).map_err(|reason| err(&LINK, &v, reason))?;
+        }
+        if let Some(v) = get(&GRID_CHANGE) {
+            c.grid_change = parse_switch(&v).map_err(|reason| err(&GRID_CHANGE, &v, reason))?;
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -245,6 +273,7 @@ mod tests {
             ("waffle_key_file", "/nonexistent/waffle.key"),
             ("waffle_grid", "127.0.0.1"),
             ("waffle_grid", "127.0.0.1:99999"),
+            ("waffle_grid_change", "sometimes"),
         ] {
             let e = parse(&[(param, value)]).unwrap_err();
             assert_eq!(e.param, param);
@@ -262,6 +291,18 @@ mod tests {
         let hex = "ab".repeat(32);
         let c = Config::from_sources(|_| None, |k| (k == KEY_ENV).then(|| hex.clone())).unwrap();
         assert!(c.seal_key.is_some());
+    }
+
+    #[test]
+    fn a_misspelt_parameter_is_refused_and_the_known_ones_named() {
+        for good in ["waffle_local", "WAFFLE_LOCAL", "cache", "vfs", "waffle", "mode"] {
+            assert_eq!(check_name(good), Ok(()), "{good}");
+        }
+        for bad in ["waffle_locl", "waffle_compres", "waffle_"] {
+            let e = check_name(bad).unwrap_err();
+            let text = e.to_string();
+            assert!(text.contains(bad) && text.contains("waffle_local") && text.contains("waffle_grid"), "{text}");
+        }
     }
 
     #[test]

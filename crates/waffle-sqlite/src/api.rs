@@ -13,6 +13,8 @@ type VfsFind = unsafe extern "C" fn(*const c_char) -> *mut sqlite3_vfs;
 type VfsRegister = unsafe extern "C" fn(*mut sqlite3_vfs, c_int) -> c_int;
 type UriParameter = unsafe extern "C" fn(*const c_char, *const c_char) -> *const c_char;
 type Malloc = unsafe extern "C" fn(c_int) -> *mut c_void;
+type UriKey = unsafe extern "C" fn(*const c_char, c_int) -> *const c_char;
+type LibversionNumber = unsafe extern "C" fn() -> c_int;
 
 #[derive(Clone, Copy)]
 pub struct Api {
@@ -20,6 +22,8 @@ pub struct Api {
     pub vfs_register: VfsRegister,
     pub uri_parameter: UriParameter,
     pub malloc: Malloc,
+    /// The N-th URI parameter's name (SQLite >= 3.31; None before).
+    pub uri_key: Option<UriKey>,
 }
 
 // Positions in `struct sqlite3_api_routines` (sqlite3ext.h). The struct only
@@ -28,6 +32,10 @@ const SLOT_MALLOC: usize = 68;
 const SLOT_VFS_FIND: usize = 141;
 const SLOT_VFS_REGISTER: usize = 142;
 const SLOT_URI_PARAMETER: usize = 189;
+const SLOT_LIBVERSION_NUMBER: usize = 67;
+const SLOT_URI_KEY: usize = 245;
+/// sqlite3_uri_key arrived in 3.31.0: older tables end before its slot.
+const URI_KEY_SINCE: c_int = 3_031_000;
 
 impl Api {
     /// Reads the routines out of the table SQLite passes to an extension.
@@ -44,13 +52,21 @@ impl Api {
             let p = unsafe { *slots.add(i) };
             (!p.is_null()).then_some(p)
         };
-        // SAFETY: each slot holds the function whose C signature the field declares.
+        // SAFETY: each slot holds the function whose C signature the field declares;
+        // the uri_key slot is read only when the host's version says the table has it.
         unsafe {
+            let version = std::mem::transmute::<*const c_void, LibversionNumber>(slot(SLOT_LIBVERSION_NUMBER)?)();
+            let uri_key = if version >= URI_KEY_SINCE {
+                slot(SLOT_URI_KEY).map(|p| std::mem::transmute::<*const c_void, UriKey>(p))
+            } else {
+                None
+            };
             Some(Api {
                 vfs_find: std::mem::transmute::<*const c_void, VfsFind>(slot(SLOT_VFS_FIND)?),
                 vfs_register: std::mem::transmute::<*const c_void, VfsRegister>(slot(SLOT_VFS_REGISTER)?),
                 uri_parameter: std::mem::transmute::<*const c_void, UriParameter>(slot(SLOT_URI_PARAMETER)?),
                 malloc: std::mem::transmute::<*const c_void, Malloc>(slot(SLOT_MALLOC)?),
+                uri_key,
             })
         }
     }
@@ -64,12 +80,14 @@ impl Api {
             fn sqlite3_vfs_register(vfs: *mut sqlite3_vfs, make_default: c_int) -> c_int;
             fn sqlite3_uri_parameter(filename: *const c_char, param: *const c_char) -> *const c_char;
             fn sqlite3_malloc(n: c_int) -> *mut c_void;
+            fn sqlite3_uri_key(filename: *const c_char, n: c_int) -> *const c_char;
         }
         Api {
             vfs_find: sqlite3_vfs_find,
             vfs_register: sqlite3_vfs_register,
             uri_parameter: sqlite3_uri_parameter,
             malloc: sqlite3_malloc,
+            uri_key: Some(sqlite3_uri_key),
         }
     }
 }

@@ -200,7 +200,7 @@ impl Coherence {
     /// or restarts it meanwhile, so a new generation that appeared during the
     /// span is ours: the first frame written into an empty WAL draws new salts
     /// (a restart is seen by the restart hooks).
-    pub fn on_write_end(&mut self, cache: &dyn Forget, view: Option<WalView>) {
+    pub fn on_write_end(&mut self, view: Option<WalView>) {
         let from = self.write_from.take();
         let (Some(now), Some(m)) = (view, self.wal) else { return };
         if now.salt == m.salt {
@@ -455,7 +455,7 @@ mod tests {
         let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
         c.on_wal_read(&cache, empty, &wal);
         c.on_write_begin(&cache, empty, &wal);
-        c.on_write_end(&cache, view(7, 2, 0));
+        c.on_write_end(view(7, 2, 0));
         c.on_wal_read(&cache, view(7, 2, 0), &wal);
         assert!(cache.take().is_empty(), "{:?}", c);
         // The same salt change seen without our write lock is someone else's.
@@ -467,7 +467,7 @@ mod tests {
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, view(3, 5, 0), &wal);
         c.on_write_begin(&cache, view(3, 5, 0), &wal);
-        c.on_write_end(&cache, view(4, 1, 0));
+        c.on_write_end(view(4, 1, 0));
         c.on_wal_read(&cache, view(4, 1, 0), &wal);
         assert_eq!(cache.take(), vec!["all"]);
     }

@@ -342,7 +342,7 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     let write = exclusive && ofst == WAL_WRITE_LOCK && n == 1;
     if flags & SQLITE_SHM_UNLOCK != 0 {
         if write {
-            coherent(db, |c| c.on_write_end(&db.cache, wal_view(f)));
+            coherent(db, |c| c.on_write_end(wal_view(f)));
         } else if checkpoint {
             coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f)));
         } else if restart {

@@ -27,6 +27,15 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
         }),
         "waffle_grid" => Some(match value {
             None => (SQLITE_OK, Some(current_grid(db))),
+            // Any SQL can reach a PRAGMA: moving the grid (where evicted pages go,
+            // who may answer reads) is the opener's decision, off by default.
+            Some(list) if !db.config.grid_change => (
+                SQLITE_ERROR,
+                Some(format!(
+                    "PRAGMA waffle_grid='{list}' refused: changing the grid while open is off \
+                     (the opener allows it with waffle_grid_change=on or WAFFLE_GRID_CHANGE=on)"
+                )),
+            ),
             Some(list) => match NodeSpec::parse_list(list) {
                 Ok(nodes) => {
                     let grid = (!nodes.is_empty()).then(|| registry::grid_for(&db.config, nodes));
@@ -72,6 +81,7 @@ pub fn stats(db: &OpenDb) -> String {
             "direct_io": db.config.direct_io,
             "device": db.config.device.map_or("real".to_string(), |p| format!("{} (emulated)", p.name)),
             "link": db.config.link.map_or("loopback".to_string(), |l| format!("{} (emulated)", l.name)),
+            "grid_change": db.config.grid_change,
         }),
     );
     Value::Object(m).to_string()

@@ -15,6 +15,8 @@ use crate::file::{self, WaffleFile, MAIN_METHODS, PASS_METHODS, REAL_OFFSET};
 use crate::registry;
 
 pub const VFS_NAME: &CStr = c"waffle";
+/// URI parameters looked at, at most (SQLite's URIs hold a handful).
+const MAX_URI_PARAMS: c_int = 1024;
 
 static API: OnceLock<Api> = OnceLock::new();
 
@@ -81,6 +83,16 @@ unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
 /// The cache settings of a main database: its URI parameters, else the environment.
 unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
     let api = API.get().expect("registered");
+    if let Some(uri_key) = api.uri_key {
+        // A misspelt waffle_* parameter is refused, not ignored.
+        for i in 0..MAX_URI_PARAMS {
+            let k = uri_key(name, i);
+            if k.is_null() {
+                break;
+            }
+            waffle_core::config::check_name(&CStr::from_ptr(k).to_string_lossy()).map_err(|e| e.to_string())?;
+        }
+    }
     Config::from_lookup(|param| {
         let key = std::ffi::CString::new(param).ok()?;
         let v = (api.uri_parameter)(name, key.as_ptr());
