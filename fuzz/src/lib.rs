@@ -556,7 +556,7 @@ pub fn envelope_sealed(data: &[u8]) {
     let mut input = Bytes { data: rest, at: 0 };
     let id = Identity { cache_id: input.u64(), page: input.u64(), version: input.u64() };
     let payload: Vec<u8> = rest[input.at.min(rest.len())..].iter().copied().take(MAX_PAYLOAD_BYTES).collect();
-    let v = envelope::seal_with(id, &payload, Some(key));
+    let v = envelope::seal_with(id, &payload, Some(key)).expect("a nonce");
     assert_eq!(v.len(), SEALED_OVERHEAD_BYTES + payload.len());
     assert_eq!(v[5], FLAG_SEALED);
     // The ciphertext shows no 16 bytes of the payload. (The header is
@@ -592,7 +592,7 @@ pub fn envelope_sealed(data: &[u8]) {
     let cut = (id.page as usize) % v.len();
     assert!(envelope::open_into(&v[..cut], id, Some(key), &mut out).is_err(), "truncated to {cut}");
     // A fresh nonce every time: the same page sealed twice differs.
-    assert_ne!(envelope::seal_with(id, &payload, Some(key)), v);
+    assert_ne!(envelope::seal_with(id, &payload, Some(key)).expect("a nonce"), v);
 }
 
 /// Magic, format and reserved bytes as this build writes them.

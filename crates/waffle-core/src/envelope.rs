@@ -118,9 +118,10 @@ pub fn seal(id: Identity, payload: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Builds the envelope, sealed when a key is given.
-pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Vec<u8> {
-    let Some(key) = key else { return seal(id, payload) };
+/// Builds the envelope, sealed when a key is given (None: no nonce could be
+/// drawn; the page is then not pushed).
+pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Option<Vec<u8>> {
+    let Some(key) = key else { return Some(seal(id, payload)) };
     assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
     let mut out = Vec::with_capacity(SEALED_OVERHEAD_BYTES + payload.len());
     out.extend_from_slice(&header(id, payload.len(), FLAG_SEALED));
@@ -128,10 +129,10 @@ pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Vec<u8>
     out.extend_from_slice(payload);
     let (head, rest) = out.split_at_mut(HEADER_BYTES);
     let (nonce_slot, body) = rest.split_at_mut(NONCE_BYTES);
-    let (nonce, tag) = key.seal_in_place(head, body);
+    let (nonce, tag) = key.seal_in_place(head, body)?;
     nonce_slot.copy_from_slice(&nonce);
     out.extend_from_slice(&tag);
-    out
+    Some(out)
 }
 
 /// Checks `value` against what the caller expects and writes the payload into
@@ -276,7 +277,7 @@ mod tests {
     fn sealed_round_trip_and_policy() {
         let key = SealKey::from_bytes(&[3; 32]);
         let p = page();
-        let v = seal_with(ID, &p, Some(&key));
+        let v = seal_with(ID, &p, Some(&key)).unwrap();
         assert_eq!(v.len(), p.len() + SEALED_OVERHEAD_BYTES);
         assert!(!v.windows(64).any(|w| w == &p[100..164]), "no plaintext in a sealed value");
         let mut out = vec![0u8; 4096];
@@ -291,7 +292,7 @@ mod tests {
         assert_eq!(open_into(&v, Identity { page: 8, ..ID }, Some(&key), &mut out), Err(Reject::Page));
         assert_eq!(open_into(&v, Identity { version: 4, ..ID }, Some(&key), &mut out), Err(Reject::Version));
         // A header rewritten to claim the expected identity fails the tag.
-        let moved = seal_with(Identity { page: 8, ..ID }, &p, Some(&key));
+        let moved = seal_with(Identity { page: 8, ..ID }, &p, Some(&key)).unwrap();
         let mut forged = moved.clone();
         forged[16..24].copy_from_slice(&ID.page.to_le_bytes());
         assert_eq!(open_into(&forged, ID, Some(&key), &mut out), Err(Reject::Seal));
@@ -301,7 +302,7 @@ mod tests {
     fn every_bit_flip_of_a_sealed_value_is_rejected() {
         let key = SealKey::from_bytes(&[5; 32]);
         let p: Vec<u8> = (0..512u32).map(|i| i as u8).collect();
-        let v = seal_with(ID, &p, Some(&key));
+        let v = seal_with(ID, &p, Some(&key)).unwrap();
         let mut out = vec![0u8; 512];
         for n in 0..v.len() {
             assert!(open_into(&v[..n], ID, Some(&key), &mut out).is_err(), "truncated to {n}");

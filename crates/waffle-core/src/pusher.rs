@@ -249,14 +249,18 @@ fn send(shared: &Shared, batch: &[Evicted]) {
         shared.stats.l2_push_failures.add(batch.len() as u64);
         return;
     };
-    let keys: Vec<String> = batch.iter().map(|e| envelope::key(shared.cache_id, e.page)).collect();
-    let values: Vec<Vec<u8>> = batch
+    // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.
+    let (keys, values): (Vec<String>, Vec<Vec<u8>>) = batch
         .iter()
-        .map(|e| {
+        .filter_map(|e| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
-            envelope::seal_with(id, &e.bytes, shared.seal_key.as_deref())
+            let value = envelope::seal_with(id, &e.bytes, shared.seal_key.as_deref());
+            if value.is_none() {
+                shared.stats.l2_push_failures.incr();
+            }
+            Some((envelope::key(shared.cache_id, e.page), value?))
         })
-        .collect();
+        .unzip();
     let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
     let report = grid.store_many(&items);
     let stats = &shared.stats;

@@ -5,16 +5,17 @@
 //! key, every value is sealed with XChaCha20-Poly1305; the envelope header
 //! (cache identity, page number, version, length) is the associated data, so a
 //! value moved to another key, replayed from an older version, or modified in
-//! any bit fails to open. Nonces are a random 16-byte prefix per key instance
-//! and a 64-bit counter: never repeated within a process, and a new prefix per
-//! process.
+//! any bit fails to open. Every seal draws its whole 24-byte nonce from the
+//! OS: XChaCha20's nonces are large enough for random ones (a repeat is a
+//! 2^-96 event after 2^48 seals), and unlike a per-process prefix and a
+//! counter they do not repeat when a process image is restored twice (CRIU, a
+//! cloned VM).
 //!
 //! A key is 32 bytes: a file holding them raw or as 64 hex digits
 //! (`waffle_key_file`), or the environment variable `WAFFLE_KEY` (hex).
 
 use std::fmt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use chacha20poly1305::aead::AeadInPlace;
 use chacha20poly1305::{KeyInit, XChaCha20Poly1305, XNonce};
@@ -27,20 +28,11 @@ pub struct SealKey {
     cipher: XChaCha20Poly1305,
     /// Tells keys apart for configuration comparison without keeping the key around twice.
     fingerprint: u32,
-    nonce_prefix: [u8; 16],
-    counter: AtomicU64,
 }
 
 impl SealKey {
     pub fn from_bytes(key: &[u8; KEY_BYTES]) -> SealKey {
-        let mut nonce_prefix = [0u8; 16];
-        getrandom::getrandom(&mut nonce_prefix).expect("the OS random source works");
-        SealKey {
-            cipher: XChaCha20Poly1305::new(key.into()),
-            fingerprint: crc32c::crc32c(key),
-            nonce_prefix,
-            counter: AtomicU64::new(0),
-        }
+        SealKey { cipher: XChaCha20Poly1305::new(key.into()), fingerprint: crc32c::crc32c(key) }
     }
 
     /// 64 hex digits (surrounding white space ignored).
@@ -68,22 +60,23 @@ impl SealKey {
         SealKey::from_hex(text).map_err(|e| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {e}"))
     }
 
-    fn next_nonce(&self) -> [u8; NONCE_BYTES] {
-        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+    /// A fresh random nonce; None if the OS random source fails (the caller
+    /// then does not seal, and the page is not pushed).
+    fn next_nonce(&self) -> Option<[u8; NONCE_BYTES]> {
         let mut nonce = [0u8; NONCE_BYTES];
-        nonce[..16].copy_from_slice(&self.nonce_prefix);
-        nonce[16..].copy_from_slice(&n.to_le_bytes());
-        nonce
+        getrandom::getrandom(&mut nonce).ok()?;
+        Some(nonce)
     }
 
-    /// Encrypts `buf` in place; returns the nonce used and the tag.
-    pub fn seal_in_place(&self, aad: &[u8], buf: &mut [u8]) -> ([u8; NONCE_BYTES], [u8; TAG_BYTES]) {
-        let nonce = self.next_nonce();
+    /// Encrypts `buf` in place; returns the nonce used and the tag. None
+    /// (and `buf` untouched) when no nonce could be drawn.
+    pub fn seal_in_place(&self, aad: &[u8], buf: &mut [u8]) -> Option<([u8; NONCE_BYTES], [u8; TAG_BYTES])> {
+        let nonce = self.next_nonce()?;
         let tag = self
             .cipher
             .encrypt_in_place_detached(XNonce::from_slice(&nonce), aad, buf)
             .expect("a page is far below the AEAD's length limit");
-        (nonce, tag.into())
+        Some((nonce, tag.into()))
     }
 
     /// Decrypts `buf` in place; false (and `buf` unspecified) if anything was altered.
@@ -117,7 +110,7 @@ mod tests {
     fn round_trip_and_tamper() {
         let k = SealKey::from_bytes(&[7; 32]);
         let mut buf = b"hello page".to_vec();
-        let (nonce, tag) = k.seal_in_place(b"aad", &mut buf);
+        let (nonce, tag) = k.seal_in_place(b"aad", &mut buf).unwrap();
         assert_ne!(&buf, b"hello page");
         let mut copy = buf.clone();
         assert!(k.open_in_place(&nonce, b"aad", &mut copy, &tag));
@@ -133,12 +126,16 @@ mod tests {
     }
 
     #[test]
-    fn nonces_never_repeat() {
+    fn nonces_are_random_whole() {
         let k = SealKey::from_bytes(&[1; 32]);
-        let a = k.next_nonce();
-        let b = k.next_nonce();
-        assert_ne!(a, b);
-        assert_ne!(SealKey::from_bytes(&[1; 32]).next_nonce()[..16], a[..16], "a new prefix per instance");
+        let nonces: Vec<[u8; NONCE_BYTES]> = (0..64).map(|_| k.next_nonce().unwrap()).collect();
+        for (i, a) in nonces.iter().enumerate() {
+            for b in &nonces[i + 1..] {
+                assert_ne!(a, b);
+                // No shared prefix or suffix either: each byte is drawn, none counted.
+                assert!(a[..8] != b[..8] && a[16..] != b[16..], "{a:?} {b:?}");
+            }
+        }
     }
 
     #[test]
