@@ -19,6 +19,10 @@ const READ_CHUNK_BYTES: usize = 64 * 1024;
 /// While writing, replies are buffered up to this much; past it the writer
 /// stops reading (the deadline then ends a stalled exchange).
 const MAX_BUFFERED_BYTES: usize = 64 << 20;
+/// What an idle connection keeps of its read buffer: a reply once grown it to
+/// the largest a node ever sent (a hostile node could pin ~64 MiB per pooled
+/// connection outside the L1 budget otherwise).
+pub const IDLE_BUFFER_BYTES: usize = 4 * READ_CHUNK_BYTES;
 
 pub struct Connection {
     stream: TcpStream,
@@ -53,6 +57,21 @@ impl Connection {
             Ok(_) => true, // 0: closed by the peer; 1: unexpected bytes
             Err(e) => e.kind() != io::ErrorKind::WouldBlock,
         }
+    }
+
+    /// Gives back what a large reply grew the read buffer to (before the
+    /// connection goes back to the idle pool).
+    pub fn trim(&mut self) {
+        if self.start == self.filled && self.buf.len() > IDLE_BUFFER_BYTES {
+            self.start = 0;
+            self.filled = 0;
+            self.buf = vec![0; READ_CHUNK_BYTES];
+        }
+    }
+
+    /// Bytes held by the read buffer.
+    pub fn buffer_bytes(&self) -> usize {
+        self.buf.capacity()
     }
 
     /// True when every received byte was consumed: the stream is between replies.
@@ -168,5 +187,35 @@ fn io_fault(e: &io::Error) -> FaultKind {
     match e.kind() {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => FaultKind::Timeout,
         _ => FaultKind::Io,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    #[test]
+    fn an_idle_connection_gives_back_what_a_large_reply_grew() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            s.write_all(&vec![b'x'; 8 << 20]).unwrap();
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut conn = Connection::open(addr, deadline).unwrap();
+        while conn.filled < 8 << 20 {
+            conn.wait(libc::POLLIN, deadline).unwrap();
+            conn.fill().unwrap();
+        }
+        server.join().unwrap();
+        assert!(conn.buffer_bytes() >= 8 << 20, "the reply grew the buffer");
+        conn.trim();
+        assert!(conn.buffer_bytes() >= 8 << 20, "unconsumed bytes are kept");
+        conn.start = conn.filled; // the reply was consumed
+        conn.trim();
+        assert!(conn.buffer_bytes() <= IDLE_BUFFER_BYTES, "{}", conn.buffer_bytes());
     }
 }

@@ -145,7 +145,8 @@ impl Node {
         None
     }
 
-    fn put_idle(&self, conn: Connection) {
+    fn put_idle(&self, mut conn: Connection) {
+        conn.trim();
         let mut idle = self.lock_idle();
         if idle.len() < self.max_idle {
             idle.push(conn);
