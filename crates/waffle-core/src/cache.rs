@@ -48,6 +48,19 @@ pub enum Source {
     ReadAhead,
 }
 
+/// What a clean close did with L1.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CloseReport {
+    /// Pages L1 held (scan pages, which are never pushed, not counted).
+    pub l1_pages: u64,
+    /// Of those, stored in the grid.
+    pub pushed: u64,
+    /// Not stored: no room in time, or the grid refused them.
+    pub dropped: u64,
+    /// The flush did not finish within CLOSE_FLUSH_MS.
+    pub timed_out: bool,
+}
+
 pub struct CacheOptions {
     /// Names this incarnation of the database in every key and envelope.
     pub cache_id: u64,
@@ -395,19 +408,30 @@ impl PageCache {
         self.pusher.discard(|_| true);
     }
 
-    /// Pushes L1 to the grid, waits (bounded) for the pusher, and returns the
-    /// versions to save for a warm restart. Pushes that did not finish leave
-    /// only misses behind: a copy in the grid names the version it was made at.
-    pub fn close(self) -> SavedVersions {
+    /// Pushes L1 to the grid, waits (bounded by [`CLOSE_FLUSH_MS`]) for the
+    /// pusher, and returns the versions to save for a warm restart with what
+    /// became of L1. The push queue's bound is for steady state: here pages
+    /// wait for room rather than push older ones out. Pushes that did not
+    /// finish leave only misses behind: a copy in the grid names the version
+    /// it was made at.
+    pub fn close(self) -> (SavedVersions, CloseReport) {
+        let mut report = CloseReport::default();
         if self.grid.get().is_some() {
+            let deadline = Instant::now() + Duration::from_millis(CLOSE_FLUSH_MS);
+            let stored_before = self.stats.l2_pushes.get();
             let mut all = Vec::new();
             self.pool.drain(&mut all);
             for e in all.into_iter().filter(|e| !e.scan) {
-                self.pusher.push(e);
+                report.l1_pages += 1;
+                self.pusher.push_waiting(e, deadline);
             }
-            self.pusher.flush(Duration::from_millis(CLOSE_FLUSH_MS));
+            report.timed_out = !self.pusher.flush(deadline.saturating_duration_since(Instant::now()));
+            // What the pusher stored since the close began (a few may be pages
+            // evicted just before it): the rest of L1 did not reach the grid.
+            report.pushed = (self.stats.l2_pushes.get() - stored_before).min(report.l1_pages);
+            report.dropped = report.l1_pages - report.pushed;
         }
-        self.versions.save()
+        (self.versions.save(), report)
     }
 
     /// Waits until pages already evicted have been pushed (tests, benchmarks).

@@ -150,6 +150,29 @@ impl Pusher {
         self.shared.work.notify_one();
     }
 
+    /// Queues a page at a clean close: waits (until `deadline`) for room
+    /// instead of dropping older pages. False if the page was not queued.
+    pub fn push_waiting(&self, entry: Evicted, deadline: Instant) -> bool {
+        let len = entry.bytes.len() as u64;
+        if len > self.shared.capacity_bytes {
+            self.shared.stats.l2_push_drops.incr();
+            return false;
+        }
+        let mut q = self.shared.queue.lock().unwrap();
+        while q.bytes + len > self.shared.capacity_bytes {
+            let now = Instant::now();
+            if now >= deadline {
+                self.shared.stats.l2_push_drops.incr();
+                return false;
+            }
+            // The pusher signals `idle` after every batch it sent.
+            q = self.shared.idle.wait_timeout(q, deadline - now).unwrap().0;
+        }
+        drop(q);
+        self.push(entry);
+        true
+    }
+
     /// Takes a page back out of the queue (an L1 miss on a page not yet
     /// pushed). A page in the batch being sent is copied: its push goes on,
     /// and the grid copy it leaves is valid (same version) or will be rejected.

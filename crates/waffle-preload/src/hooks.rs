@@ -140,15 +140,18 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if guard::inside() || state::get() != state::ACTIVE {
         return real::close(fd);
     }
-    // Untrack before the real close: once closed, the number can be reused at once.
+    // Untrack and release before the real close: once closed, the descriptor
+    // number can be reused at once, and if this was the file's last link (InnoDB
+    // deletes a tablespace, then closes it) so can its inode; a file opened in
+    // between must not join this file's segment and find its pages. Linux frees
+    // the descriptor even when close fails, so releasing first loses nothing.
     let slot = fds::take(fd);
-    let r = real::close(fd);
     if slot != 0 {
         if let Some(rt) = runtime::get() {
             work(|| rt.release(slot));
         }
     }
-    r
+    real::close(fd)
 }
 
 unsafe fn duplicated(old: c_int, new: c_int) {

@@ -142,7 +142,17 @@ fn close(db: OpenDb) {
     let cache_id = db.cache.cache_id();
     let page_bytes = db.cache.page_bytes() as u64;
     let sig = db.coherence.lock().unwrap_or_else(|e| e.into_inner()).sig();
-    let saved = db.cache.close();
+    let (saved, report) = db.cache.close();
+    if report.dropped > 0 {
+        eprintln!(
+            "waffle: closing {}: {} of {} L1 pages pushed to the grid, {} dropped{}",
+            db.path.display(),
+            report.pushed,
+            report.l1_pages,
+            report.dropped,
+            if report.timed_out { " (the flush ran out of time)" } else { "" }
+        );
+    }
     let extra = sig.map(|s| s.to_bytes()).unwrap_or_default();
     if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved, &extra) {
         eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());

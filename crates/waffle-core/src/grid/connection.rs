@@ -70,7 +70,8 @@ impl Connection {
     }
 
     /// Bytes held by the read buffer.
-    pub fn buffer_bytes(&self) -> usize {
+    #[cfg(test)]
+    fn buffer_bytes(&self) -> usize {
         self.buf.capacity()
     }
 
