@@ -202,3 +202,37 @@ fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(r, "ok");
 }
+
+/// A clean close leaves the grid holding L1 (not just what fits in the push
+/// queue: the queue's bound is for steady state), and the next open reads it
+/// from the grid. Regression: 4 MiB of L1 through a 64 KiB queue kept ~2%.
+#[test]
+fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
+    let node = start_node(64);
+    let dir = TempDir::new("warm-close-all");
+    let db = dir.join("w.db");
+    let params = [("waffle_grid", node.addr()), ("waffle_local", "4MiB".into()), ("waffle_push_queue", "64KiB".into())];
+    let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let conn = open_waffle(&db, &params);
+    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for id in 1..=800i64 {
+        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
+    }
+    tx.commit().unwrap();
+    check_rows(&conn, |id| value(id, 1), 800);
+    let s = stats(&conn);
+    let l1_pages = n(&s, "l1.pages");
+    assert!(l1_pages > 700, "L1 holds the table: {s}");
+    let items_before = node_stat(&node.addr(), "curr_items");
+    drop(conn);
+    let kept = node_stat(&node.addr(), "curr_items") - items_before;
+    assert!(kept * 10 >= l1_pages * 9, "the close left {kept} of {l1_pages} L1 pages in the grid");
+
+    let conn = open_waffle(&db, &params);
+    check_rows(&conn, |id| value(id, 1), 800);
+    let s = stats(&conn);
+    let from_grid = n(&s, "l2_hits") + n(&s, "read_ahead_pages_l2");
+    assert!(from_grid * 10 >= l1_pages * 9, "the warm open read L1's pages from the grid: {s}");
+    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+}
