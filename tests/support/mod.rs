@@ -8,6 +8,7 @@
 
 pub mod fake_node;
 pub mod workload;
+pub mod writers;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

@@ -40,7 +40,28 @@ pub use config::{Config, ConfigError};
 
 /// A random 64-bit identity for a new cache incarnation.
 pub fn random_cache_id() -> u64 {
+    random_u64()
+}
+
+/// 64 random bits from the OS. Never panics: should the OS source fail
+/// (it does not on Linux after boot), the time, pid, a process-wide counter
+/// and an address are mixed instead, and a warning says so once.
+pub fn random_u64() -> u64 {
     let mut b = [0u8; 8];
-    getrandom::getrandom(&mut b).expect("the OS random source works");
-    u64::from_le_bytes(b)
+    if getrandom::getrandom(&mut b).is_ok() {
+        return u64::from_le_bytes(b);
+    }
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    WARNED.call_once(|| eprintln!("waffle: the OS random source failed; drawing identities from the clock instead"));
+    static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let local = 0u8;
+    let mut z = nanos ^ (u64::from(std::process::id()) << 32) ^ n.rotate_left(17) ^ (&local as *const u8 as u64);
+    for _ in 0..2 {
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+    }
+    z
 }

@@ -25,7 +25,7 @@
 //! ```text
 //!  0 magic "WFSC" | 4 format u32 | 8 pid u32 | 12 clean u8, 3 pad | 16 cache_id u64 | 24 page_bytes u64
 //! 32 db dev u64 | 40 db ino u64 | 48 db size u64 | 56 db mtime ns i64
-//! 64 floor u64 | 72 next u64 | 80 count u64 | 88 versions count*u64
+//! 64 default version u64 | 72 0 u64 (unused) | 80 count u64 | 88 versions count*u64
 //!    | extra_len u32 | extra (the adapter's state) | crc32c u32 over all before
 //! ```
 
@@ -45,7 +45,7 @@ const MAGIC: [u8; 4] = *b"WFSC";
 /// drops it), both take milliseconds.
 const LOCK_WAIT_MS: u64 = 2_000;
 const LOCK_RETRY_MS: u64 = 5;
-const FORMAT: u32 = 2;
+const FORMAT: u32 = 3;
 const FIXED_BYTES: usize = 88;
 /// Bound of the adapter's state in a sidecar.
 pub const MAX_EXTRA_BYTES: usize = 4096;
@@ -205,7 +205,7 @@ fn encode(
     assert!(extra.len() <= MAX_EXTRA_BYTES, "sidecar: adapter state of {} bytes", extra.len());
     let ident = ident.unwrap_or(DbIdentity { dev: 0, ino: 0, size: 0, mtime_ns: 0 });
     let clean = clean && saved.is_some();
-    let empty = SavedVersions { floor: 0, next: 1, table: Vec::new() };
+    let empty = SavedVersions { default: 0, table: Vec::new() };
     let saved = saved.unwrap_or(&empty);
     let mut b = Vec::with_capacity(FIXED_BYTES + saved.table.len() * 8 + 8 + extra.len());
     b.extend_from_slice(&MAGIC);
@@ -216,7 +216,7 @@ fn encode(
         b.extend_from_slice(&v.to_le_bytes());
     }
     b.extend_from_slice(&ident.mtime_ns.to_le_bytes());
-    for v in [saved.floor, saved.next, saved.table.len() as u64] {
+    for v in [saved.default, 0, saved.table.len() as u64] {
         b.extend_from_slice(&v.to_le_bytes());
     }
     for v in &saved.table {
@@ -256,10 +256,7 @@ fn decode(b: &[u8]) -> Option<(DbIdentity, Warm)> {
         return None;
     }
     let table: Vec<u64> = (0..count as usize).map(|i| u64_at(FIXED_BYTES + i * 8)).collect();
-    let saved = SavedVersions { floor: u64_at(64), next: u64_at(72), table };
-    if saved.next <= saved.floor || saved.table.iter().any(|&v| v >= saved.next) {
-        return None;
-    }
+    let saved = SavedVersions { default: u64_at(64), table };
     let ident = DbIdentity { dev: u64_at(32), ino: u64_at(40), size: u64_at(48), mtime_ns: u64_at(56) as i64 };
     let extra = b[extra_at + 4..extra_at + 4 + extra_len].to_vec();
     Some((ident, Warm { cache_id: u64_at(16), page_bytes: u64_at(24), saved, extra }))
@@ -280,7 +277,7 @@ mod tests {
     }
 
     fn saved() -> SavedVersions {
-        SavedVersions { floor: 2, next: 10, table: vec![0, 5, 9, 3] }
+        SavedVersions { default: 2, table: vec![0, 5, 9, 3] }
     }
 
     #[test]

@@ -1,10 +1,23 @@
 //! Page versions: which version of each page the backing file holds.
 //!
-//! Every write through the cache gives the page a new version drawn from one
-//! counter that only grows, so a grid copy made before the write (a node that
-//! was unreachable, a node that came back) names an older version and is
-//! rejected. Pages never written since the cache incarnation began are at the
-//! `floor`; a reset raises the floor above every version handed out so far.
+//! A version is a 64-bit *name* for one content of one page, and a name is
+//! never given to two contents. Every write through the cache gives the page a
+//! fresh name, so a grid copy made before the write (a node that was
+//! unreachable, a node that came back) names other bytes and is rejected.
+//!
+//! Names are not counted from a number a restart restores: each open of a
+//! database (cold or warm) draws a random 64-bit key, and the n-th name of
+//! that open is a bijective mix of `key ^ n`. Two timelines that start from
+//! one saved state (a filesystem or VM snapshot rolled back, a volume cloned
+//! onto two hosts that share a grid) therefore hand out unrelated names: the
+//! chance that they give one page the same name is 2^-64 per pair of writes.
+//! A counter restored from the sidecar would give both timelines the same
+//! next names for different bytes. Names are compared for equality only.
+//!
+//! Pages never written since the cache began (or since the last reset) have
+//! the `default` name. A reset (another writer changed the file in ways that
+//! cannot be named) gives every page one fresh name: no copy made before is
+//! served again.
 //!
 //! Memory: one u64 per page of the largest file size seen, so 2 MiB per GiB of
 //! database at 4 KiB pages, 512 KiB per GiB at 16 KiB pages. The table grows
@@ -23,6 +36,9 @@ pub const SEGMENT_BITS: u32 = 40;
 pub const MAX_PAGES: u64 = 1 << 32;
 /// Segments at most (tablespace files one cache serves).
 pub const MAX_SEGMENTS: u64 = 1 << 16;
+/// The name of a page no cache incarnation has named yet (a cold start: every
+/// copy in the grid is under another cache identity's keys).
+const COLD_DEFAULT: u64 = 0;
 
 /// The segment and the index within it of a page number.
 pub fn split(page: u64) -> (usize, usize) {
@@ -37,15 +53,18 @@ pub fn join(segment: u64, index: u64) -> u64 {
 
 pub struct Versions {
     segments: RwLock<Vec<Vec<AtomicU64>>>,
-    floor: AtomicU64,
-    next: AtomicU64,
+    /// The name of every page without a slot of its own.
+    default: AtomicU64,
+    /// This open's random key, and how many names it has handed out.
+    key: u64,
+    issued: AtomicU64,
 }
 
 /// What a clean close saves and a warm open restores (segment 0: SQLite).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SavedVersions {
-    pub floor: u64,
-    pub next: u64,
+    /// The name of every page beyond the table.
+    pub default: u64,
     pub table: Vec<u64>,
 }
 
@@ -55,39 +74,64 @@ impl Default for Versions {
     }
 }
 
+/// SplitMix64's finaliser: a bijection on u64, so distinct inputs give distinct names.
+fn mix(mut z: u64) -> u64 {
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
 impl Versions {
-    /// A fresh incarnation: every page at version 0.
+    /// A fresh incarnation: every page at the cold default.
     pub fn new() -> Versions {
-        Versions { segments: RwLock::new(Vec::new()), floor: AtomicU64::new(0), next: AtomicU64::new(1) }
+        Self::with_key(crate::random_u64(), SavedVersions { default: COLD_DEFAULT, table: Vec::new() })
     }
 
+    /// A warm start: the names a clean close saved, and a new random key for
+    /// the names this open hands out.
     pub fn restore(saved: SavedVersions) -> Versions {
-        assert!(saved.next > saved.floor, "saved versions: next {} must exceed floor {}", saved.next, saved.floor);
-        assert!(saved.table.iter().all(|&v| v < saved.next), "saved versions: a page is at or above next");
+        Self::with_key(crate::random_u64(), saved)
+    }
+
+    /// As [`Versions::restore`] with the key given (tests).
+    pub fn with_key(key: u64, saved: SavedVersions) -> Versions {
         Versions {
             segments: RwLock::new(vec![saved.table.into_iter().map(AtomicU64::new).collect()]),
-            floor: AtomicU64::new(saved.floor),
-            next: AtomicU64::new(saved.next),
+            default: AtomicU64::new(saved.default),
+            key,
+            issued: AtomicU64::new(0),
         }
     }
 
-    /// Segment 0 (the only one a SQLite database uses) and the counters.
+    /// Segment 0 (the only one a SQLite database uses).
     pub fn save(&self) -> SavedVersions {
         let segments = self.segments.read().unwrap();
         SavedVersions {
-            floor: self.floor.load(Ordering::Acquire),
-            next: self.next.load(Ordering::Acquire),
+            default: self.default.load(Ordering::Acquire),
             table: segments.first().map(|t| t.iter().map(|v| v.load(Ordering::Acquire)).collect()).unwrap_or_default(),
+        }
+    }
+
+    /// A name never handed out before, by this open or (but for a 2^-64
+    /// chance) by any other.
+    fn fresh(&self) -> u64 {
+        loop {
+            let n = self.issued.fetch_add(1, Ordering::Relaxed);
+            let name = mix(self.key ^ n);
+            if name != COLD_DEFAULT {
+                return name;
+            }
         }
     }
 
     /// The version the backing file holds for `page`.
     pub fn current(&self, page: u64) -> u64 {
-        let floor = self.floor.load(Ordering::Acquire);
         let (seg, idx) = split(page);
         let segments = self.segments.read().unwrap();
-        let v = segments.get(seg).and_then(|t| t.get(idx)).map_or(0, |v| v.load(Ordering::Acquire));
-        v.max(floor)
+        match segments.get(seg).and_then(|t| t.get(idx)) {
+            Some(v) => v.load(Ordering::Acquire),
+            None => self.default.load(Ordering::Acquire),
+        }
     }
 
     /// Records that `page` exists (was read), so a later truncation covers it.
@@ -101,7 +145,7 @@ impl Versions {
 
     /// The page was rewritten: give it a fresh version and return it.
     pub fn bump(&self, page: u64) -> u64 {
-        let v = self.next.fetch_add(1, Ordering::AcqRel);
+        let v = self.fresh();
         let (seg, idx) = split(page);
         {
             let segments = self.segments.read().unwrap();
@@ -119,7 +163,7 @@ impl Versions {
     /// every page of that segment from there on gets a fresh version, so no
     /// copy of the old contents is trusted if it grows again.
     pub fn bump_from(&self, first_page: u64) {
-        let v = self.next.fetch_add(1, Ordering::AcqRel);
+        let v = self.fresh();
         let (seg, idx) = split(first_page);
         let segments = self.segments.read().unwrap();
         if let Some(table) = segments.get(seg) {
@@ -129,10 +173,14 @@ impl Versions {
         }
     }
 
-    /// Every page gets a version newer than any handed out so far.
+    /// Every page gets a version no copy was ever made at.
     pub fn reset(&self) {
-        let v = self.next.fetch_add(1, Ordering::AcqRel);
-        self.floor.store(v, Ordering::Release);
+        let v = self.fresh();
+        let segments = self.segments.read().unwrap();
+        self.default.store(v, Ordering::Release);
+        for slot in segments.iter().flatten() {
+            slot.store(v, Ordering::Release);
+        }
     }
 
     /// Pages with a slot in the table, over all segments.
@@ -140,18 +188,20 @@ impl Versions {
         self.segments.read().unwrap().iter().map(Vec::len).sum()
     }
 
+    /// New slots take the default name: the page had it until now.
     fn grow(&self, page: u64) {
         let (seg, idx) = split(page);
         assert!((seg as u64) < MAX_SEGMENTS, "segment {seg} beyond the version table's bound");
         assert!((idx as u64) < MAX_PAGES, "page number {idx} beyond the version table's bound");
         let mut segments = self.segments.write().unwrap();
+        let default = self.default.load(Ordering::Acquire);
         while segments.len() <= seg {
             segments.push(Vec::new());
         }
         let table = &mut segments[seg];
         let want = (idx + 1).max(table.len() * 5 / 4).min(MAX_PAGES as usize);
         while table.len() < want {
-            table.push(AtomicU64::new(0));
+            table.push(AtomicU64::new(default));
         }
     }
 }
@@ -159,16 +209,17 @@ impl Versions {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     #[test]
     fn bumps_are_fresh_and_never_repeat() {
         let v = Versions::new();
-        assert_eq!(v.current(5), 0);
+        assert_eq!(v.current(5), COLD_DEFAULT);
         let a = v.bump(5);
         let b = v.bump(5);
-        assert!(b > a && a > 0);
+        assert!(a != b && a != COLD_DEFAULT && b != COLD_DEFAULT);
         assert_eq!(v.current(5), b);
-        assert_eq!(v.current(4), 0);
+        assert_eq!(v.current(4), COLD_DEFAULT);
     }
 
     #[test]
@@ -181,7 +232,7 @@ mod tests {
             assert_eq!(v.current(p), before[p as usize]);
         }
         for p in 3..10 {
-            assert!(v.current(p) > before[p as usize], "page {p}");
+            assert_ne!(v.current(p), before[p as usize], "page {p}");
         }
     }
 
@@ -189,10 +240,14 @@ mod tests {
     fn reset_outdates_everything() {
         let v = Versions::new();
         let w = v.bump(2);
+        v.touch(7);
         v.reset();
-        assert!(v.current(2) > w);
-        assert!(v.current(100) > w);
-        assert!(v.bump(2) > v.current(100) - 1);
+        assert_ne!(v.current(2), w);
+        assert_ne!(v.current(7), COLD_DEFAULT);
+        assert_ne!(v.current(100), COLD_DEFAULT, "pages beyond the table too");
+        assert_eq!(v.current(2), v.current(100));
+        let x = v.bump(2);
+        assert_ne!(x, v.current(100));
     }
 
     #[test]
@@ -202,11 +257,11 @@ mod tests {
         let b = join(3, 5);
         v.touch(join(3, 9));
         let w = v.bump(b);
-        assert_eq!(v.current(a), 0, "segment 0 untouched by segment 3");
+        assert_eq!(v.current(a), COLD_DEFAULT, "segment 0 untouched by segment 3");
         assert_eq!(v.current(b), w);
         v.bump_from(join(3, 2));
-        assert!(v.current(b) > w);
-        assert_eq!(v.current(a), 0, "a truncation of segment 3 leaves segment 0 alone");
+        assert_ne!(v.current(b), w);
+        assert_eq!(v.current(a), COLD_DEFAULT, "a truncation of segment 3 leaves segment 0 alone");
         assert_eq!(split(b), (3, 5));
     }
 
@@ -223,6 +278,31 @@ mod tests {
         for p in 0..10 {
             assert_eq!(v.current(p), w.current(p));
         }
-        assert!(w.bump(1) >= saved.next);
+        let old: HashSet<u64> = saved.table.iter().copied().chain([saved.default]).collect();
+        assert!(!old.contains(&w.bump(1)), "a warm open's names are new");
+    }
+
+    /// A snapshot rolled back, or a volume cloned: two opens restore one saved
+    /// state and write the same pages. With a restored counter both would have
+    /// named page 1's different bytes alike; here no name is shared.
+    #[test]
+    fn two_timelines_from_one_saved_state_never_share_a_name() {
+        let base = Versions::new();
+        base.bump(1);
+        let saved = base.save();
+        let a = Versions::restore(saved.clone());
+        let b = Versions::restore(saved);
+        let names_a: HashSet<u64> = (0..10_000).map(|i| a.bump(i % 50)).collect();
+        let names_b: HashSet<u64> = (0..10_000).map(|i| b.bump(i % 50)).collect();
+        assert_eq!(names_a.len(), 10_000);
+        assert!(names_a.is_disjoint(&names_b));
+    }
+
+    #[test]
+    fn names_within_one_open_are_distinct_even_from_a_fixed_key() {
+        let v = Versions::with_key(0, SavedVersions { default: COLD_DEFAULT, table: Vec::new() });
+        let names: HashSet<u64> = (0..100_000).map(|_| v.fresh()).collect();
+        assert_eq!(names.len(), 100_000);
+        assert!(!names.contains(&COLD_DEFAULT));
     }
 }
