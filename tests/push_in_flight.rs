@@ -69,6 +69,7 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
             push_queue_bytes: 1 << 20,
             grid: Some(Arc::clone(&grid)),
             seal_key: None,
+            page_check: None,
         },
         Box::new(MemFile(Arc::clone(&file))),
     );
@@ -131,4 +132,53 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
         n(&s, "disk_reads"),
         n(&s, "l2_rejects.version"),
     );
+}
+
+/// The adapter's page check (InnoDB's, for the preload) runs on a grid copy
+/// before it reaches L1: a refused copy is never served, never installed, and
+/// the read goes to the file. (Before, the preload checked after the cache had
+/// put the copy in L1, where a concurrent reader could hit it unchecked.)
+#[test]
+fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
+    struct RefuseMarked;
+    impl waffle_core::PageCheck for RefuseMarked {
+        fn accepts(&self, _page: u64, bytes: &[u8]) -> bool {
+            bytes[0] != 0xBA
+        }
+    }
+    let node = start_node(16);
+    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
+    let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
+    let file = Arc::new(Mutex::new(vec![0u8; 4 * PAGE]));
+    let truth = pattern(7, PAGE);
+    file.lock().unwrap()[..PAGE].copy_from_slice(&truth);
+    let cache = PageCache::new(
+        CacheOptions {
+            cache_id: 0xc4ec,
+            saved: None,
+            page_bytes: PAGE,
+            local_bytes: 16 * PAGE as u64,
+            push_queue_bytes: 1 << 20,
+            grid: Some(Arc::clone(&grid)),
+            seal_key: None,
+            page_check: Some(Box::new(RefuseMarked)),
+        },
+        Box::new(MemFile(Arc::clone(&file))),
+    );
+    // A copy whose envelope is right (this cache, page 0, the version the file
+    // holds) but whose bytes the adapter refuses.
+    let mut bad = pattern(8, PAGE);
+    bad[0] = 0xBA;
+    let id = waffle_core::envelope::Identity { cache_id: 0xc4ec, page: 0, version: 0 };
+    ms(&node.addr(), &waffle_core::envelope::key(0xc4ec, 0), &waffle_core::envelope::seal(id, &bad));
+    let mut buf = vec![0u8; PAGE];
+    let (_, source) = cache.read(0, &mut buf).unwrap();
+    assert_eq!(source, Source::Disk, "the refused copy was not served");
+    assert!(buf == truth);
+    let s = serde_json::Value::Object(cache.stats_json());
+    assert_eq!(n(&s, "l2_rejects.content"), 1, "{s}");
+    assert_eq!(n(&s, "l2_hits"), 0, "{s}");
+    let (_, source) = cache.read(0, &mut buf).unwrap();
+    assert_eq!(source, Source::L1);
+    assert!(buf == truth, "L1 holds the file's bytes, not the refused copy's");
 }

@@ -61,6 +61,14 @@ pub struct CloseReport {
     pub timed_out: bool,
 }
 
+/// The adapter's own check of a grid copy, run after the envelope matched and
+/// before the bytes reach L1 or the caller (the database knows its page format;
+/// InnoDB pages carry their number, space id, checksum and LSN).
+pub trait PageCheck: Send + Sync {
+    /// Whether `bytes` are a page the database would accept as `page`.
+    fn accepts(&self, page: u64, bytes: &[u8]) -> bool;
+}
+
 pub struct CacheOptions {
     /// Names this incarnation of the database in every key and envelope.
     pub cache_id: u64,
@@ -74,6 +82,8 @@ pub struct CacheOptions {
     pub grid: Option<Arc<Grid>>,
     /// Seal grid values (and accept only sealed ones) with this key.
     pub seal_key: Option<Arc<SealKey>>,
+    /// Checks grid copies beyond the envelope (None: the envelope is enough).
+    pub page_check: Option<Box<dyn PageCheck>>,
 }
 
 pub struct PageCache {
@@ -82,6 +92,7 @@ pub struct PageCache {
     versions: Versions,
     grid: Arc<GridSlot>,
     seal_key: Option<Arc<SealKey>>,
+    page_check: Option<Box<dyn PageCheck>>,
     pusher: Pusher,
     stats: Arc<Stats>,
     backing: Box<dyn Backing>,
@@ -109,6 +120,7 @@ impl PageCache {
             versions: opts.saved.map(Versions::restore).unwrap_or_default(),
             grid,
             seal_key: opts.seal_key,
+            page_check: opts.page_check,
             pusher,
             stats,
             backing,
@@ -174,7 +186,9 @@ impl PageCache {
                 Fetch::Hit(value) => {
                     self.stats.l2_fetch_bytes.add(value.len() as u64);
                     let expect = Identity { cache_id: self.cache_id, page, version };
-                    match envelope::open_into(&value, expect, self.seal_key.as_deref(), buf) {
+                    match envelope::open_into(&value, expect, self.seal_key.as_deref(), buf)
+                        .and_then(|()| self.check_page(page, buf))
+                    {
                         Ok(()) => {
                             self.stats.l2_hits.incr();
                             self.fill(page, version, Box::from(&*buf));
@@ -256,7 +270,9 @@ impl PageCache {
                         self.stats.l2_fetch_bytes.add(value.len() as u64);
                         let expect = Identity { cache_id: self.cache_id, page: wanted[i], version: versions[i] };
                         let mut bytes = vec![0u8; page_bytes as usize].into_boxed_slice();
-                        match envelope::open_into(&value, expect, self.seal_key.as_deref(), &mut bytes) {
+                        match envelope::open_into(&value, expect, self.seal_key.as_deref(), &mut bytes)
+                            .and_then(|()| self.check_page(wanted[i], &bytes))
+                        {
                             Ok(()) => {
                                 got[i] = Some(bytes);
                                 from_grid[i] = true;
@@ -458,6 +474,14 @@ impl PageCache {
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m
+    }
+
+    /// The adapter's check of a grid copy whose envelope matched.
+    fn check_page(&self, page: u64, bytes: &[u8]) -> Result<(), envelope::Reject> {
+        match &self.page_check {
+            Some(c) if !c.accepts(page, bytes) => Err(envelope::Reject::Content),
+            _ => Ok(()),
+        }
     }
 
     fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>) {

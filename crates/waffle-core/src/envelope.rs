@@ -68,10 +68,13 @@ pub enum Reject {
     /// Sealing: the value failed authentication, or it is sealed and we have
     /// no key, or it is plain and we require sealed values.
     Seal,
+    /// The envelope matched but the adapter's own check of the page refused it
+    /// (InnoDB: page number, space id, checksum, LSN), before it reached L1.
+    Content,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 8] = [
+    pub const ALL: [Reject; 9] = [
         Reject::Length,
         Reject::Format,
         Reject::Checksum,
@@ -80,6 +83,7 @@ impl Reject {
         Reject::Version,
         Reject::Size,
         Reject::Seal,
+        Reject::Content,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,6 +96,7 @@ impl Reject {
             Reject::Version => "version",
             Reject::Size => "size",
             Reject::Seal => "seal",
+            Reject::Content => "content",
         }
     }
 

@@ -35,7 +35,7 @@ pub mod sidecar;
 pub mod stats;
 pub mod versions;
 
-pub use cache::{CacheOptions, CloseReport, PageCache, Source};
+pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, Source};
 pub use config::{Config, ConfigError};
 
 /// A random 64-bit identity for a new cache incarnation.

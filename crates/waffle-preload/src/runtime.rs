@@ -244,6 +244,7 @@ impl Runtime {
                 push_queue_bytes: config.push_queue_bytes,
                 grid,
                 seal_key: config.seal_key.clone(),
+                page_check: Some(Box::new(InnodbCheck)),
             },
             backing,
         );
@@ -298,6 +299,30 @@ impl Runtime {
             libc::atexit(at_exit);
         }
         Ok(rt)
+    }
+
+    /// The InnoDB check of a grid copy (see [`InnodbCheck`]).
+    fn accepts_grid_copy(&self, page: u64, bytes: &[u8]) -> bool {
+        let (segment, index) = waffle_core::versions::split(page);
+        if self.seg_info.get(segment).is_none_or(|p| p.load(Ordering::Acquire).is_null()) {
+            return false; // no such tablespace open: nothing to vouch for it
+        }
+        let info = self.seg(segment as u32);
+        let space = info.space_id.load(Ordering::Acquire);
+        let space = (space != NO_SPACE).then_some(space as u32);
+        match innodb::check_page(bytes, index as u32, space) {
+            Ok(()) => true,
+            Err(why) => {
+                // Second line of defence: the envelope matched, the InnoDB page does not.
+                self.counters.innodb_rejects[why.index()].incr();
+                info.stats().innodb_rejects.incr();
+                log::rate_limited_error(&format!(
+                    "a grid copy of page {index} of segment {segment} is not a consistent InnoDB page ({}); read from disk instead",
+                    why.name()
+                ));
+                false
+            }
+        }
     }
 
     fn seg(&self, segment: u32) -> &SegInfo {
@@ -462,22 +487,8 @@ impl Runtime {
         match source {
             Source::L1 => stats.l1_hits.incr(),
             Source::PushQueue => stats.push_queue_hits.incr(),
-            Source::L2 | Source::ReadAhead => {
-                let space = info.space_id.load(Ordering::Acquire);
-                let space = (space != NO_SPACE).then_some(space as u32);
-                if let Err(why) = innodb::check_page(buf, index as u32, space) {
-                    // Second line of defence: the envelope matched, the InnoDB page does not.
-                    self.counters.innodb_rejects[why.index()].incr();
-                    stats.innodb_rejects.incr();
-                    self.cache.invalidate(page);
-                    log::rate_limited_error(&format!(
-                        "a grid copy of page {index} of segment {segment} is not a consistent InnoDB page ({}); read from disk instead",
-                        why.name()
-                    ));
-                    return None;
-                }
-                stats.l2_hits.incr();
-            }
+            // Checked as an InnoDB page before it reached L1 (InnodbCheck).
+            Source::L2 | Source::ReadAhead => stats.l2_hits.incr(),
             Source::Disk => {
                 stats.disk_reads.incr();
                 self.learn_space(info, buf, index);
@@ -873,5 +884,17 @@ mod tests {
         assert_eq!(parse_page_size("16384"), Some(16384));
         assert_eq!(parse_page_size("3k"), None);
         assert_eq!(parse_page_size("128k"), None);
+    }
+}
+
+/// Grid copies are checked as InnoDB pages (page number, space id, checksum,
+/// LSN) inside the cache, before they reach L1: a concurrent reader never
+/// hits an unchecked copy.
+struct InnodbCheck;
+
+impl waffle_core::PageCheck for InnodbCheck {
+    fn accepts(&self, page: u64, bytes: &[u8]) -> bool {
+        // No runtime yet (it is being built): nothing has been read, refuse.
+        get().is_some_and(|rt| rt.accepts_grid_copy(page, bytes))
     }
 }

@@ -93,6 +93,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
             push_queue_bytes: config.push_queue_bytes,
             grid,
             seal_key: config.seal_key.clone(),
+            page_check: None,
         },
         backing,
     );
