@@ -203,6 +203,11 @@ unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
 }
 
 unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    // A panic while answering a PRAGMA is an SQL error, never an unwind into SQLite.
+    catch_unwind(AssertUnwindSafe(|| file_control(f, op, arg))).unwrap_or(SQLITE_ERROR)
+}
+
+unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     if op == SQLITE_FCNTL_PRAGMA {
         if let Some(db) = db(f) {
             let args = arg as *mut *mut c_char;

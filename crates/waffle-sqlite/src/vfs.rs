@@ -108,6 +108,31 @@ unsafe extern "C" fn x_open(
     flags: c_int,
     out_flags: *mut c_int,
 ) -> c_int {
+    // A panic must not unwind into SQLite: it becomes a refused open (the
+    // real file, if it was opened, is closed again).
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(vfs, name, f, flags, out_flags))).unwrap_or_else(|_| {
+        eprintln!("waffle: cannot open {}: internal error", name_text(name));
+        close_real(file::real(f));
+        (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
+        SQLITE_CANTOPEN
+    })
+}
+
+unsafe fn name_text(name: *const c_char) -> String {
+    if name.is_null() {
+        "(temporary file)".into()
+    } else {
+        CStr::from_ptr(name).to_string_lossy().into_owned()
+    }
+}
+
+unsafe fn open(
+    vfs: *mut sqlite3_vfs,
+    name: *const c_char,
+    f: *mut sqlite3_file,
+    flags: c_int,
+    out_flags: *mut c_int,
+) -> c_int {
     let wf = f as *mut WaffleFile;
     (*wf).base.pMethods = std::ptr::null();
     (*wf).db = std::ptr::null();
