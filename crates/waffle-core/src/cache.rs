@@ -12,7 +12,7 @@
 //! per page, so a read that raced a write never installs the older bytes.
 
 use std::io;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,10 @@ pub struct PageCache {
     page_bytes: AtomicUsize,
     /// Windows left that skip the grid (it had nothing for the last one).
     read_ahead_grid_skip: AtomicU32,
+    /// Tripped by an internal error on a write or invalidation path: from then
+    /// on every read goes to the file and nothing is cached (see [`PageCache::trip`]).
+    fused: AtomicBool,
+    fuse_reason: Mutex<Option<String>>,
 }
 
 impl PageCache {
@@ -127,11 +131,43 @@ impl PageCache {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             page_bytes: AtomicUsize::new(opts.page_bytes),
             read_ahead_grid_skip: AtomicU32::new(0),
+            fused: AtomicBool::new(false),
+            fuse_reason: Mutex::new(None),
         }
     }
 
     pub fn cache_id(&self) -> u64 {
         self.cache_id
+    }
+
+    /// An internal error on a write or invalidation path means the tiers may
+    /// hold bytes the file no longer has: the cache turns itself off for good
+    /// (every read goes to the file, nothing is cached or pushed), says so once
+    /// on stderr, and shows the reason in the stats. Cheaper than being wrong.
+    pub fn trip(&self, why: &str) {
+        if self.fused.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        eprintln!("waffle: {why}; the cache is off for this database until it is reopened (every read goes to the file)");
+        *self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+        // Best effort: L1 and the queue may be what failed.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.pool.clear();
+            self.pusher.discard(|_| true);
+        }));
+    }
+
+    /// Whether [`PageCache::trip`] turned the cache off.
+    pub fn is_fused(&self) -> bool {
+        self.fused.load(Ordering::Acquire)
+    }
+
+    /// Reads the file only (the fuse is tripped).
+    fn read_through(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+        let n = self.backing.read_at(buf, page * buf.len() as u64)?;
+        buf[n..].fill(0);
+        self.stats.disk_reads.incr();
+        Ok((n, Source::Disk))
     }
 
     pub fn stats(&self) -> &Stats {
@@ -158,15 +194,24 @@ impl PageCache {
     /// file holds there (fewer than `buf.len()` only at end of file; the rest is
     /// zeroed) and where they came from.
     pub fn read(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+        if self.is_fused() {
+            return self.read_through(page, buf);
+        }
         self.adopt_page_size(buf.len());
         let t0 = Instant::now();
-        if self.pool.get(page, buf).is_some() {
-            self.stats.l1_hits.incr();
-            self.stats.record(Tier::L1, t0.elapsed());
-            return Ok((buf.len(), Source::L1));
+        let version = self.versions.current(page);
+        match self.pool.get(page, buf) {
+            Some(installed) if installed == version => {
+                self.stats.l1_hits.incr();
+                self.stats.record(Tier::L1, t0.elapsed());
+                return Ok((buf.len(), Source::L1));
+            }
+            // Installed at a version the file has left (a write raced, or a path
+            // that should have removed it did not): never served.
+            Some(_) => self.drop_stale_l1(page),
+            None => {}
         }
         self.stats.l1_misses.incr();
-        let version = self.versions.current(page);
 
         if let Some(e) = self.pusher.take(page) {
             if e.version == version && e.bytes.len() == buf.len() {
@@ -231,6 +276,9 @@ impl PageCache {
     /// `read_ahead_*` counters only, so `l2_*`, `disk_reads` and the latency
     /// histograms keep describing demand reads one page at a time.
     pub fn read_sequential(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+        if self.is_fused() {
+            return self.read_through(page, buf);
+        }
         self.adopt_page_size(buf.len());
         let page_bytes = buf.len() as u64;
         let window = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
@@ -238,7 +286,16 @@ impl PageCache {
             return self.read(page, buf);
         }
         let t0 = Instant::now();
-        if let Some((_, scan)) = self.pool.peek(page, buf) {
+        let version = self.versions.current(page);
+        let peeked = match self.pool.peek(page, buf) {
+            Some((installed, scan)) if installed == version => Some(scan),
+            Some(_) => {
+                self.drop_stale_l1(page);
+                None
+            }
+            None => None,
+        };
+        if let Some(scan) = peeked {
             if scan {
                 self.stats.read_ahead_hits.incr();
                 return Ok((buf.len(), Source::ReadAhead));
@@ -340,6 +397,9 @@ impl PageCache {
 
     /// The database wrote `bytes` as page `page`, and the write reached the file.
     pub fn wrote(&self, page: u64, bytes: &[u8]) {
+        if self.is_fused() {
+            return;
+        }
         self.adopt_page_size(bytes.len());
         self.stats.disk_writes.incr();
         let mut evicted = Vec::new();
@@ -355,6 +415,9 @@ impl PageCache {
     /// The database changed part of page `page` (not a whole-page write):
     /// the tiers forget it and the next read goes to the file.
     pub fn invalidate(&self, page: u64) {
+        if self.is_fused() {
+            return;
+        }
         self.stats.partial_writes.incr();
         let _g = self.stripe(page);
         self.versions.bump(page);
@@ -365,6 +428,9 @@ impl PageCache {
     /// The file was cut before page `first_gone`: it and every later page of
     /// its segment (its file) are gone.
     pub fn truncated(&self, first_gone: u64) {
+        if self.is_fused() {
+            return;
+        }
         self.stats.truncates.incr();
         self.cut(first_gone);
     }
@@ -373,6 +439,9 @@ impl PageCache {
     /// elsewhere cuts the file to the database's size). Part of a foreign
     /// change already counted.
     pub fn foreign_truncate(&self, first_gone: u64) {
+        if self.is_fused() {
+            return;
+        }
         self.cut(first_gone);
     }
 
@@ -390,6 +459,9 @@ impl PageCache {
     /// a new version, so no copy in L1, the push queue or the grid is served
     /// again. Pages the file no longer has are harmless here.
     pub fn foreign_pages(&self, pages: &[u64]) {
+        if self.is_fused() {
+            return;
+        }
         self.stats.foreign_changes.incr();
         self.stats.foreign_pages_invalidated.add(pages.len() as u64);
         let mut dropped = 0;
@@ -405,6 +477,9 @@ impl PageCache {
     /// Another writer changed the file and the changed pages cannot be named:
     /// a new epoch, in which no copy made before is served.
     pub fn foreign_reset(&self) {
+        if self.is_fused() {
+            return;
+        }
         self.stats.foreign_changes.incr();
         self.stats.foreign_resets.incr();
         let _all = self.all_stripes();
@@ -417,6 +492,9 @@ impl PageCache {
 
     /// Forgets everything: every page gets a version no grid copy has.
     pub fn reset(&self) {
+        if self.is_fused() {
+            return;
+        }
         self.stats.resets.incr();
         let _all = self.all_stripes();
         self.versions.reset();
@@ -432,7 +510,7 @@ impl PageCache {
     /// it was made at.
     pub fn close(self) -> (SavedVersions, CloseReport) {
         let mut report = CloseReport::default();
-        if self.grid.get().is_some() {
+        if self.grid.get().is_some() && !self.is_fused() {
             let deadline = Instant::now() + Duration::from_millis(CLOSE_FLUSH_MS);
             let stored_before = self.stats.l2_pushes.get();
             let mut all = Vec::new();
@@ -471,6 +549,7 @@ impl PageCache {
         m.insert("push_queue_bytes".into(), json!(self.pusher.queued_bytes()));
         m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
+        m.insert("fused".into(), json!(*self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner())));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m
@@ -482,6 +561,12 @@ impl PageCache {
             Some(c) if !c.accepts(page, bytes) => Err(envelope::Reject::Content),
             _ => Ok(()),
         }
+    }
+
+    fn drop_stale_l1(&self, page: u64) {
+        self.stats.l1_stale_drops.incr();
+        let _g = self.stripe(page);
+        self.pool.remove(page);
     }
 
     fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>) {
@@ -533,5 +618,84 @@ impl PageCache {
 
     fn all_stripes(&self) -> Vec<MutexGuard<'_, ()>> {
         self.stripes.iter().map(|s| s.lock().unwrap()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::panic::AssertUnwindSafe;
+
+    struct Mem(Arc<Mutex<Vec<u8>>>);
+
+    impl Backing for Mem {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+            let f = self.0.lock().unwrap();
+            let at = (offset as usize).min(f.len());
+            let n = buf.len().min(f.len() - at);
+            buf[..n].copy_from_slice(&f[at..at + n]);
+            Ok(n)
+        }
+        fn is_direct(&self) -> bool {
+            false
+        }
+    }
+
+    fn cache(file: &Arc<Mutex<Vec<u8>>>) -> PageCache {
+        let opts = CacheOptions {
+            cache_id: 1,
+            saved: None,
+            page_bytes: 512,
+            local_bytes: 64 * 512,
+            push_queue_bytes: 0,
+            grid: None,
+            seal_key: None,
+            page_check: None,
+        };
+        PageCache::new(opts, Box::new(Mem(Arc::clone(file))))
+    }
+
+    /// A write path that panics (here: a poisoned stripe lock, as a panic
+    /// elsewhere under it leaves) cannot update L1, which still holds the old
+    /// bytes at the version the file is believed to hold. Tripping the fuse
+    /// sends every later read to the file.
+    #[test]
+    fn a_write_path_panic_trips_the_fuse_and_reads_go_to_the_file() {
+        let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
+        let c = cache(&file);
+        let mut buf = vec![0u8; 512];
+        c.read(2, &mut buf).unwrap();
+        assert_eq!(c.read(2, &mut buf).unwrap().1, Source::L1);
+        // Poison page 2's stripe.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let _g = c.stripe(2);
+            panic!("poison");
+        }));
+        file.lock().unwrap()[1024..1536].fill(2); // the database writes the file first
+        let wrote = std::panic::catch_unwind(AssertUnwindSafe(|| c.wrote(2, &[2u8; 512])));
+        assert!(wrote.is_err(), "the write path panicked");
+        c.read(2, &mut buf).unwrap();
+        assert_eq!(buf[0], 1, "the defect: without the fuse, L1 serves the old bytes");
+        c.trip("test: a write path panicked");
+        assert!(c.is_fused());
+        let (n, source) = c.read(2, &mut buf).unwrap();
+        assert_eq!((n, source, buf[0]), (512, Source::Disk, 2), "after the fuse, the file");
+        assert_eq!(c.stats_json()["fused"], json!("test: a write path panicked"));
+        c.wrote(3, &[3u8; 512]); // ignored: nothing is cached any more
+        assert_eq!(c.pool.len(), 0);
+    }
+
+    #[test]
+    fn an_l1_entry_at_a_version_the_file_has_left_is_never_served() {
+        let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
+        let c = cache(&file);
+        let mut buf = vec![0u8; 512];
+        c.read(1, &mut buf).unwrap();
+        // A path that bumps the version without removing the L1 entry.
+        c.versions.bump(1);
+        file.lock().unwrap()[512..1024].fill(9);
+        let (_, source) = c.read(1, &mut buf).unwrap();
+        assert_eq!((source, buf[0]), (Source::Disk, 9));
+        assert_eq!(c.stats.l1_stale_drops.get(), 1);
     }
 }

@@ -151,6 +151,8 @@ pub struct Stats {
     pub foreign_pages_invalidated: Counter,
     /// Copies dropped from L1 and the push queue because another writer changed them.
     pub foreign_copies_dropped: Counter,
+    /// L1 entries found at a version the file has left, dropped instead of served.
+    pub l1_stale_drops: Counter,
     latency: [Latency; 3],
 }
 
@@ -193,6 +195,7 @@ impl Stats {
             foreign_resets: Counter::default(),
             foreign_pages_invalidated: Counter::default(),
             foreign_copies_dropped: Counter::default(),
+            l1_stale_drops: Counter::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
     }
@@ -279,6 +282,7 @@ impl Stats {
         put("foreign_resets", json!(self.foreign_resets.get()));
         put("foreign_pages_invalidated", json!(self.foreign_pages_invalidated.get()));
         put("foreign_copies_dropped", json!(self.foreign_copies_dropped.get()));
+        put("l1_stale_drops", json!(self.l1_stale_drops.get()));
         put("latency", Value::Object(latency));
         m
     }

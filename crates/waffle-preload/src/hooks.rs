@@ -35,6 +35,15 @@ fn work<T>(f: impl FnOnce() -> T) -> Option<T> {
     catch_unwind(AssertUnwindSafe(f)).ok()
 }
 
+/// Runs an update of the cache after a write, truncation or close. If it
+/// panics, the tiers may hold bytes the files no longer have: the cache trips
+/// its fuse (pass-through from then on).
+fn update(rt: &runtime::Runtime, what: &str, f: impl FnOnce()) {
+    if work(f).is_none() {
+        work(|| rt.cache.trip(&format!("internal error updating the cache after {what}")));
+    }
+}
+
 /// The slot of `fd` if hooks should act on it (see the module docs).
 #[inline]
 fn tracked(fd: c_int) -> u32 {
@@ -148,7 +157,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let slot = fds::take(fd);
     if slot != 0 {
         if let Some(rt) = runtime::get() {
-            work(|| rt.release(slot));
+            update(rt, "a close", || rt.release(slot));
         }
     }
     real::close(fd)
@@ -188,7 +197,7 @@ unsafe fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_in
     }
     if previous != 0 {
         if let Some(rt) = runtime::get() {
-            work(|| rt.release(previous));
+            update(rt, "a dup2 over a tablespace", || rt.release(previous));
         }
     }
     duplicated(old, new);
@@ -274,7 +283,7 @@ unsafe fn after_pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: i64
         return;
     }
     let Some(rt) = runtime::get() else { return };
-    work(|| {
+    update(rt, "a write", || {
         let bytes = if buf.is_null() { &[][..] } else { std::slice::from_raw_parts(buf as *const u8, count) };
         rt.wrote(slot, offset, bytes, count, result)
     });
@@ -301,7 +310,7 @@ unsafe fn after_vectored(fd: c_int, iov: *const iovec, cnt: c_int, offset: i64) 
         return;
     }
     let Some(rt) = runtime::get() else { return };
-    work(|| {
+    update(rt, "a vectored write", || {
         let segment = fds::segment(slot);
         if offset < 0 || iov.is_null() || cnt < 0 {
             rt.invalidate_all(segment);
@@ -354,7 +363,7 @@ unsafe fn after_unpositioned(fd: c_int) {
         return;
     }
     if let Some(rt) = runtime::get() {
-        work(|| rt.invalidate_all(fds::segment(slot)));
+        update(rt, "a write", || rt.invalidate_all(fds::segment(slot)));
     }
 }
 
@@ -380,7 +389,7 @@ unsafe fn after_truncate(fd: c_int, len: i64) {
         return;
     }
     if let Some(rt) = runtime::get() {
-        work(|| rt.truncated(fds::segment(slot), len));
+        update(rt, "a truncation", || rt.truncated(fds::segment(slot), len));
     }
 }
 

@@ -59,6 +59,11 @@ unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
     (!p.is_null()).then(|| &*p)
 }
 
+/// Turns the database's cache off for good (pass-through), saying why once.
+fn trip(db: &OpenDb, why: &str) {
+    let _ = catch_unwind(AssertUnwindSafe(|| db.cache.trip(&format!("{} ({})", why, db.path.display()))));
+}
+
 /// Runs a callback body; a panic becomes an I/O error instead of unwinding into C.
 fn guard(f: impl FnOnce() -> c_int) -> c_int {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or(SQLITE_IOERR)
@@ -138,6 +143,9 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
     let (Some(db), Some(page)) = (db(f), page_of(amt, offset)) else {
         return pass_read(f, buf, amt, offset);
     };
+    if db.cache.is_fused() {
+        return pass_read(f, buf, amt, offset);
+    }
     let out = std::slice::from_raw_parts_mut(buf as *mut u8, amt as usize);
     let wf = f as *mut WaffleFile;
     let in_order = page >= (*wf).seq_next && page - (*wf).seq_next < SEQUENTIAL_GAP_PAGES;
@@ -163,7 +171,7 @@ unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c
     // The write reaches the file first, always.
     let rc = pass_write(f, buf, amt, offset);
     let Some(db) = db(f) else { return rc };
-    guard(|| {
+    let updated = guard(|| {
         let bytes = std::slice::from_raw_parts(buf as *const u8, amt as usize);
         match page_of(amt, offset) {
             Some(page) if rc == SQLITE_OK => db.cache.wrote(page, bytes),
@@ -172,6 +180,10 @@ unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c
         }
         SQLITE_OK
     });
+    if updated != SQLITE_OK {
+        // The file has the write; the tiers may still hold the old bytes.
+        trip(db, &format!("internal error updating the cache after a write at offset {offset}"));
+    }
     rc
 }
 
@@ -190,7 +202,7 @@ fn invalidate_range(db: &OpenDb, offset: i64, len: i64) {
 unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
     let rc = pass_truncate(f, size);
     if let Some(db) = db(f) {
-        guard(|| {
+        let updated = guard(|| {
             let page_bytes = db.cache.page_bytes() as i64;
             if page_bytes > 0 {
                 // Also the partial last page: its tail is gone from the file.
@@ -198,6 +210,9 @@ unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
             }
             SQLITE_OK
         });
+        if updated != SQLITE_OK {
+            trip(db, &format!("internal error updating the cache after a truncation to {size} bytes"));
+        }
     }
     rc
 }
@@ -264,8 +279,7 @@ fn coherent(db: &OpenDb, step: impl FnOnce(&mut crate::coherence::Coherence)) {
         step(&mut c);
     }));
     if ok.is_err() {
-        eprintln!("waffle: internal error while checking {} for other writers; dropping its cache", db.path.display());
-        let _ = catch_unwind(AssertUnwindSafe(|| db.cache.foreign_reset()));
+        trip(db, "internal error while checking for other writers");
     }
 }
 
