@@ -31,6 +31,21 @@
 
 use crate::wal_index::WalView;
 
+/// `WAFFLE_TRACE=coherence` prints every coherence step on stderr (debugging
+/// a sharing problem in the field, as vfstrace does for a VFS).
+fn tracing() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| std::env::var("WAFFLE_TRACE").is_ok_and(|v| v.split(',').any(|w| w == "coherence")))
+}
+
+macro_rules! trace {
+    ($($arg:tt)*) => {
+        if tracing() {
+            eprintln!("waffle coherence: {}", format!($($arg)*));
+        }
+    };
+}
+
 /// The cache as the coherence rules see it (a trait so the rules can be tested alone).
 pub trait Forget {
     /// These pages (0-based) changed in the file.
@@ -114,8 +129,10 @@ pub struct Coherence {
     own_checkpoints: u32,
     /// The wal-index as an own WAL restart found it (all frames copied back).
     restart_from: Option<WalView>,
-    /// The wal-index as an own write transaction found it.
-    write_from: Option<WalView>,
+    /// The wal-index as an own write transaction found it, and the WAL writes counted then.
+    write_from: Option<(WalView, u64)>,
+    /// A connection of ours holds the write lock to rebuild the wal-index.
+    recovering: bool,
 }
 
 impl Coherence {
@@ -138,6 +155,7 @@ impl Coherence {
             return; // another connection of ours held a lock all along: nobody wrote in between
         }
         let now = now();
+        trace!("shared: file {:?}, recorded {:?}, cold {}", now, self.sig, self.cold);
         if !self.cold && (now.is_none() || now != self.sig) {
             cache.forget_all();
         }
@@ -152,6 +170,7 @@ impl Coherence {
         self.holders = self.holders.saturating_sub(1);
         if self.holders == 0 {
             self.sig = now();
+            trace!("unlock: recorded {:?}", self.sig);
         }
     }
 
@@ -168,9 +187,14 @@ impl Coherence {
         self.own_checkpoints += 1;
     }
 
-    /// The checkpoint lock is about to be released: our own backfill is accounted for.
-    pub fn on_checkpoint_end(&mut self, cache: &dyn Forget, view: Option<WalView>) {
+    /// The checkpoint lock is about to be released: our own backfill is
+    /// accounted for, and the file is as the cache knows it (everything copied
+    /// back before was caught up at the start, the rest went through the cache).
+    pub fn on_checkpoint_end(&mut self, cache: &dyn Forget, view: Option<WalView>, file: impl FnOnce() -> Option<FileSig>) {
         self.own_checkpoints = self.own_checkpoints.saturating_sub(1);
+        if !self.cold {
+            self.sig = file();
+        }
         match (view, self.wal) {
             (Some(v), Some(m)) if v.salt == m.salt && v.backfilled >= m.backfilled => {
                 self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
@@ -186,28 +210,51 @@ impl Coherence {
 
     /// A waffle connection took the WAL's write lock (it begins a write
     /// transaction): catch up, and remember the WAL as it was.
-    pub fn on_write_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
-        self.write_from = view;
-        // No whole header: SQLite takes the write lock to rebuild the wal-index
-        // (recovery), which writes nothing to the database file. The next read
-        // mark catches up.
-        if view.is_some() {
-            self.catch_up(cache, view, frames);
+    pub fn on_write_begin(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames, wal_writes: u64) {
+        self.write_from = view.map(|v| (v, wal_writes));
+        match view {
+            Some(_) => self.catch_up(cache, view, frames),
+            // No whole header: SQLite takes the write lock to rebuild the
+            // wal-index from the WAL file (recovery). Its own pager then drops
+            // its cache; ours checks the database file at the end of it.
+            None => self.recovering = true,
         }
     }
 
     /// The write lock is about to be released. Nobody else appends to the WAL
-    /// or restarts it meanwhile, so a new generation that appeared during the
-    /// span is ours: the first frame written into an empty WAL draws new salts
-    /// (a restart is seen by the restart hooks).
-    pub fn on_write_end(&mut self, view: Option<WalView>) {
+    /// or restarts it meanwhile (nobody who follows SQLite's locks), so a new
+    /// generation that appeared during the span, in a WAL that was empty, is
+    /// ours if we wrote to the WAL: the first frame written into an empty WAL
+    /// draws new salts (a restart is seen by the restart hooks). Holding the
+    /// lock without writing (a superlock, a file swapped under it) proves nothing.
+    pub fn on_write_end(
+        &mut self,
+        cache: &dyn Forget,
+        view: Option<WalView>,
+        wal_writes: u64,
+        file: impl FnOnce() -> Option<FileSig>,
+    ) {
         let from = self.write_from.take();
+        trace!("write end: wal-index {:?}, from {:?}, writes now {}, accounted {:?}", view, from, wal_writes, self.wal);
+        if std::mem::take(&mut self.recovering) {
+            // A rebuilt wal-index says nothing of how the database file got
+            // here (a crash, a file swapped underneath): the file must be as
+            // the cache last knew it to be in step, or nothing is trusted.
+            let now = file();
+            trace!("recovery: file {:?}, recorded {:?}", now, self.sig);
+            if !self.cold && (now.is_none() || now != self.sig) {
+                cache.forget_all();
+                self.sig = now;
+            }
+            self.wal = None; // the next read mark starts over from what the WAL says now
+            return;
+        }
         let (Some(now), Some(m)) = (view, self.wal) else { return };
         if now.salt == m.salt {
             return;
         }
         match from {
-            Some(f) if f.salt == m.salt && f.mx_frame == 0 => {
+            Some((f, writes)) if f.salt == m.salt && f.mx_frame == 0 && wal_writes > writes => {
                 self.wal = Some(WalMark { salt: now.salt, backfilled: now.backfilled });
             }
             _ => {} // the next read mark decides (a new epoch)
@@ -244,6 +291,7 @@ impl Coherence {
     }
 
     fn catch_up(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        trace!("catch up: wal-index {:?}, accounted {:?}, own checkpoints {}", view, self.wal, self.own_checkpoints);
         let Some(v) = view else {
             cache.forget_all();
             self.wal = None;
@@ -423,7 +471,7 @@ mod tests {
         assert_eq!(cache.take(), vec!["pages [10, 11]", "from 1048576"]);
         c.on_wal_read(&cache, view(1, 6, 4), &wal); // a reader of ours while our checkpoint runs
         assert!(cache.take().is_empty());
-        c.on_checkpoint_end(&cache, view(1, 6, 6));
+        c.on_checkpoint_end(&cache, view(1, 6, 6), || None);
         c.on_wal_read(&cache, view(1, 6, 6), &wal);
         assert!(cache.take().is_empty(), "our own backfill is accounted for");
     }
@@ -440,7 +488,7 @@ mod tests {
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, view(1, 5, 0), &wal);
         c.on_checkpoint_begin(&cache, view(1, 5, 0), &wal);
-        c.on_checkpoint_end(&cache, view(1, 5, 5));
+        c.on_checkpoint_end(&cache, view(1, 5, 5), || None);
         c.on_restart_begin(&cache, view(1, 5, 5), &wal);
         c.on_restart_end(&cache, view(2, 0, 0));
         c.on_wal_read(&cache, view(2, 1, 0), &wal);
@@ -454,10 +502,18 @@ mod tests {
         let mut c = Coherence::new(None);
         let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
         c.on_wal_read(&cache, empty, &wal);
-        c.on_write_begin(&cache, empty, &wal);
-        c.on_write_end(view(7, 2, 0));
+        c.on_write_begin(&cache, empty, &wal, 10);
+        c.on_write_end(&cache, view(7, 2, 0), 12, || None);
         c.on_wal_read(&cache, view(7, 2, 0), &wal);
         assert!(cache.take().is_empty(), "{:?}", c);
+        // The same change while we held the write lock but wrote nothing (a
+        // superlock while the files were swapped underneath): not ours.
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, empty, &wal);
+        c.on_write_begin(&cache, empty, &wal, 10);
+        c.on_write_end(&cache, view(7, 2, 0), 10, || None);
+        c.on_wal_read(&cache, view(7, 2, 0), &wal);
+        assert_eq!(cache.take(), vec!["all"]);
         // The same salt change seen without our write lock is someone else's.
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, empty, &wal);
@@ -466,10 +522,30 @@ mod tests {
         // A write span that began on a non-empty WAL cannot explain a new generation.
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, view(3, 5, 0), &wal);
-        c.on_write_begin(&cache, view(3, 5, 0), &wal);
-        c.on_write_end(view(4, 1, 0));
+        c.on_write_begin(&cache, view(3, 5, 0), &wal, 0);
+        c.on_write_end(&cache, view(4, 1, 0), 5, || None);
         c.on_wal_read(&cache, view(4, 1, 0), &wal);
         assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    /// SQLite rebuilds the wal-index (recovery) after a crash, or when a file
+    /// was swapped under a held lock (superlock.test): the database file is
+    /// checked against what the cache last knew.
+    #[test]
+    fn a_recovery_checks_the_database_file() {
+        let cache = Log::default();
+        let wal = Wal::default();
+        let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_wal_read(&cache, empty, &wal);
+        c.on_write_begin(&cache, None, &wal, 0);
+        c.on_write_end(&cache, empty, 0, || Some(sig(1)));
+        c.on_wal_read(&cache, empty, &wal);
+        assert!(cache.take().is_empty(), "the file is as recorded: a warm cache stays");
+        c.on_write_begin(&cache, None, &wal, 0);
+        c.on_write_end(&cache, empty, 0, || Some(sig(2)));
+        assert_eq!(cache.take(), vec!["all"], "the file changed under the rebuilt index");
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
 pub const SQLITE_OK_LOAD_PERMANENTLY: c_int = 256;
 
 pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
+pub const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
 pub const SQLITE_READONLY: c_int = 8;
 
 /// xLock/xUnlock levels.

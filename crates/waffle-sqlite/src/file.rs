@@ -33,6 +33,8 @@ pub struct WaffleFile {
     pub lock_level: c_int,
     /// Region 0 of the WAL's shared memory as mapped for this handle; null when unmapped.
     pub shm0: *const u8,
+    /// For a WAL file of a cached database: its write counter (`OpenDb::wal_writes`); null otherwise.
+    pub wal_writes: *const std::sync::atomic::AtomicU64,
 }
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.
@@ -93,6 +95,14 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     ..PASS_METHODS
 };
 
+/// A WAL file of a cached database: passes through, counting writes.
+pub static WAL_METHODS: sqlite3_io_methods = sqlite3_io_methods {
+    iVersion: 3,
+    xClose: Some(wal_close),
+    xWrite: Some(wal_write),
+    ..PASS_METHODS
+};
+
 pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     iVersion: 3,
     xClose: Some(pass_close),
@@ -122,7 +132,7 @@ unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
     if (*wf).lock_level >= SQLITE_LOCK_SHARED {
         // Closed while holding a lock (the real close releases it): account for it.
         if let Some(db) = db(f) {
-            coherent(db, |c| c.on_unlock(|| file_sig(f, db)));
+            coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
         }
         (*wf).lock_level = 0;
     }
@@ -153,7 +163,12 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
     (*wf).seq_next = page + 1;
     let sequential = (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES;
     let rc = guard(|| match if sequential { db.cache.read_sequential(page, out) } else { db.cache.read(page, out) } {
-        Ok((n, _)) if n == out.len() => SQLITE_OK,
+        Ok((n, _)) if n == out.len() => {
+            if page == 0 {
+                saw_page_one(db, out);
+            }
+            SQLITE_OK
+        }
         Ok(_) => SQLITE_IOERR_SHORT_READ,
         Err(e) => {
             eprintln!("waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file", db.path.display());
@@ -174,7 +189,12 @@ unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c
     let updated = guard(|| {
         let bytes = std::slice::from_raw_parts(buf as *const u8, amt as usize);
         match page_of(amt, offset) {
-            Some(page) if rc == SQLITE_OK => db.cache.wrote(page, bytes),
+            Some(page) if rc == SQLITE_OK => {
+                if page == 0 {
+                    saw_page_one(db, bytes);
+                }
+                db.cache.wrote(page, bytes)
+            }
             // A failed or partial-page write: whatever the file holds now, the tiers forget it.
             _ => invalidate_range(db, offset, amt as i64),
         }
@@ -239,6 +259,27 @@ unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_i
     pass_file_control(f, op, arg)
 }
 
+// ---- the WAL file of a cached database ----
+
+unsafe extern "C" fn wal_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
+    let rc = pass_write(f, buf, amt, off);
+    let writes = (*(f as *mut WaffleFile)).wal_writes;
+    if !writes.is_null() {
+        (*writes).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+    rc
+}
+
+unsafe extern "C" fn wal_close(f: *mut sqlite3_file) -> c_int {
+    let rc = pass_close(f);
+    let p = std::mem::replace(&mut (*(f as *mut WaffleFile)).wal_writes, std::ptr::null());
+    if !p.is_null() {
+        // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
+        drop(Arc::from_raw(p));
+    }
+    rc
+}
+
 // ---- other writers (see coherence.rs) ----
 
 impl Forget for waffle_core::PageCache {
@@ -283,15 +324,14 @@ fn coherent(db: &OpenDb, step: impl FnOnce(&mut crate::coherence::Coherence)) {
     }
 }
 
-/// The database file as a cheap check sees it: header bytes 24..40 (read
-/// through the real file, as SQLite reads them), size, times, inode.
-unsafe fn file_sig(f: *mut sqlite3_file, db: &OpenDb) -> Option<FileSig> {
-    use std::os::unix::fs::MetadataExt;
+/// The database file as a cheap check sees it: header bytes 24..40, size, times, inode.
+fn file_sig(db: &OpenDb) -> Option<FileSig> {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    // Through our own descriptor: SQLite's I/O (and its tests' counted I/O
+    // errors) sees exactly the reads it makes itself.
     let mut header = [0u8; 16];
-    let rc = pass_read(f, header.as_mut_ptr() as *mut c_void, 16, 24);
-    if rc != SQLITE_OK && rc != SQLITE_IOERR_SHORT_READ {
-        return None;
-    }
+    let n = db.meta.read_at(&mut header, 24).ok()?;
+    header[n..].fill(0);
     let m = db.meta.metadata().ok()?;
     Some(FileSig {
         header,
@@ -301,6 +341,27 @@ unsafe fn file_sig(f: *mut sqlite3_file, db: &OpenDb) -> Option<FileSig> {
         ino: m.ino(),
         dev: m.dev(),
     })
+}
+
+/// The signature to record when this process lets go of its last lock: the
+/// file's, but with the header as the cache last saw page 1 (as SQLite's pager
+/// keeps the header it last read or wrote, not what is on disk at unlock), so
+/// a header changed behind a held lock (exclusive mode) is still noticed.
+fn recorded_sig(db: &OpenDb) -> Option<FileSig> {
+    let mut sig = file_sig(db)?;
+    if let Some(seen) = *db.header_seen.lock().unwrap_or_else(|e| e.into_inner()) {
+        sig.header = seen;
+    }
+    Some(sig)
+}
+
+/// Page 1 passed through the cache: remember its header bytes 24..40.
+fn saw_page_one(db: &OpenDb, page: &[u8]) {
+    if page.len() >= 40 {
+        let mut h = [0u8; 16];
+        h.copy_from_slice(&page[24..40]);
+        *db.header_seen.lock().unwrap_or_else(|e| e.into_inner()) = Some(h);
+    }
 }
 
 /// The wal-index as this handle's mapping shows it (None: not mapped or not whole).
@@ -318,7 +379,7 @@ unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
         (*wf).lock_level = level;
         if let (Some(db), true) = (db(f), from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
             // Before SQLite reads a page of this transaction.
-            coherent(db, |c| c.on_shared(&db.cache, || file_sig(f, db)));
+            coherent(db, |c| c.on_shared(&db.cache, || file_sig(db)));
         }
     }
     rc
@@ -328,7 +389,7 @@ unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
     let wf = f as *mut WaffleFile;
     if let (Some(db), true) = (db(f), (*wf).lock_level >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) {
         // While the lock is still held: nobody else has written since our last check.
-        coherent(db, |c| c.on_unlock(|| file_sig(f, db)));
+        coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
     }
     if level < (*wf).lock_level {
         (*wf).lock_level = level;
@@ -361,9 +422,10 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     let write = exclusive && ofst == WAL_WRITE_LOCK && n == 1;
     if flags & SQLITE_SHM_UNLOCK != 0 {
         if write {
-            coherent(db, |c| c.on_write_end(wal_view(f)));
+            let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
+            coherent(db, |c| c.on_write_end(&db.cache, wal_view(f), wrote, || file_sig(db)));
         } else if checkpoint {
-            coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f)));
+            coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f), || recorded_sig(db)));
         } else if restart {
             coherent(db, |c| c.on_restart_end(&db.cache, wal_view(f)));
         }
@@ -382,7 +444,8 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     } else if restart {
         coherent(db, |c| c.on_restart_begin(&db.cache, wal_view(f), &frames));
     } else if write {
-        coherent(db, |c| c.on_write_begin(&db.cache, wal_view(f), &frames));
+        let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
+        coherent(db, |c| c.on_write_begin(&db.cache, wal_view(f), &frames, wrote));
     }
     rc
 }

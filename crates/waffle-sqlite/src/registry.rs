@@ -12,6 +12,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
@@ -32,6 +33,13 @@ pub struct OpenDb {
     pub meta: File,
     /// The database's WAL file (`<db>-wal`), read for the page numbers of checkpointed frames.
     pub wal_path: PathBuf,
+    /// Writes to the WAL file by this process's waffle connections: a new WAL
+    /// generation that appears while one of them holds the write lock is its
+    /// own only if it wrote frames meanwhile.
+    pub wal_writes: Arc<AtomicU64>,
+    /// Bytes 24..40 of page 1 as the cache last saw them (read or written
+    /// through it): what SQLite's pager compares at its next SHARED lock.
+    pub header_seen: Mutex<Option<[u8; 16]>>,
     sidecar: Sidecar,
 }
 
@@ -42,29 +50,68 @@ struct Entry {
 
 type Key = (u64, u64);
 
+/// The process's open databases. Held only for map operations: never across
+/// the sidecar's lock wait, name resolution or a closing database's flush.
 static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
+/// One gate per database file: serializes that file's open and close (a
+/// reopen waits for the close to save the sidecar), and nothing else.
+static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
 
 fn key_of(path: &Path) -> Result<Key, String> {
     let m = std::fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
     Ok((m.dev(), m.ino()))
 }
 
+fn gate(key: Key) -> Arc<Mutex<()>> {
+    let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+    Arc::clone(gates.get_or_insert_with(HashMap::new).entry(key).or_default())
+}
+
+/// A connection joins the open database with this key, if there is one.
+fn join(key: Key, path: &Path, config: &Config) -> Option<Arc<OpenDb>> {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let e = open.get_or_insert_with(HashMap::new).get_mut(&key)?;
+    if e.db.config != *config {
+        eprintln!(
+            "waffle: {} is already open in this process; keeping its first settings ({:?})",
+            path.display(),
+            e.db.config
+        );
+    }
+    e.refs += 1;
+    Some(Arc::clone(&e.db))
+}
+
+/// The WAL write counter of the database whose WAL file is `wal` (`<db>-wal`),
+/// if this process has it open through waffle.
+pub fn wal_writes_of(wal: &Path) -> Option<Arc<AtomicU64>> {
+    let main = wal.to_str()?.strip_suffix("-wal")?;
+    let key = key_of(Path::new(main)).ok()?;
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    open.as_ref()?.get(&key).map(|e| Arc::clone(&e.db.wal_writes))
+}
+
 /// Joins (or creates) the cache of the database at `path`, which the caller has just opened.
 pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     let key = key_of(path)?;
-    let mut open = OPEN.lock().unwrap();
-    let open = open.get_or_insert_with(HashMap::new);
-    if let Some(e) = open.get_mut(&key) {
-        if e.db.config != config {
-            eprintln!(
-                "waffle: {} is already open in this process; keeping its first settings ({:?})",
-                path.display(),
-                e.db.config
-            );
-        }
-        e.refs += 1;
-        return Ok(Arc::clone(&e.db));
+    if let Some(db) = join(key, path, &config) {
+        return Ok(db);
     }
+    let gate = gate(key);
+    let _opening = gate.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(db) = join(key, path, &config) {
+        return Ok(db); // opened by another thread while we waited
+    }
+    let db = Arc::new(open_db(path, config)?);
+    OPEN.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get_or_insert_with(HashMap::new)
+        .insert(key, Entry { db: Arc::clone(&db), refs: 1 });
+    Ok(db)
+}
+
+/// Opens the cache of one database: sidecar, backing, grid (no registry lock held).
+fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     let (sidecar, warm) = Sidecar::acquire(path).map_err(|e| e.to_string())?;
     let (backing, warning) =
         DirectFile::open(path, config.direct_io).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
@@ -99,17 +146,17 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     );
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
-    let db = Arc::new(OpenDb {
+    Ok(OpenDb {
         cache,
         path: path.to_path_buf(),
         config,
         coherence: Mutex::new(Coherence::new(sig)),
         meta,
         wal_path: PathBuf::from(wal),
+        wal_writes: Arc::new(AtomicU64::new(0)),
+        header_seen: Mutex::new(None),
         sidecar,
-    });
-    open.insert(key, Entry { db: Arc::clone(&db), refs: 1 });
-    Ok(db)
+    })
 }
 
 /// A grid client for `nodes` with the database's request settings.
@@ -118,21 +165,37 @@ pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
     Arc::new(Grid::new(nodes, opts))
 }
 
-/// Leaves the cache; the last one out closes it cleanly. The registry stays
-/// locked meanwhile so that a reopen in this process waits for the close.
+/// Leaves the cache; the last one out closes it cleanly, holding the file's
+/// gate (a reopen of this file waits for the sidecar to be saved) but not the
+/// registry (other databases open and close meanwhile).
 pub fn detach(db: Arc<OpenDb>) {
-    let mut guard = OPEN.lock().unwrap();
-    let open = guard.get_or_insert_with(HashMap::new);
-    let Some(key) = open.iter().find(|(_, e)| Arc::ptr_eq(&e.db, &db)).map(|(k, _)| *k) else {
-        debug_assert!(false, "detach of a database that is not attached");
-        return;
+    let find = |open: &HashMap<Key, Entry>| open.iter().find(|(_, e)| Arc::ptr_eq(&e.db, &db)).map(|(k, _)| *k);
+    let key = {
+        let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let open = guard.get_or_insert_with(HashMap::new);
+        let Some(key) = find(open) else {
+            debug_assert!(false, "detach of a database that is not attached");
+            return;
+        };
+        let entry = open.get_mut(&key).expect("found above");
+        if entry.refs > 1 {
+            entry.refs -= 1;
+            return;
+        }
+        key
     };
-    let entry = open.get_mut(&key).expect("found above");
-    entry.refs -= 1;
-    if entry.refs > 0 {
-        return;
+    let gate = gate(key);
+    let _closing = gate.lock().unwrap_or_else(|e| e.into_inner());
+    {
+        let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let open = guard.get_or_insert_with(HashMap::new);
+        let entry = open.get_mut(&key).expect("only detach removes an entry, under this gate");
+        entry.refs -= 1;
+        if entry.refs > 0 {
+            return; // another connection joined while we waited for the gate
+        }
+        drop(open.remove(&key));
     }
-    drop(open.remove(&key));
     match Arc::try_unwrap(db) {
         Ok(owned) => close(owned),
         Err(_) => debug_assert!(false, "a database with no connections is still referenced"),

@@ -140,6 +140,7 @@ unsafe fn open(
     (*wf).seq_run = 0;
     (*wf).lock_level = 0;
     (*wf).shm0 = std::ptr::null();
+    (*wf).wal_writes = std::ptr::null();
     let real = file::real(f);
     (*real).pMethods = std::ptr::null();
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();
@@ -162,6 +163,13 @@ unsafe fn open(
     }
     let Some(config) = config else {
         (*wf).base.pMethods = &PASS_METHODS;
+        if flags & SQLITE_OPEN_WAL != 0 && !name.is_null() {
+            // A WAL of a database this process caches: its writes are counted (coherence.rs).
+            if let Some(writes) = registry::wal_writes_of(Path::new(&*CStr::from_ptr(name).to_string_lossy())) {
+                (*wf).wal_writes = Arc::into_raw(writes);
+                (*wf).base.pMethods = &file::WAL_METHODS;
+            }
+        }
         return SQLITE_OK;
     };
     let path_text = CStr::from_ptr(name).to_string_lossy().into_owned();
