@@ -423,3 +423,34 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// Opening or closing one database never waits for another: an open that
+/// waits for its sidecar's lock (here held by this test, as a closing process
+/// would hold it for a moment) holds no lock any other database needs.
+/// Regression: the registry's one mutex was held across the sidecar wait (up
+/// to 2 s), a close's flush (up to 10 s) and node name resolution.
+#[test]
+fn a_slow_open_does_not_stall_other_databases() {
+    let _serial = serial();
+    let dir = TempDir::new("registry-stall");
+    let slow = dir.join("slow.db");
+    let quick = dir.join("quick.db");
+    drop(open_waffle(&slow, &[]));
+    // Hold slow.db's sidecar exclusively, as a closing process does while it saves.
+    let side = std::fs::File::open(waffle_core::sidecar::Sidecar::path_for(&slow)).unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&side), libc::LOCK_EX) }, 0);
+    let waiting = {
+        let slow = slow.clone();
+        std::thread::spawn(move || drop(open_waffle(&slow, &[])))
+    };
+    // Give the slow open time to reach its wait (the assertion below does not
+    // depend on how long: it is about order).
+    std::thread::sleep(Duration::from_millis(100));
+    let conn = open_waffle(&quick, &[]);
+    conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+    drop(conn);
+    assert!(!waiting.is_finished(), "another database opened and closed while slow.db's open was still waiting");
+    drop(side);
+    waiting.join().unwrap();
+}
