@@ -287,7 +287,9 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
          INSERT INTO t SELECT x, randomblob(200) FROM c;",
     )
     .unwrap();
-    let count = |c: &rusqlite::Connection| c.query_row("SELECT count(*), sum(id) FROM t", [], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).unwrap();
+    let count = |c: &rusqlite::Connection| {
+        c.query_row("SELECT count(*), sum(id) FROM t", [], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).unwrap()
+    };
     assert_eq!(count(&conn), (300, 45150));
     let ours = support::stats(&conn);
 
@@ -300,7 +302,11 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
     );
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.first().copied(), Some("300"), "the shell, a second waffle process, reads our commit; stderr: {stderr}");
+    assert_eq!(
+        lines.first().copied(),
+        Some("300"),
+        "the shell, a second waffle process, reads our commit; stderr: {stderr}"
+    );
     assert!(!stderr.contains("waffle: cannot open"), "a second waffle process is not refused: {stderr}");
     let theirs: Value = serde_json::from_str(lines.get(1).copied().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the shell's stats ({e}): {stdout} {stderr}"));

@@ -22,7 +22,8 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
         tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 400)]).unwrap();
     }
     tx.commit().unwrap();
-    let sum = |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
+    let sum =
+        |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
     let want = sum(&conn);
     flush(&conn);
 
@@ -48,7 +49,11 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     let ring = Grid::new(NodeSpec::parse_list(&four).unwrap(), GridOptions::default());
     let reachable = cached.iter().filter(|(p, i)| ring.node_index(key(id, *p).as_bytes()) == Some(*i)).count();
     let fraction = reachable as f64 / cached.len() as f64;
-    assert!((0.62..=0.88).contains(&fraction), "{reachable} of {} reachable: {fraction:.3}, expected about 3/4", cached.len());
+    assert!(
+        (0.62..=0.88).contains(&fraction),
+        "{reachable} of {} reachable: {fraction:.3}, expected about 3/4",
+        cached.len()
+    );
 
     // And the reads find them: every reachable page is a grid hit on a full scan.
     let before = stats(&conn);

@@ -36,7 +36,8 @@ fn hot_rows(conn: &Connection) {
     for round in 0..4 {
         for id in 0..HOT {
             let step = ROWS / HOT;
-            let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?1", [id * step + round % 2], |r| r.get(0)).unwrap();
+            let v: Vec<u8> =
+                conn.query_row("SELECT v FROM t WHERE id = ?1", [id * step + round % 2], |r| r.get(0)).unwrap();
             assert_eq!(v.len(), ROW_BYTES);
         }
     }

@@ -18,8 +18,11 @@ fn grid_values(params: &[(&str, &str)], node: &waffle_nodes::Node, dir: &TempDir
     conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);").unwrap();
     let tx = conn.unchecked_transaction().unwrap();
     for i in 0..400 {
-        tx.execute("INSERT INTO t(id, v) VALUES (?1, ?2)", rusqlite::params![i, format!("{MARKER}{i:06}-{}", "x".repeat(80))])
-            .unwrap();
+        tx.execute(
+            "INSERT INTO t(id, v) VALUES (?1, ?2)",
+            rusqlite::params![i, format!("{MARKER}{i:06}-{}", "x".repeat(80))],
+        )
+        .unwrap();
     }
     tx.commit().unwrap();
     // Read everything once so the tiny L1 evicts (pushes) nearly every page.
@@ -71,13 +74,15 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     std::fs::write(&key_file, [7u8; 32]).unwrap();
     let db = dir.join("t.db");
     let grid = node.addr();
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_key_file", key_file.to_str().unwrap())];
+    let params =
+        [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_key_file", key_file.to_str().unwrap())];
     let conn = open_waffle(&db, &params);
     conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
     for i in 0..200 {
         conn.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 300)]).unwrap();
     }
-    let sum = |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
+    let sum =
+        |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
     let want = sum(&conn);
     flush(&conn);
     let id = cache_id(&conn);

@@ -102,7 +102,10 @@ fn without_a_grid_only_l1_and_disk_count() {
     assert!(from_disk >= 200, "200 leaf pages were read from the disk: {s}");
     // Reading in rowid order is a sequential scan: most pages came in read-ahead windows.
     assert!(n(&s, "read_ahead_pages_disk") >= 150, "the ordered read was not read ahead: {s}");
-    assert!(n(&s, "read_ahead_disk_reads") * 4 <= n(&s, "read_ahead_pages_disk"), "windows read several pages per call: {s}");
+    assert!(
+        n(&s, "read_ahead_disk_reads") * 4 <= n(&s, "read_ahead_pages_disk"),
+        "windows read several pages per call: {s}"
+    );
     for k in
         ["l2_hits", "l2_misses", "l2_skipped", "l2_rejects_total", "l2_pushes", "l2_push_failures", "l2_push_drops"]
     {

@@ -68,7 +68,8 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
     // Each node gets as much as the whole file: memcached's per-item overhead and slab rounding are large.
     let node_mib = (file_bytes >> 20).max(16) as u32;
     let nodes = [Node::start(node_mib), Node::start(node_mib)];
-    let nodes: Vec<Node> = nodes.into_iter().collect::<Result<_, _>>().map_err(|e| format!("starting memcached: {e}"))?;
+    let nodes: Vec<Node> =
+        nodes.into_iter().collect::<Result<_, _>>().map_err(|e| format!("starting memcached: {e}"))?;
     let grid: Vec<String> = nodes.iter().map(Node::addr).collect();
 
     println!(
@@ -80,7 +81,10 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
         opts.threads,
         opts.seconds
     );
-    println!("disks: {} (emulated profiles add service time on top of this machine's disk; docs/benchmarks.md)", opts.devices.iter().map(|d| device_label(d)).collect::<Vec<_>>().join(", "));
+    println!(
+        "disks: {} (emulated profiles add service time on top of this machine's disk; docs/benchmarks.md)",
+        opts.devices.iter().map(|d| device_label(d)).collect::<Vec<_>>().join(", ")
+    );
     println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
 
     let mut outcomes = Vec::new();
@@ -102,10 +106,18 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
     Ok(outcomes)
 }
 
-fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows: u64, opts: &DemoOptions) -> Result<Outcome, String> {
+fn measure(
+    name: &'static str,
+    path: &std::path::Path,
+    settings: &Settings,
+    rows: u64,
+    opts: &DemoOptions,
+) -> Result<Outcome, String> {
     let err = |e: rusqlite::Error| format!("{name}: {e}");
-    let conns: Vec<_> =
-        (0..opts.threads).map(|_| open::open(path, settings, opts.sqlite_cache_kib)).collect::<Result<_, _>>().map_err(err)?;
+    let conns: Vec<_> = (0..opts.threads)
+        .map(|_| open::open(path, settings, opts.sqlite_cache_kib))
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     // Warm-up: the same random reads for as long as the measurement, so L1
     // (and the grid, when on, from L1's evictions) hold what they can. A scan
     // would not do: its pages are read ahead and dropped, never pushed.
@@ -137,7 +149,12 @@ fn measure(name: &'static str, path: &std::path::Path, settings: &Settings, rows
 
 /// Random point reads on every connection for `seconds`; returns the
 /// connections, (queries, errors) and the seconds it took.
-fn run_reads(conns: Vec<rusqlite::Connection>, rows: u64, seconds: u64, seed: u64) -> (Vec<rusqlite::Connection>, (u64, u64), f64) {
+fn run_reads(
+    conns: Vec<rusqlite::Connection>,
+    rows: u64,
+    seconds: u64,
+    seed: u64,
+) -> (Vec<rusqlite::Connection>, (u64, u64), f64) {
     let stop = Arc::new(AtomicBool::new(false));
     let queries = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));

@@ -228,7 +228,11 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
     Ok(BenchOptions {
         workload: a.workload.clone(),
         configs: a.configs.clone().unwrap_or_else(|| {
-            if sweep { vec!["local".into(), "grid".into()] } else { d.configs.clone() }
+            if sweep {
+                vec!["local".into(), "grid".into()]
+            } else {
+                d.configs.clone()
+            }
         }),
         data_bytes: a.data,
         memory: a.memory,
@@ -330,7 +334,9 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Demo { data, local, sqlite_cache_kib, threads, seconds, page_size, timeout_ms, devices, dir } => {
             if local >= data {
-                Err(format!("--local ({local} bytes) must be smaller than --data ({data} bytes) for the demo to mean anything"))
+                Err(format!(
+                    "--local ({local} bytes) must be smaller than --data ({data} bytes) for the demo to mean anything"
+                ))
             } else {
                 demo::run(&DemoOptions {
                     dir,

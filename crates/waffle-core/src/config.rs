@@ -11,8 +11,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::emulation::{DeviceProfile, LinkProfile};
-use crate::seal::SealKey;
 use crate::grid::NodeSpec;
+use crate::seal::SealKey;
 
 /// One parameter: its URI name and its environment variable.
 pub struct Param {
@@ -23,9 +23,13 @@ pub struct Param {
 
 pub const GRID: Param =
     Param { name: "waffle_grid", env: "WAFFLE_GRID", help: "grid nodes, host:port[:weight],... (empty: L1 only)" };
-pub const LOCAL: Param = Param { name: "waffle_local", env: "WAFFLE_LOCAL", help: "L1 budget, e.g. 256MiB (default 256MiB)" };
-pub const TIMEOUT_MS: Param =
-    Param { name: "waffle_timeout_ms", env: "WAFFLE_TIMEOUT_MS", help: "deadline of one grid request in ms (default 5)" };
+pub const LOCAL: Param =
+    Param { name: "waffle_local", env: "WAFFLE_LOCAL", help: "L1 budget, e.g. 256MiB (default 256MiB)" };
+pub const TIMEOUT_MS: Param = Param {
+    name: "waffle_timeout_ms",
+    env: "WAFFLE_TIMEOUT_MS",
+    help: "deadline of one grid request in ms (default 5)",
+};
 pub const PUSH_QUEUE: Param = Param {
     name: "waffle_push_queue",
     env: "WAFFLE_PUSH_QUEUE",

@@ -175,7 +175,8 @@ fn open_sealed(value: &[u8], expect: Identity, key: &SealKey, out: &mut [u8]) ->
     }
     let body = HEADER_BYTES + NONCE_BYTES;
     out.copy_from_slice(&value[body..body + payload_len]);
-    let opened = key.open_in_place(&value[HEADER_BYTES..body], &value[..HEADER_BYTES], out, &value[body + payload_len..]);
+    let opened =
+        key.open_in_place(&value[HEADER_BYTES..body], &value[..HEADER_BYTES], out, &value[body + payload_len..]);
     if !opened {
         out.fill(0);
         return Err(Reject::Seal);

@@ -57,7 +57,8 @@ impl SealKey {
         }
         let text = std::str::from_utf8(&bytes)
             .map_err(|_| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits"))?;
-        SealKey::from_hex(text).map_err(|e| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {e}"))
+        SealKey::from_hex(text)
+            .map_err(|e| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {e}"))
     }
 
     /// A fresh random nonce; None if the OS random source fails (the caller

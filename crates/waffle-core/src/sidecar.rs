@@ -85,7 +85,12 @@ struct DbIdentity {
 impl DbIdentity {
     fn of(db: &Path) -> Option<DbIdentity> {
         let m = std::fs::metadata(db).ok()?;
-        Some(DbIdentity { dev: m.dev(), ino: m.ino(), size: m.size(), mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec() })
+        Some(DbIdentity {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
+        })
     }
 }
 
@@ -150,10 +155,7 @@ impl Sidecar {
                 return Ok((sidecar, None)); // others have it open: start cold, touch nothing
             }
             if Instant::now() >= deadline {
-                eprintln!(
-                    "waffle: {} stayed locked for {LOCK_WAIT_MS} ms; opening cold without it",
-                    path.display()
-                );
+                eprintln!("waffle: {} stayed locked for {LOCK_WAIT_MS} ms; opening cold without it", path.display());
                 return Ok((sidecar, None));
             }
             std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));

@@ -15,12 +15,24 @@ use waffle_nodes::Node;
 /// Generous deadlines for tests that are about results, not timing: the
 /// machine is small and shared.
 fn relaxed() -> GridOptions {
-    GridOptions { timeout_ms: 2000, connect_timeout_ms: 2000, backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }
+    GridOptions {
+        timeout_ms: 2000,
+        connect_timeout_ms: 2000,
+        backoff_min_ms: 100,
+        backoff_max_ms: 400,
+        ..GridOptions::default()
+    }
 }
 
 /// Short deadlines for the fault tests.
 fn tight() -> GridOptions {
-    GridOptions { timeout_ms: 50, connect_timeout_ms: 50, backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }
+    GridOptions {
+        timeout_ms: 50,
+        connect_timeout_ms: 50,
+        backoff_min_ms: 100,
+        backoff_max_ms: 400,
+        ..GridOptions::default()
+    }
 }
 
 fn start_node() -> Node {
@@ -96,7 +108,8 @@ fn pipelined_store_many_across_three_nodes() {
         })
         .collect();
     let keys: Vec<Vec<u8>> = (0..600).map(key).collect();
-    let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| k.as_slice()).zip(values.iter().map(|v| v.as_slice())).collect();
+    let items: Vec<(&[u8], &[u8])> =
+        keys.iter().map(|k| k.as_slice()).zip(values.iter().map(|v| v.as_slice())).collect();
 
     let before: Vec<u64> = grid.node_status().iter().map(|s| s.requests).collect();
     assert_eq!(grid.store_many(&items), StoreReport { stored: 600, failed: 0, skipped: 0 });
@@ -206,7 +219,11 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
     let timeout = Duration::from_millis(opts.timeout_ms);
     let grid = grid_of(&[&node], opts);
     // Warm the pool so the first fault is a read timeout on an open connection.
-    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A"), (b"b", b"B")]).stored == 2).then_some(())), Some(()));
+    assert_eq!(
+        eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A"), (b"b", b"B")]).stored == 2)
+            .then_some(())),
+        Some(())
+    );
 
     pause(&node);
     let start = Instant::now();
@@ -247,7 +264,10 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
 fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
     let mut node = start_node();
     let grid = grid_of(&[&node], tight());
-    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())), Some(()));
+    assert_eq!(
+        eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())),
+        Some(())
+    );
     assert_eq!(grid.idle_connections(), vec![1]);
 
     node.kill();
@@ -386,7 +406,10 @@ fn fake_node(reply: &'static [u8]) -> (String, thread::JoinHandle<()>) {
 
 fn fetch_from_fake(reply: &'static [u8]) -> (Fetch, waffle_core::grid::NodeStatus) {
     let (addr, handle) = fake_node(reply);
-    let grid = Grid::new(NodeSpec::parse_list(&addr).unwrap(), GridOptions { timeout_ms: 300, connect_timeout_ms: 300, ..GridOptions::default() });
+    let grid = Grid::new(
+        NodeSpec::parse_list(&addr).unwrap(),
+        GridOptions { timeout_ms: 300, connect_timeout_ms: 300, ..GridOptions::default() },
+    );
     let fetch = grid.fetch_and_expire(b"k");
     let status = grid.node_status().remove(0);
     drop(grid); // closes the connection: the fake ends
@@ -431,7 +454,8 @@ fn a_node_that_hangs_up_mid_value_is_an_io_fault() {
         let _ = conn.write_all(b"VA 10\r\nabc");
         // Dropping `conn` closes it mid-value.
     });
-    let grid = Grid::new(NodeSpec::parse_list(&addr).unwrap(), GridOptions { timeout_ms: 2000, ..GridOptions::default() });
+    let grid =
+        Grid::new(NodeSpec::parse_list(&addr).unwrap(), GridOptions { timeout_ms: 2000, ..GridOptions::default() });
     assert_eq!(grid.fetch_and_expire(b"k"), Fetch::Fault(FaultKind::Io));
     server.join().unwrap();
 }

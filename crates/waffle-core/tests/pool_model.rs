@@ -70,16 +70,8 @@ impl Model {
         let Some((version, bytes)) = self.remove(e.page) else {
             panic!("{e:?} reported but not cached (phantom or reported twice)");
         };
-        assert_eq!(
-            e.version, version,
-            "evicted a stale version of page {}",
-            e.page
-        );
-        assert!(
-            *e.bytes == *bytes,
-            "evicted bytes of page {} differ",
-            e.page
-        );
+        assert_eq!(e.version, version, "evicted a stale version of page {}", e.page);
+        assert!(*e.bytes == *bytes, "evicted bytes of page {} differ", e.page);
     }
 }
 
@@ -94,10 +86,7 @@ fn pick_page(rng: &mut SmallRng, pages: u64) -> u64 {
 fn run(config: &Config, seed: u64) {
     let mut rng = SmallRng::seed_from_u64(seed);
     let pool = Pool::new(config.capacity_bytes);
-    let mut model = Model {
-        entries: HashMap::new(),
-        bytes: 0,
-    };
+    let mut model = Model { entries: HashMap::new(), bytes: 0 };
     let mut evicted = Vec::new();
     let mut next_version = 0u64;
     let (mut hits, mut evictions) = (0usize, 0usize);
@@ -110,11 +99,7 @@ fn run(config: &Config, seed: u64) {
         // Whole-pool operations about 6 times a run, so that the pool also
         // spends long stretches full.
         let whole_pool = rng.gen_range(0..config.ops) < 6;
-        match if whole_pool {
-            rng.gen_range(1000..1012)
-        } else {
-            rng.gen_range(0..1000)
-        } {
+        match if whole_pool { rng.gen_range(1000..1012) } else { rng.gen_range(0..1000) } {
             0..=449 => {
                 let len = match rng.gen_range(0..100) {
                     0 => 0,
@@ -129,16 +114,9 @@ fn run(config: &Config, seed: u64) {
                 for e in evicted.drain(..) {
                     evictions += 1;
                     model.take_evicted(&e);
-                    assert!(
-                        !pool.contains(e.page),
-                        "{ctx}: {e:?} reported but still cached"
-                    );
+                    assert!(!pool.contains(e.page), "{ctx}: {e:?} reported but still cached");
                 }
-                assert_eq!(
-                    pool.contains(page),
-                    model.entries.contains_key(&page),
-                    "{ctx}"
-                );
+                assert_eq!(pool.contains(page), model.entries.contains_key(&page), "{ctx}");
             }
             450..=749 => {
                 let expected = model.entries.get(&page);
@@ -166,28 +144,15 @@ fn run(config: &Config, seed: u64) {
                 assert_eq!(pool.remove(page), model.remove(page).is_some(), "{ctx}");
             }
             900..=999 => {
-                assert_eq!(
-                    pool.contains(page),
-                    model.entries.contains_key(&page),
-                    "{ctx}"
-                );
+                assert_eq!(pool.contains(page), model.entries.contains_key(&page), "{ctx}");
             }
             1000..=1007 => {
                 let first = rng.gen_range(0..config.pages);
-                let doomed: Vec<u64> = model
-                    .entries
-                    .keys()
-                    .copied()
-                    .filter(|&p| p >= first)
-                    .collect();
+                let doomed: Vec<u64> = model.entries.keys().copied().filter(|&p| p >= first).collect();
                 for &p in &doomed {
                     model.remove(p);
                 }
-                assert_eq!(
-                    pool.remove_from(first),
-                    doomed.len(),
-                    "{ctx}: remove_from({first})"
-                );
+                assert_eq!(pool.remove_from(first), doomed.len(), "{ctx}: remove_from({first})");
             }
             1008..=1009 => {
                 pool.drain(&mut evicted);
@@ -205,10 +170,7 @@ fn run(config: &Config, seed: u64) {
 
         assert_eq!(pool.len(), model.entries.len(), "{ctx}: len");
         assert_eq!(pool.used_bytes(), model.bytes, "{ctx}: used_bytes");
-        assert!(
-            pool.used_bytes() <= pool.capacity_bytes(),
-            "{ctx}: over budget"
-        );
+        assert!(pool.used_bytes() <= pool.capacity_bytes(), "{ctx}: over budget");
         if op % 256 == 0 {
             // Same count and every model page cached: the sets are equal.
             for &p in model.entries.keys() {
@@ -221,20 +183,10 @@ fn run(config: &Config, seed: u64) {
     for e in evicted.drain(..) {
         model.take_evicted(&e);
     }
-    assert!(
-        model.entries.is_empty(),
-        "seed {seed}: drain missed {} entries",
-        model.entries.len()
-    );
+    assert!(model.entries.is_empty(), "seed {seed}: drain missed {} entries", model.entries.len());
     // Guard against a configuration that never exercises the policy.
-    assert!(
-        evictions > config.ops / 100,
-        "seed {seed}: only {evictions} evictions"
-    );
-    assert!(
-        config.capacity_bytes == 0 || hits > config.ops / 100,
-        "seed {seed}: only {hits} hits"
-    );
+    assert!(evictions > config.ops / 100, "seed {seed}: only {evictions} evictions");
+    assert!(config.capacity_bytes == 0 || hits > config.ops / 100, "seed {seed}: only {hits} hits");
 }
 
 fn run_all(config: Config) {
@@ -245,57 +197,27 @@ fn run_all(config: Config) {
 
 #[test]
 fn model_zero_capacity() {
-    run_all(Config {
-        capacity_bytes: 0,
-        max_entry_bytes: 64,
-        pages: 32,
-        ops: 500,
-        seeds: 20,
-    });
+    run_all(Config { capacity_bytes: 0, max_entry_bytes: 64, pages: 32, ops: 500, seeds: 20 });
 }
 
 #[test]
 fn model_tiny_pool() {
-    run_all(Config {
-        capacity_bytes: 1000,
-        max_entry_bytes: 200,
-        pages: 64,
-        ops: 3000,
-        seeds: 100,
-    });
+    run_all(Config { capacity_bytes: 1000, max_entry_bytes: 200, pages: 64, ops: 3000, seeds: 100 });
 }
 
 #[test]
 fn model_small_pool() {
-    run_all(Config {
-        capacity_bytes: 64 * KIB,
-        max_entry_bytes: 4 * KIB,
-        pages: 256,
-        ops: 4000,
-        seeds: 40,
-    });
+    run_all(Config { capacity_bytes: 64 * KIB, max_entry_bytes: 4 * KIB, pages: 256, ops: 4000, seeds: 40 });
 }
 
 #[test]
 fn model_two_shards() {
-    run_all(Config {
-        capacity_bytes: 9 * MIB,
-        max_entry_bytes: 32 * KIB,
-        pages: 3000,
-        ops: 15_000,
-        seeds: 3,
-    });
+    run_all(Config { capacity_bytes: 9 * MIB, max_entry_bytes: 32 * KIB, pages: 3000, ops: 15_000, seeds: 3 });
 }
 
 #[test]
 fn model_eight_shards() {
-    run_all(Config {
-        capacity_bytes: 33 * MIB,
-        max_entry_bytes: 64 * KIB,
-        pages: 4000,
-        ops: 20_000,
-        seeds: 2,
-    });
+    run_all(Config { capacity_bytes: 33 * MIB, max_entry_bytes: 64 * KIB, pages: 4000, ops: 20_000, seeds: 2 });
 }
 
 /// Encodes the page and version into every word, so a hit can be checked
@@ -333,25 +255,14 @@ fn threads_never_see_another_pages_bytes() {
                     match rng.gen_range(0..1000) {
                         0..=449 => {
                             if let Some(version) = pool.get(page, &mut out) {
-                                assert!(
-                                    is_stamped(&out, page, version),
-                                    "page {page} v{version}: foreign bytes"
-                                );
+                                assert!(is_stamped(&out, page, version), "page {page} v{version}: foreign bytes");
                             }
                         }
                         450..=899 => {
                             let version = versions.fetch_add(1, Ordering::Relaxed);
-                            pool.insert(
-                                page,
-                                version,
-                                stamped(page, version, PAGE_BYTES),
-                                &mut evicted,
-                            );
+                            pool.insert(page, version, stamped(page, version, PAGE_BYTES), &mut evicted);
                             for e in evicted.drain(..) {
-                                assert!(
-                                    is_stamped(&e.bytes, e.page, e.version),
-                                    "{e:?}: foreign bytes"
-                                );
+                                assert!(is_stamped(&e.bytes, e.page, e.version), "{e:?}: foreign bytes");
                                 evicted_total.fetch_add(1, Ordering::Relaxed);
                             }
                         }
@@ -371,20 +282,14 @@ fn threads_never_see_another_pages_bytes() {
         }
     });
 
-    assert!(
-        evicted_total.load(Ordering::Relaxed) > 0,
-        "the stress should have forced evictions"
-    );
+    assert!(evicted_total.load(Ordering::Relaxed) > 0, "the stress should have forced evictions");
     let (len, used) = (pool.len(), pool.used_bytes());
     assert_eq!(used, len as u64 * PAGE_BYTES as u64);
     let mut drained = Vec::new();
     pool.drain(&mut drained);
     assert_eq!(drained.len(), len);
     for e in &drained {
-        assert!(
-            is_stamped(&e.bytes, e.page, e.version),
-            "{e:?}: foreign bytes"
-        );
+        assert!(is_stamped(&e.bytes, e.page, e.version), "{e:?}: foreign bytes");
     }
     assert_eq!((pool.len(), pool.used_bytes()), (0, 0));
 }

@@ -144,7 +144,11 @@ impl Coherence {
 
     /// The signature recorded last (a clean close saves it; None: nothing to vouch for).
     pub fn sig(&self) -> Option<FileSig> {
-        if self.cold { None } else { self.sig }
+        if self.cold {
+            None
+        } else {
+            self.sig
+        }
     }
 
     /// A waffle connection got SHARED (from no lock). `now` reads the file's
@@ -190,7 +194,12 @@ impl Coherence {
     /// The checkpoint lock is about to be released: our own backfill is
     /// accounted for, and the file is as the cache knows it (everything copied
     /// back before was caught up at the start, the rest went through the cache).
-    pub fn on_checkpoint_end(&mut self, cache: &dyn Forget, view: Option<WalView>, file: impl FnOnce() -> Option<FileSig>) {
+    pub fn on_checkpoint_end(
+        &mut self,
+        cache: &dyn Forget,
+        view: Option<WalView>,
+        file: impl FnOnce() -> Option<FileSig>,
+    ) {
         self.own_checkpoints = self.own_checkpoints.saturating_sub(1);
         if !self.cold {
             self.sig = file();

@@ -96,12 +96,8 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
 };
 
 /// A WAL file of a cached database: passes through, counting writes.
-pub static WAL_METHODS: sqlite3_io_methods = sqlite3_io_methods {
-    iVersion: 3,
-    xClose: Some(wal_close),
-    xWrite: Some(wal_write),
-    ..PASS_METHODS
-};
+pub static WAL_METHODS: sqlite3_io_methods =
+    sqlite3_io_methods { iVersion: 3, xClose: Some(wal_close), xWrite: Some(wal_write), ..PASS_METHODS };
 
 pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     iVersion: 3,
@@ -171,7 +167,10 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
         }
         Ok(_) => SQLITE_IOERR_SHORT_READ,
         Err(e) => {
-            eprintln!("waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file", db.path.display());
+            eprintln!(
+                "waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file",
+                db.path.display()
+            );
             SQLITE_IOERR_READ
         }
     });
@@ -397,7 +396,13 @@ unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
     pass_unlock(f, level)
 }
 
-unsafe extern "C" fn main_shm_map(f: *mut sqlite3_file, pg: c_int, sz: c_int, extend: c_int, pp: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn main_shm_map(
+    f: *mut sqlite3_file,
+    pg: c_int,
+    sz: c_int,
+    extend: c_int,
+    pp: *mut *mut c_void,
+) -> c_int {
     let rc = pass_shm_map(f, pg, sz, extend, pp);
     if pg == 0 && (rc == SQLITE_OK || rc & 0xff == SQLITE_READONLY) && !(*pp).is_null() && sz >= 136 {
         (*(f as *mut WaffleFile)).shm0 = *pp as *const u8;
@@ -435,7 +440,8 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     if rc != SQLITE_OK || flags & SQLITE_SHM_LOCK == 0 {
         return rc;
     }
-    let read_mark = flags & SQLITE_SHM_SHARED != 0 && n == 1 && (WAL_READ_LOCK_0..WAL_READ_LOCK_0 + WAL_NREADER).contains(&ofst);
+    let read_mark =
+        flags & SQLITE_SHM_SHARED != 0 && n == 1 && (WAL_READ_LOCK_0..WAL_READ_LOCK_0 + WAL_NREADER).contains(&ofst);
     let frames = WalFrames(db);
     if read_mark {
         coherent(db, |c| c.on_wal_read(&db.cache, wal_view(f), &frames));
@@ -532,7 +538,13 @@ unsafe extern "C" fn pass_device_characteristics(f: *mut sqlite3_file) -> c_int 
     methods(r).xDeviceCharacteristics.map_or(0, |x| x(r))
 }
 
-unsafe extern "C" fn pass_shm_map(f: *mut sqlite3_file, pg: c_int, sz: c_int, extend: c_int, pp: *mut *mut c_void) -> c_int {
+unsafe extern "C" fn pass_shm_map(
+    f: *mut sqlite3_file,
+    pg: c_int,
+    sz: c_int,
+    extend: c_int,
+    pp: *mut *mut c_void,
+) -> c_int {
     let r = real(f);
     let m = methods(r);
     if m.iVersion < 2 {

@@ -113,8 +113,8 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
 /// Opens the cache of one database: sidecar, backing, grid (no registry lock held).
 fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     let (sidecar, warm) = Sidecar::acquire(path).map_err(|e| e.to_string())?;
-    let (backing, warning) =
-        DirectFile::open(path, config.direct_io).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
+    let (backing, warning) = DirectFile::open(path, config.direct_io)
+        .map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
     if let Some(w) = warning {
         eprintln!("{w}");
     }

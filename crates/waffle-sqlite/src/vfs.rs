@@ -110,12 +110,14 @@ unsafe extern "C" fn x_open(
 ) -> c_int {
     // A panic must not unwind into SQLite: it becomes a refused open (the
     // real file, if it was opened, is closed again).
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(vfs, name, f, flags, out_flags))).unwrap_or_else(|_| {
-        eprintln!("waffle: cannot open {}: internal error", name_text(name));
-        close_real(file::real(f));
-        (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
-        SQLITE_CANTOPEN
-    })
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(vfs, name, f, flags, out_flags))).unwrap_or_else(
+        |_| {
+            eprintln!("waffle: cannot open {}: internal error", name_text(name));
+            close_real(file::real(f));
+            (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
+            SQLITE_CANTOPEN
+        },
+    )
 }
 
 unsafe fn name_text(name: *const c_char) -> String {

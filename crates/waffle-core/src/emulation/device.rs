@@ -89,7 +89,11 @@ impl<B: Backing> EmulatedDevice<B> {
     pub fn new(inner: B, profile: DeviceProfile) -> EmulatedDevice<B> {
         assert!(profile.servers > 0, "a device needs at least one server");
         let now = Instant::now();
-        EmulatedDevice { inner, profile, queue: Mutex::new(Queue { free_at: vec![now; profile.servers], last_end: u64::MAX }) }
+        EmulatedDevice {
+            inner,
+            profile,
+            queue: Mutex::new(Queue { free_at: vec![now; profile.servers], last_end: u64::MAX }),
+        }
     }
 
     pub fn profile(&self) -> DeviceProfile {

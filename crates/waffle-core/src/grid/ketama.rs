@@ -95,9 +95,8 @@ impl Continuum {
 /// rounding lands where it lands there (e.g. on 39.99998 rather than 40).
 fn points_for(weight: u32, total_weight: u64, node_count: usize) -> u32 {
     let pct = weight as f32 / total_weight as f32;
-    let per_digest = (pct * POINTS_PER_NODE as f32 / POINTS_PER_DIGEST as f32 * node_count as f32
-        + 0.000_000_000_1_f32)
-        .floor();
+    let per_digest =
+        (pct * POINTS_PER_NODE as f32 / POINTS_PER_DIGEST as f32 * node_count as f32 + 0.000_000_000_1_f32).floor();
     per_digest as u32 * POINTS_PER_DIGEST
 }
 
@@ -144,7 +143,10 @@ mod tests {
     fn wraps_past_the_last_point() {
         let c = Continuum::new(&nodes("a:1,b:2"));
         let last = c.points.last().unwrap();
-        assert_eq!(c.node_for_hash(u32::MAX), Some(if last.value == u32::MAX { last.node } else { c.points[0].node } as usize));
+        assert_eq!(
+            c.node_for_hash(u32::MAX),
+            Some(if last.value == u32::MAX { last.node } else { c.points[0].node } as usize)
+        );
         assert_eq!(c.node_for_hash(0), Some(c.points[0].node as usize));
     }
 }

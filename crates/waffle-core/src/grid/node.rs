@@ -162,7 +162,11 @@ impl Node {
             if self.health.on_failure(admission, Instant::now()) {
                 self.counters.marked_down.fetch_add(1, Ordering::Relaxed);
                 // One line per up-to-down change: a down node is retried with backoff, not reported each time.
-                eprintln!("waffle: grid node {} is down ({}); its pages are misses until it answers again", self.label, kind.name());
+                eprintln!(
+                    "waffle: grid node {} is down ({}); its pages are misses until it answers again",
+                    self.label,
+                    kind.name()
+                );
             }
             // Idle connections to a failed node are as suspect as the one that failed.
             self.lock_idle().clear();

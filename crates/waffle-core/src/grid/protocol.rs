@@ -114,16 +114,10 @@ fn find_line(buf: &[u8]) -> Result<Option<usize>, ProtocolError> {
     for (i, &b) in window.iter().enumerate() {
         match b {
             b'\n' => {
-                return if i > 0 && window[i - 1] == b'\r' {
-                    Ok(Some(i - 1))
-                } else {
-                    Err(ProtocolError::BadLine)
-                };
+                return if i > 0 && window[i - 1] == b'\r' { Ok(Some(i - 1)) } else { Err(ProtocolError::BadLine) };
             }
             // A '\r' not followed by '\n', or any other control byte, is no meta reply.
-            b'\r' if window.get(i + 1).is_some_and(|&next| next != b'\n') => {
-                return Err(ProtocolError::BadLine)
-            }
+            b'\r' if window.get(i + 1).is_some_and(|&next| next != b'\n') => return Err(ProtocolError::BadLine),
             b'\r' => {}
             0..=0x1f | 0x7f => return Err(ProtocolError::BadLine),
             _ => {}

@@ -33,13 +33,7 @@ pub(super) struct Ghost {
 
 impl Ghost {
     pub(super) fn new(budget_bytes: u64) -> Ghost {
-        Ghost {
-            ring: VecDeque::new(),
-            seq_of: PageMap::default(),
-            front_seq: 0,
-            bytes: 0,
-            budget_bytes,
-        }
+        Ghost { ring: VecDeque::new(), seq_of: PageMap::default(), front_seq: 0, bytes: 0, budget_bytes }
     }
 
     /// Remembers that `page`, an entry of `bytes`, was just evicted.
@@ -57,10 +51,7 @@ impl Ghost {
     }
 
     fn pop_oldest(&mut self) {
-        let (page, bytes) = self
-            .ring
-            .pop_front()
-            .expect("ghost bytes > 0 with empty ring");
+        let (page, bytes) = self.ring.pop_front().expect("ghost bytes > 0 with empty ring");
         let seq = self.front_seq;
         self.front_seq += 1;
         self.bytes -= bytes;
@@ -107,15 +98,8 @@ impl Ghost {
         assert!(self.seq_of.len() <= self.ring.len());
         let end_seq = self.front_seq + self.ring.len() as u64;
         for (&page, &seq) in &self.seq_of {
-            assert!(
-                seq >= self.front_seq && seq < end_seq,
-                "ghost key outside ring"
-            );
-            assert_eq!(
-                self.ring[(seq - self.front_seq) as usize].0,
-                page,
-                "ghost slot mismatch"
-            );
+            assert!(seq >= self.front_seq && seq < end_seq, "ghost key outside ring");
+            assert_eq!(self.ring[(seq - self.front_seq) as usize].0, page, "ghost slot mismatch");
         }
     }
 }

@@ -95,10 +95,6 @@ mod tests {
             h.write_u64(page);
             tags.insert(h.finish() >> 57);
         }
-        assert!(
-            tags.len() >= 120,
-            "only {} distinct tags of 128",
-            tags.len()
-        );
+        assert!(tags.len() >= 120, "only {} distinct tags of 128", tags.len());
     }
 }

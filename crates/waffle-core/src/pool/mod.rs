@@ -155,11 +155,7 @@ impl Pool {
                 used_bytes: AtomicU64::new(0),
             })
             .collect();
-        Pool {
-            shards,
-            shard_bits,
-            capacity_bytes,
-        }
+        Pool { shards, shard_bits, capacity_bytes }
     }
 
     fn shard(&self, page: u64) -> &Shard {
@@ -178,8 +174,7 @@ impl Pool {
     /// An entry that cannot be cached (longer than its shard's budget, or
     /// empty) is appended to `evicted` itself, and any older copy dropped.
     pub fn insert(&self, page: u64, version: u64, bytes: Box<[u8]>, evicted: &mut Vec<Evicted>) {
-        self.shard(page)
-            .update(|cache| cache.insert(page, version, bytes, false, evicted));
+        self.shard(page).update(|cache| cache.insert(page, version, bytes, false, evicted));
     }
 
     /// Copies the entry into `out` like [`Pool::get`] but counts no access (a
@@ -193,8 +188,7 @@ impl Pool {
     /// evicted before anyone reads it, it comes back with `scan` set, and it
     /// leaves no ghost entry behind. A read clears the mark.
     pub fn insert_scan(&self, page: u64, version: u64, bytes: Box<[u8]>, evicted: &mut Vec<Evicted>) {
-        self.shard(page)
-            .update(|cache| cache.insert(page, version, bytes, true, evicted));
+        self.shard(page).update(|cache| cache.insert(page, version, bytes, true, evicted));
     }
 
     /// Drops the entry if present (no eviction report).
@@ -210,10 +204,7 @@ impl Pool {
     /// Drops every entry whose page is in `pages` (one file's tail when
     /// several files share the pool); returns how many.
     pub fn remove_range(&self, pages: std::ops::Range<u64>) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.update(|cache| cache.remove_range(pages.clone())))
-            .sum()
+        self.shards.iter().map(|shard| shard.update(|cache| cache.remove_range(pages.clone()))).sum()
     }
 
     /// Drops everything, including the eviction history.
@@ -237,10 +228,7 @@ impl Pool {
     }
 
     pub fn len(&self) -> usize {
-        self.shards
-            .iter()
-            .map(|shard| shard.len.load(Ordering::Relaxed))
-            .sum()
+        self.shards.iter().map(|shard| shard.len.load(Ordering::Relaxed)).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -249,10 +237,7 @@ impl Pool {
 
     /// Payload bytes cached (overhead not counted).
     pub fn used_bytes(&self) -> u64 {
-        self.shards
-            .iter()
-            .map(|shard| shard.used_bytes.load(Ordering::Relaxed))
-            .sum()
+        self.shards.iter().map(|shard| shard.used_bytes.load(Ordering::Relaxed)).sum()
     }
 
     pub fn capacity_bytes(&self) -> u64 {

@@ -65,12 +65,7 @@ struct List {
 }
 
 impl List {
-    const EMPTY: List = List {
-        head: NIL,
-        tail: NIL,
-        len: 0,
-        bytes: 0,
-    };
+    const EMPTY: List = List { head: NIL, tail: NIL, len: 0, bytes: 0 };
 }
 
 pub(super) struct S3Fifo {
@@ -144,24 +139,12 @@ impl S3Fifo {
         Some((slot.version, slot.scan))
     }
 
-    pub(super) fn insert(
-        &mut self,
-        page: u64,
-        version: u64,
-        bytes: Box<[u8]>,
-        scan: bool,
-        evicted: &mut Vec<Evicted>,
-    ) {
+    pub(super) fn insert(&mut self, page: u64, version: u64, bytes: Box<[u8]>, scan: bool, evicted: &mut Vec<Evicted>) {
         let size = bytes.len() as u64;
         if size == 0 || size > self.budget_bytes {
             // Not cacheable (see the pool's doc). The old copy is stale now.
             self.remove(page);
-            evicted.push(Evicted {
-                page,
-                version,
-                bytes,
-                scan,
-            });
+            evicted.push(Evicted { page, version, bytes, scan });
             return;
         }
         if let Some(&idx) = self.index.get(&page) {
@@ -184,11 +167,7 @@ impl S3Fifo {
             self.make_room(0, evicted);
         } else {
             self.make_room(size, evicted);
-            let queue = if self.ghost.take(page) {
-                Queue::Main
-            } else {
-                Queue::Small
-            };
+            let queue = if self.ghost.take(page) { Queue::Main } else { Queue::Small };
             let idx = self.alloc(Slot {
                 page,
                 version,
@@ -254,12 +233,7 @@ impl S3Fifo {
                 let slot = &mut self.slots[idx as usize];
                 idx = slot.next;
                 let bytes = mem::take(&mut slot.bytes);
-                evicted.push(Evicted {
-                    page: slot.page,
-                    version: slot.version,
-                    bytes,
-                    scan: slot.scan,
-                });
+                evicted.push(Evicted { page: slot.page, version: slot.version, bytes, scan: slot.scan });
             }
         }
         self.clear();
@@ -286,8 +260,8 @@ impl S3Fifo {
     fn evict_one(&mut self, incoming: u64) -> Evicted {
         debug_assert!(self.len() > 0, "evicting from an empty shard");
         loop {
-            let from_small = self.small.len > 0
-                && (self.small.bytes + incoming > self.small_target_bytes || self.main.len == 0);
+            let from_small =
+                self.small.len > 0 && (self.small.bytes + incoming > self.small_target_bytes || self.main.len == 0);
             if from_small {
                 let idx = self.small.tail;
                 let slot = &mut self.slots[idx as usize];
@@ -327,12 +301,7 @@ impl S3Fifo {
         self.free_head = idx;
         self.index.remove(&page);
         self.used_bytes -= bytes.len() as u64;
-        Evicted {
-            page,
-            version,
-            bytes,
-            scan,
-        }
+        Evicted { page, version, bytes, scan }
     }
 
     fn alloc(&mut self, slot: Slot) -> u32 {
@@ -429,11 +398,7 @@ impl S3Fifo {
                 assert_eq!(slot.prev, prev, "broken back link");
                 assert!(slot.freq <= MAX_FREQ);
                 assert!(!slot.bytes.is_empty(), "empty entry cached");
-                assert_eq!(
-                    self.index.get(&slot.page),
-                    Some(&idx),
-                    "index disagrees with list"
-                );
+                assert_eq!(self.index.get(&slot.page), Some(&idx), "index disagrees with list");
                 assert!(!self.ghost.contains(slot.page), "resident page in ghost");
                 n += 1;
                 bytes += slot.bytes.len() as u64;
@@ -448,10 +413,7 @@ impl S3Fifo {
             live_bytes += bytes;
         }
         assert_eq!(self.index.len(), live, "index holds entries in no list");
-        assert_eq!(
-            self.used_bytes, live_bytes,
-            "used_bytes != sum of entry sizes"
-        );
+        assert_eq!(self.used_bytes, live_bytes, "used_bytes != sum of entry sizes");
         assert!(self.used_bytes <= self.budget_bytes, "shard over budget");
         let (mut free, mut idx) = (0, self.free_head);
         while idx != NIL {
@@ -573,15 +535,8 @@ mod tests {
         }
         s.insert(400, 0, entry(100, 0), false, &mut ev);
         s.insert(401, 0, entry(100, 0), false, &mut ev);
-        assert!(
-            s.contains(1),
-            "page 1 had frequency left and was reinserted"
-        );
-        assert!(
-            pages(&ev).contains(&0),
-            "page 0 (freq 0, oldest in main) went: {:?}",
-            pages(&ev)
-        );
+        assert!(s.contains(1), "page 1 had frequency left and was reinserted");
+        assert!(pages(&ev).contains(&0), "page 0 (freq 0, oldest in main) went: {:?}", pages(&ev));
         s.validate();
     }
 

@@ -16,10 +16,7 @@ fn entry(len: u64, fill: u8) -> Box<[u8]> {
 }
 
 fn shard_budgets(pool: &Pool) -> Vec<u64> {
-    pool.shards
-        .iter()
-        .map(|s| s.lock().budget_bytes())
-        .collect()
+    pool.shards.iter().map(|s| s.lock().budget_bytes()).collect()
 }
 
 fn validate(pool: &Pool) {
@@ -165,10 +162,7 @@ fn oversize_entry_comes_straight_back_and_drops_the_old_copy() {
     pool.insert(2, 1, entry(10, 0), &mut ev);
     pool.insert(1, 2, entry(MIB + 1, 0), &mut ev);
     assert_eq!(ev.len(), 1);
-    assert_eq!(
-        (ev[0].page, ev[0].version, ev[0].bytes.len() as u64),
-        (1, 2, MIB + 1)
-    );
+    assert_eq!((ev[0].page, ev[0].version, ev[0].bytes.len() as u64), (1, 2, MIB + 1));
     assert!(!pool.contains(1), "the stale copy must not survive");
     assert!(pool.contains(2));
     // Exactly the budget fits.
@@ -243,24 +237,12 @@ fn every_insert_is_accounted_for_exactly_once() {
     let inserts = 20_000u64;
     for version in 0..inserts {
         let page = rng.gen_range(0..300);
-        let len = if rng.gen_bool(0.01) {
-            33 * KIB
-        } else {
-            rng.gen_range(1..=2 * KIB)
-        };
+        let len = if rng.gen_bool(0.01) { 33 * KIB } else { rng.gen_range(1..=2 * KIB) };
         replaced += usize::from(current.insert(page, version).is_some());
         pool.insert(page, version, entry(len, 0), &mut ev);
         for e in ev.drain(..) {
-            assert!(
-                reported.insert(e.version),
-                "version {} reported twice",
-                e.version
-            );
-            assert_eq!(
-                current.remove(&e.page),
-                Some(e.version),
-                "stale or phantom eviction"
-            );
+            assert!(reported.insert(e.version), "version {} reported twice", e.version);
+            assert_eq!(current.remove(&e.page), Some(e.version), "stale or phantom eviction");
         }
         if rng.gen_bool(0.05) {
             let page = rng.gen_range(0..300);
@@ -275,10 +257,7 @@ fn every_insert_is_accounted_for_exactly_once() {
         assert_eq!(current.remove(&e.page), Some(e.version));
     }
     assert!(current.is_empty());
-    assert_eq!(
-        replaced + removed + reported.len() + drained,
-        inserts as usize
-    );
+    assert_eq!(replaced + removed + reported.len() + drained, inserts as usize);
 }
 
 /// Warms a hot set (half the capacity, read 3 times each), runs a one-pass
@@ -317,21 +296,13 @@ fn hot_fraction_after_scan(capacity: u64, page_bytes: u64) -> f64 {
 #[test]
 fn scan_does_not_flush_the_hot_set_single_shard() {
     let kept = hot_fraction_after_scan(4 * MIB, 4 * KIB);
-    assert!(
-        kept >= 0.9,
-        "only {:.1}% of the hot set survived",
-        kept * 100.0
-    );
+    assert!(kept >= 0.9, "only {:.1}% of the hot set survived", kept * 100.0);
 }
 
 #[test]
 fn scan_does_not_flush_the_hot_set_many_shards() {
     let kept = hot_fraction_after_scan(32 * MIB, 64 * KIB);
-    assert!(
-        kept >= 0.9,
-        "only {:.1}% of the hot set survived",
-        kept * 100.0
-    );
+    assert!(kept >= 0.9, "only {:.1}% of the hot set survived", kept * 100.0);
 }
 
 #[test]
