@@ -1045,7 +1045,7 @@ impl Run {
             )),
             Err(e) => self.diverge(format!("A: the index range n in {lo}..={hi} failed {ctx}: {e}")),
         }
-        if self.round % INTEGRITY_EVERY == 0 {
+        if self.round.is_multiple_of(INTEGRITY_EVERY) {
             match query(&self.a, "PRAGMA integrity_check", &[]) {
                 Ok(rows) if rows == vec![vec![Value::Text("ok".into())]] => {}
                 Ok(rows) => self

@@ -85,7 +85,7 @@ fn a_scan_reads_ahead_and_keeps_l1_and_the_grid() {
     let d = |k: &str| n(&s1, k) - n(&s0, k);
     assert!(d("read_ahead_windows") > 20, "the scan did not read ahead: {s1}");
     assert!(
-        d("read_ahead_pages_l2") + d("read_ahead_pages_disk") >= (pages as u64) * 8 / 10,
+        d("read_ahead_pages_l2") + d("read_ahead_pages_disk") >= pages * 8 / 10,
         "most pages came in windows: {s1}"
     );
     // Pages the grid had came from the grid, and stayed there (plain mg).

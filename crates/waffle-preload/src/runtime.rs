@@ -867,6 +867,18 @@ fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(got)
 }
 
+/// Grid copies are checked as InnoDB pages (page number, space id, checksum,
+/// LSN) inside the cache, before they reach L1: a concurrent reader never
+/// hits an unchecked copy.
+struct InnodbCheck;
+
+impl waffle_core::PageCheck for InnodbCheck {
+    fn accepts(&self, page: u64, bytes: &[u8]) -> bool {
+        // No runtime yet (it is being built): nothing has been read, refuse.
+        get().is_some_and(|rt| rt.accepts_grid_copy(page, bytes))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -884,17 +896,5 @@ mod tests {
         assert_eq!(parse_page_size("16384"), Some(16384));
         assert_eq!(parse_page_size("3k"), None);
         assert_eq!(parse_page_size("128k"), None);
-    }
-}
-
-/// Grid copies are checked as InnoDB pages (page number, space id, checksum,
-/// LSN) inside the cache, before they reach L1: a concurrent reader never
-/// hits an unchecked copy.
-struct InnodbCheck;
-
-impl waffle_core::PageCheck for InnodbCheck {
-    fn accepts(&self, page: u64, bytes: &[u8]) -> bool {
-        // No runtime yet (it is being built): nothing has been read, refuse.
-        get().is_some_and(|rt| rt.accepts_grid_copy(page, bytes))
     }
 }

@@ -74,7 +74,7 @@ impl FileSig {
     pub const BYTES: usize = 16 + 8 * 5;
 
     /// For the sidecar: a warm start is checked against it under the first lock.
-    pub fn to_bytes(&self) -> Vec<u8> {
+    pub fn to_bytes(self) -> Vec<u8> {
         let mut b = Vec::with_capacity(Self::BYTES);
         b.extend_from_slice(&self.header);
         for v in [self.size, self.mtime_ns as u64, self.ctime_ns as u64, self.ino, self.dev] {

@@ -289,9 +289,8 @@ impl Forget for waffle_core::PageCache {
         self.foreign_reset();
     }
     fn forget_from(&self, len: u64) {
-        let page_bytes = self.page_bytes() as u64;
-        if page_bytes > 0 {
-            self.foreign_truncate(len / page_bytes);
+        if let Some(first_gone) = len.checked_div(self.page_bytes() as u64) {
+            self.foreign_truncate(first_gone);
         }
     }
     fn page_bytes(&self) -> usize {

@@ -176,7 +176,7 @@ mod tests {
             h[0..4].copy_from_slice(&pgno.to_be_bytes());
             h[8..16].copy_from_slice(if i == 3 { b"OLDsalt!" } else { &salt });
             bytes.extend_from_slice(&h);
-            bytes.extend(std::iter::repeat(0u8).take(page as usize));
+            bytes.extend(std::iter::repeat_n(0u8, page as usize));
         }
         std::fs::write(&wal, &bytes).unwrap();
         assert_eq!(frame_pages(&wal, salt, page, 1, 3), Some(vec![3, 5]));
