@@ -1,6 +1,6 @@
 //! The loadable extension `libwaffle.so` in hosts we did not build: Debian's
-//! `sqlite3` shell (3.40) and Python's apsw (/usr/bin/python3). Also the
-//! one-owner rule across processes and the error for a bad URI value, as a
+//! `sqlite3` shell (3.40) and Python's apsw (/usr/bin/python3). Also several
+//! processes sharing one database and the error for a bad URI value, as a
 //! user sees them (stderr of the host process).
 //!
 //! The .so is looked for in target/release (what `cargo build --release`
@@ -14,7 +14,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::Value;
 use support::*;
@@ -23,61 +23,10 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------- finding things
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
-}
-
-fn newest_source() -> (SystemTime, PathBuf) {
-    let mut newest = (SystemTime::UNIX_EPOCH, PathBuf::new());
-    let mut stack: Vec<PathBuf> = ["crates/waffle-sqlite", "crates/waffle-core"]
-        .iter()
-        .flat_map(|c| [workspace().join(c).join("src"), workspace().join(c).join("Cargo.toml")])
-        .collect();
-    while let Some(p) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-        } else if let Ok(t) = meta.modified() {
-            if t > newest.0 {
-                newest = (t, p);
-            }
-        }
-    }
-    newest
-}
-
-/// The extension to load: the newest fresh `libwaffle.so`, or a failure that says what to do.
+/// The extension to load (support/writers.rs: `WAFFLE_SO`, or the newest
+/// built one that is not older than the sources).
 fn libwaffle() -> PathBuf {
-    if let Some(p) = std::env::var_os("WAFFLE_SO") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "WAFFLE_SO={} does not exist", p.display());
-        return p;
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-    let mut candidates = vec![target.join("release/libwaffle.so")];
-    if let Some(profile) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
-        candidates.push(profile.join("libwaffle.so"));
-        candidates.push(profile.join("deps/libwaffle.so"));
-    }
-    candidates.push(target.join("debug/libwaffle.so"));
-    let (src_time, src) = newest_source();
-    let found: Vec<(SystemTime, PathBuf)> =
-        candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).collect();
-    if found.is_empty() {
-        panic!(
-            "libwaffle.so not found (looked for {candidates:?}). Build the extension first: \
-             `cargo build --release -p waffle-sqlite` (or `cargo build --release`)"
-        );
-    }
-    let (time, path) = found.iter().max_by_key(|(t, _)| *t).unwrap().clone();
-    assert!(
-        time >= src_time,
-        "{} is older than {}: rebuild the extension with `cargo build --release -p waffle-sqlite`",
-        path.display(),
-        src.display()
-    );
+    let path = support::writers::libwaffle();
     eprintln!("using {}", path.display());
     path
 }
