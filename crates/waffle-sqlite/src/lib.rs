@@ -8,8 +8,11 @@
 //!  SQLite pager ──xRead(page)──> file.rs ──> waffle_core::PageCache ──> L1 / grid / O_DIRECT file
 //!               ──xWrite(page)─> file.rs ──> real file (first) ──> PageCache::wrote
 //!               ──PRAGMA waffle_stats──> pragma.rs
-//!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process,
-//!                     sidecar lock so a second process is refused
+//!               ──xLock/xUnlock/xShmLock─> file.rs ──> coherence.rs: before a
+//!                     transaction reads, forget what other writers changed
+//!                     (file signature; wal-index via wal_index.rs)
+//!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process;
+//!                     other processes may have their own (shared sidecar lock)
 //! ```
 //!
 //! Two ways in, one source:
