@@ -1,0 +1,180 @@
+//! `PageCache`, the hub of every read and write, against a model file, with
+//! several threads at once and real memcached nodes (no SQLite above it).
+//!
+//! Each worker thread owns the pages `p % WORKERS == w` and does, in a seeded
+//! random order: reads (one page, or a sequential read that pulls a window of
+//! other workers' pages into L1 as well), whole-page writes (the file first,
+//! then `wrote`, as the adapters do), partial writes (`invalidate`), and
+//! writes by "another writer" that the cache only hears of afterwards
+//! (`foreign_pages`). Meanwhile a conductor thread moves the grid between two
+//! nodes and none (`set_grid`), starts new epochs (`foreign_reset`), and waits
+//! for the pusher. Every read must equal the model file at that moment (a
+//! worker's pages change only by its own hand, so "that moment" is defined);
+//! at the end every page reads as the file holds it. A last phase cuts and
+//! regrows the file (`truncated`) and checks the tail reads as the file.
+
+mod support;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use support::*;
+use waffle_core::backing::Backing;
+use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_core::{CacheOptions, PageCache};
+
+const PAGE: usize = 512;
+const PAGES: u64 = 192;
+const WORKERS: u64 = 3;
+const OPS_PER_WORKER: u64 = 20_000;
+const SEED: u64 = 0xCAC4E;
+
+/// The model file: what the database file holds.
+struct MemFile(Arc<Mutex<Vec<u8>>>);
+
+impl Backing for MemFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let f = self.0.lock().unwrap();
+        let at = (offset as usize).min(f.len());
+        let n = buf.len().min(f.len() - at);
+        buf[..n].copy_from_slice(&f[at..at + n]);
+        Ok(n)
+    }
+    fn is_direct(&self) -> bool {
+        false
+    }
+}
+
+fn grid(node: &Node) -> Arc<Grid> {
+    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
+    Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts))
+}
+
+fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
+    file.lock().unwrap()[p as usize * PAGE..][..PAGE].to_vec()
+}
+
+fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
+    file.lock().unwrap()[p as usize * PAGE..][..PAGE].copy_from_slice(bytes);
+}
+
+#[test]
+fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epochs() {
+    let nodes = [start_node(16), start_node(16)];
+    let grids = [grid(&nodes[0]), grid(&nodes[1])];
+    let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
+    for p in 0..PAGES {
+        set_page(&file, p, &pattern(p, PAGE));
+    }
+    let cache = Arc::new(PageCache::new(
+        CacheOptions {
+            cache_id: 0x30de1,
+            saved: None,
+            page_bytes: PAGE,
+            local_bytes: 64 * PAGE as u64, // a read-ahead window is 1/16 of L1: 4 pages
+            push_queue_bytes: 16 * PAGE as u64,
+            grid: Some(Arc::clone(&grids[0])),
+            seal_key: None,
+            page_check: None,
+        },
+        Box::new(MemFile(Arc::clone(&file))),
+    ));
+
+    let done = Arc::new(AtomicBool::new(false));
+    let conductor = {
+        let (cache, done, grids) = (Arc::clone(&cache), Arc::clone(&done), grids.clone());
+        std::thread::spawn(move || {
+            let mut rng = SmallRng::seed_from_u64(SEED ^ 0xC0);
+            let mut moves = 0u64;
+            while !done.load(Ordering::Acquire) {
+                match rng.gen_range(0..10) {
+                    0..=5 => cache.set_grid(Some(Arc::clone(&grids[rng.gen_range(0..2)]))),
+                    6 => cache.set_grid(None),
+                    7 => cache.foreign_reset(),
+                    _ => {
+                        cache.flush_pushes(Duration::from_secs(5));
+                    }
+                }
+                moves += 1;
+                std::thread::yield_now();
+            }
+            moves
+        })
+    };
+
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|w| {
+            let (cache, file) = (Arc::clone(&cache), Arc::clone(&file));
+            std::thread::spawn(move || {
+                let mut rng = SmallRng::seed_from_u64(SEED + w);
+                let mine: Vec<u64> = (0..PAGES).filter(|p| p % WORKERS == w).collect();
+                let mut buf = vec![0u8; PAGE];
+                let mut generation = 0u64;
+                for op in 0..OPS_PER_WORKER {
+                    let p = mine[rng.gen_range(0..mine.len())];
+                    match rng.gen_range(0..20) {
+                        0..=9 => {
+                            cache.read(p, &mut buf).unwrap();
+                            assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read wrong");
+                        }
+                        10..=12 => {
+                            cache.read_sequential(p, &mut buf).unwrap();
+                            assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read ahead wrong");
+                        }
+                        13..=16 => {
+                            generation += 1;
+                            let bytes = pattern((generation << 20) | (w << 16) | p, PAGE);
+                            set_page(&file, p, &bytes); // the file first
+                            cache.wrote(p, &bytes);
+                        }
+                        17 => {
+                            let mut bytes = page_of(&file, p);
+                            bytes[7] ^= 0x5A;
+                            set_page(&file, p, &bytes);
+                            cache.invalidate(p);
+                        }
+                        _ => {
+                            // Another writer changes the page; the cache hears of it before the next read.
+                            generation += 1;
+                            set_page(&file, p, &pattern((generation << 20) | (9 << 16) | p, PAGE));
+                            cache.foreign_pages(&[p]);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("a worker found a read that differs from the model");
+    }
+    done.store(true, Ordering::Release);
+    let moves = conductor.join().unwrap();
+    assert!(moves > 10, "the conductor moved the grid while the workers ran ({moves} moves)");
+
+    cache.set_grid(Some(Arc::clone(&grids[0])));
+    let mut buf = vec![0u8; PAGE];
+    for p in 0..PAGES {
+        cache.read(p, &mut buf).unwrap();
+        assert!(buf == page_of(&file, p), "after the run: page {p}");
+    }
+    let s = serde_json::Value::Object(cache.stats_json());
+    assert!(n(&s, "l2_hits") > 0 && n(&s, "l2_pushes") > 0, "the grid took part: {s}");
+    assert!(n(&s, "read_ahead_windows") > 0, "windows were read: {s}");
+
+    // The file is cut and grows again: the old tail's copies (L1, queue, grid) are never served.
+    cache.flush_pushes(Duration::from_secs(5));
+    let cut = PAGES / 2;
+    file.lock().unwrap().truncate(cut as usize * PAGE);
+    cache.truncated(cut);
+    for p in cut..PAGES {
+        file.lock().unwrap().extend_from_slice(&pattern(0xF00 + p, PAGE));
+    }
+    for p in 0..PAGES {
+        cache.read(p, &mut buf).unwrap();
+        assert!(buf == page_of(&file, p), "after the cut and regrowth: page {p}");
+    }
+}
