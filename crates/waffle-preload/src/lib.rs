@@ -19,6 +19,8 @@
 //! `fds` (descriptor table), `runtime` (the cache, segments, stats file),
 //! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`).
 
+// Every unsafe block says why it is sound (CI runs clippy with -D warnings).
+#![warn(clippy::undocumented_unsafe_blocks)]
 // The hooks are left out of unit tests (they would interpose the test binary), so much looks unused there.
 #![cfg_attr(test, allow(dead_code))]
 

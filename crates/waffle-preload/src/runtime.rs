@@ -177,7 +177,9 @@ fn read_head(fd: i32) -> Option<Vec<u8>> {
     }
     // SAFETY: p holds DIRECT_ALIGN bytes.
     let n = unsafe { real::pread64(fd, p as *mut libc::c_void, DIRECT_ALIGN, 0) };
+    // SAFETY: the kernel wrote all DIRECT_ALIGN bytes of p (n says so).
     let out = (n == DIRECT_ALIGN as isize).then(|| unsafe { std::slice::from_raw_parts(p, DIRECT_ALIGN) }.to_vec());
+    // SAFETY: p was allocated above with this layout and is not used after.
     unsafe { std::alloc::dealloc(p, layout) };
     out
 }
@@ -345,6 +347,7 @@ impl Runtime {
     pub fn track_open(&self, fd: i32, path: &str, flags: i32) {
         // SAFETY: fstat into a zeroed struct.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat writes into st, which we own.
         if unsafe { libc::fstat(fd, &mut st) } != 0 || st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return;
         }
@@ -815,6 +818,7 @@ impl Backing for FdBacking {
             buf[..n].copy_from_slice(&bounce[..n]);
             n
         });
+        // SAFETY: p was allocated above with this layout and is not used after.
         unsafe { std::alloc::dealloc(p, layout) };
         r
     }

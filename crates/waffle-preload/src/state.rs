@@ -64,6 +64,7 @@ pub fn reason() -> Option<String> {
 fn env(name: &CStr) -> Option<String> {
     // SAFETY: name is NUL-terminated; getenv's result is read at once.
     let v = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: a non-null getenv result is a NUL-terminated string.
     (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
 }
 
@@ -73,6 +74,7 @@ fn program() -> String {
     if p.is_null() {
         return String::new();
     }
+    // SAFETY: non-null, and glibc's program name is NUL-terminated.
     unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
 }
 

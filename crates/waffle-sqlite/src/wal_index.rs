@@ -137,30 +137,37 @@ mod tests {
         r
     }
 
+    /// Reads a test region (256 aligned bytes, at least the 136 read_view reads).
+    fn view_of(r: &[u32]) -> Option<WalView> {
+        assert!(r.len() * 4 >= 136);
+        // SAFETY: r is a live, u32-aligned buffer of more than 136 bytes.
+        unsafe { read_view(r.as_ptr() as *const u8) }
+    }
+
     #[test]
     fn a_whole_header_is_read() {
         let r = region([0x0102_0304, 0x0506_0708], 40, 12, 4096);
-        let v = unsafe { read_view(r.as_ptr() as *const u8) }.unwrap();
+        let v = view_of(&r).unwrap();
         assert_eq!((v.mx_frame, v.backfilled, v.page_bytes), (40, 12, 4096));
         let mut salt = [0u8; 8];
         salt[..4].copy_from_slice(&0x0102_0304u32.to_ne_bytes());
         salt[4..].copy_from_slice(&0x0506_0708u32.to_ne_bytes());
         assert_eq!(v.salt, salt);
         let big = region([1, 2], 1, 0, 1);
-        assert_eq!(unsafe { read_view(big.as_ptr() as *const u8) }.unwrap().page_bytes, 65536);
+        assert_eq!(view_of(&big).unwrap().page_bytes, 65536);
     }
 
     #[test]
     fn torn_or_uninitialised_headers_are_refused() {
         let mut r = region([1, 2], 40, 12, 4096);
         r[HDR_WORDS + 4] = 41; // copy 2 ahead of copy 1: a writer in the middle
-        assert_eq!(unsafe { read_view(r.as_ptr() as *const u8) }, None);
+        assert_eq!(view_of(&r), None);
         let mut r = region([1, 2], 40, 12, 4096);
         r[3] &= !0xff; // isInit 0 in both copies
         r[HDR_WORDS + 3] &= !0xff;
-        assert_eq!(unsafe { read_view(r.as_ptr() as *const u8) }, None);
+        assert_eq!(view_of(&r), None);
         let r = region([1, 2], 0, 12, 4096); // restart seen half-way: nBackfill above mxFrame
-        assert_eq!(unsafe { read_view(r.as_ptr() as *const u8) }, None);
+        assert_eq!(view_of(&r), None);
     }
 
     #[test]
