@@ -377,8 +377,9 @@ fn a_damaged_sidecar_means_a_cold_start_never_an_error() {
 /// which a child process shares between its fork and its exec. In a process
 /// where one thread spawns children while another closes a database and opens
 /// it again, the reopen used to fail with "the database is already open
-/// through waffle in process <this very process>". Now an open that finds the
-/// lock held under its own pid waits (at most 2 s) for the child to exec.
+/// through waffle in process <this very process>". Now the lock is shared by
+/// every open and never refuses: an open that cannot get it within 2 s starts
+/// cold (the sidecar only decides warm or cold).
 #[test]
 fn reopen_while_another_thread_spawns_children() {
     let _serial = serial();
