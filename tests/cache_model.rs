@@ -15,15 +15,14 @@
 
 mod support;
 
-use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use support::mem_file::MemFile;
 use support::*;
-use waffle_core::backing::Backing;
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache};
 
@@ -32,22 +31,6 @@ const PAGES: u64 = 192;
 const WORKERS: u64 = 3;
 const OPS_PER_WORKER: u64 = 20_000;
 const SEED: u64 = 0xCAC4E;
-
-/// The model file: what the database file holds.
-struct MemFile(Arc<Mutex<Vec<u8>>>);
-
-impl Backing for MemFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let f = self.0.lock().unwrap();
-        let at = (offset as usize).min(f.len());
-        let n = buf.len().min(f.len() - at);
-        buf[..n].copy_from_slice(&f[at..at + n]);
-        Ok(n)
-    }
-    fn is_direct(&self) -> bool {
-        false
-    }
-}
 
 fn grid(node: &Node) -> Arc<Grid> {
     let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };

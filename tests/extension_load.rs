@@ -10,13 +10,14 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use serde_json::Value;
+use support::writers::{python_with_apsw, run_with_input, sqlite3_shell};
 use support::*;
 
 const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
@@ -31,48 +32,11 @@ fn libwaffle() -> PathBuf {
     path
 }
 
-fn sqlite3_shell() -> PathBuf {
-    let p = PathBuf::from("/usr/bin/sqlite3");
-    assert!(p.is_file(), "the sqlite3 shell is missing: apt-get install sqlite3");
-    p
-}
-
-fn python() -> PathBuf {
-    let p = PathBuf::from("/usr/bin/python3");
-    assert!(p.is_file(), "/usr/bin/python3 is missing: apt-get install python3 python3-apsw");
-    let out = Command::new(&p).args(["-c", "import apsw"]).output().expect("run /usr/bin/python3");
-    assert!(
-        out.status.success(),
-        "/usr/bin/python3 cannot import apsw: apt-get install python3-apsw\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p
-}
-
 // ---------------------------------------------------------------- running children
 
 /// Runs `cmd` with `input` on stdin; kills it if it takes longer than CHILD_TIMEOUT.
 fn run(cmd: &mut Command, input: &str) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(CHILD_TIMEOUT) {
-        Ok(out) => out.expect("wait for child"),
-        Err(_) => {
-            // SAFETY: kill(2) on our own child, which has not been reaped (its waiter is still blocked).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("{cmd:?} did not finish in {CHILD_TIMEOUT:?}");
-        }
-    }
+    run_with_input(cmd, input, CHILD_TIMEOUT)
 }
 
 fn text(b: &[u8]) -> String {
@@ -106,7 +70,7 @@ fn py_holder(so: &Path, uri: &str) -> Holder {
         "{PY_PRELUDE}\nc = apsw.Connection(uri, flags=flags)\nc.cursor().execute('CREATE TABLE IF NOT EXISTS held(x)')\n\
          print('ready', flush=True)\nsys.stdin.read()\nc.close()\n"
     );
-    let mut child = Command::new(python())
+    let mut child = Command::new(python_with_apsw())
         .arg("-c")
         .arg(script)
         .arg(so)
@@ -202,7 +166,7 @@ c.close()
 print(json.dumps({{"flushed": flushed, "rows": rows, "stats": stats, "vfs": vfs}}))
 "#
     );
-    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri), "");
+    let out = run(Command::new(python_with_apsw()).arg("-c").arg(script).arg(&so).arg(&uri), "");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "python failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
     let r: Value = serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
@@ -292,7 +256,7 @@ fn a_bad_uri_value_fails_the_open_and_names_the_parameter() {
     let script = format!(
         "{PY_PRELUDE}\ntry:\n    apsw.Connection(uri, flags=flags)\n    print('opened')\nexcept apsw.CantOpenError:\n    print('refused')\n"
     );
-    let out = run(Command::new(python()).arg("-c").arg(script).arg(&so).arg(&uri), "");
+    let out = run(Command::new(python_with_apsw()).arg("-c").arg(script).arg(&so).arg(&uri), "");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert_eq!(stdout.trim(), "refused", "stderr: {stderr}");
     assert!(

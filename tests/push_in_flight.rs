@@ -24,34 +24,17 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use support::mem_file::MemFile;
 use support::*;
-use waffle_core::backing::Backing;
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache, Source};
 
 const PAGE: usize = 4096;
 const ROUNDS: u64 = 500;
 const FILLERS: u64 = 12;
-
-/// The "file": a vector the test writes first, as the database would.
-struct MemFile(Arc<Mutex<Vec<u8>>>);
-
-impl Backing for MemFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let f = self.0.lock().unwrap();
-        let at = (offset as usize).min(f.len());
-        let n = buf.len().min(f.len() - at);
-        buf[..n].copy_from_slice(&f[at..at + n]);
-        Ok(n)
-    }
-    fn is_direct(&self) -> bool {
-        false
-    }
-}
 
 #[test]
 fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod fake_node;
+pub mod mem_file;
 pub mod workload;
 pub mod writers;
 
