@@ -53,19 +53,16 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
     for p in 0..PAGES {
         set_page(&file, p, &pattern(p, PAGE));
     }
-    let cache = Arc::new(PageCache::new(
-        CacheOptions {
-            cache_id: 0x30de1,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: 64 * PAGE as u64, // a read-ahead window is 1/16 of L1: 4 pages
-            push_queue_bytes: 16 * PAGE as u64,
-            grid: Some(Arc::clone(&grids[0])),
-            seal_key: None,
-            page_check: None,
-        },
-        Box::new(MemFile(Arc::clone(&file))),
-    ));
+    let cache = Arc::new(PageCache::new(CacheOptions {
+        cache_id: 0x30de1,
+        saved: None,
+        page_bytes: PAGE,
+        local_bytes: 64 * PAGE as u64, // a read-ahead window is 1/16 of L1: 4 pages
+        push_queue_bytes: 16 * PAGE as u64,
+        grid: Some(Arc::clone(&grids[0])),
+        seal_key: None,
+        page_check: None,
+    }));
 
     let done = Arc::new(AtomicBool::new(false));
     let conductor = {
@@ -96,16 +93,17 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
                 let mut rng = SmallRng::seed_from_u64(SEED + w);
                 let mine: Vec<u64> = (0..PAGES).filter(|p| p % WORKERS == w).collect();
                 let mut buf = vec![0u8; PAGE];
+                let disk = MemFile(Arc::clone(&file));
                 let mut generation = 0u64;
                 for op in 0..OPS_PER_WORKER {
                     let p = mine[rng.gen_range(0..mine.len())];
                     match rng.gen_range(0..20) {
                         0..=9 => {
-                            cache.read(p, &mut buf).unwrap();
+                            cache.read(p, &mut buf, &disk).unwrap();
                             assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read wrong");
                         }
                         10..=12 => {
-                            cache.read_sequential(p, &mut buf).unwrap();
+                            cache.read_sequential(p, &mut buf, &disk).unwrap();
                             assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read ahead wrong");
                         }
                         13..=16 => {
@@ -140,8 +138,9 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
 
     cache.set_grid(Some(Arc::clone(&grids[0])));
     let mut buf = vec![0u8; PAGE];
+    let disk = MemFile(Arc::clone(&file));
     for p in 0..PAGES {
-        cache.read(p, &mut buf).unwrap();
+        cache.read(p, &mut buf, &disk).unwrap();
         assert!(buf == page_of(&file, p), "after the run: page {p}");
     }
     let s = serde_json::Value::Object(cache.stats_json());
@@ -157,7 +156,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
         file.lock().unwrap().extend_from_slice(&pattern(0xF00 + p, PAGE));
     }
     for p in 0..PAGES {
-        cache.read(p, &mut buf).unwrap();
+        cache.read(p, &mut buf, &disk).unwrap();
         assert!(buf == page_of(&file, p), "after the cut and regrowth: page {p}");
     }
 }

@@ -43,19 +43,16 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
     let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
     let pages = FILLERS + 1 + ROUNDS;
     let file = Arc::new(Mutex::new(vec![0u8; pages as usize * PAGE]));
-    let cache = PageCache::new(
-        CacheOptions {
-            cache_id: 0xe2e,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: 2 * PAGE as u64,
-            push_queue_bytes: 1 << 20,
-            grid: Some(Arc::clone(&grid)),
-            seal_key: None,
-            page_check: None,
-        },
-        Box::new(MemFile(Arc::clone(&file))),
-    );
+    let cache = PageCache::new(CacheOptions {
+        cache_id: 0xe2e,
+        saved: None,
+        page_bytes: PAGE,
+        local_bytes: 2 * PAGE as u64,
+        push_queue_bytes: 1 << 20,
+        grid: Some(Arc::clone(&grid)),
+        seal_key: None,
+        page_check: None,
+    });
     let write = |page: u64, bytes: &[u8]| {
         file.lock().unwrap()[page as usize * PAGE..][..PAGE].copy_from_slice(bytes);
         cache.wrote(page, bytes);
@@ -71,6 +68,7 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
 
     let mut outcomes: BTreeMap<String, u64> = BTreeMap::new();
     let mut buf = vec![0u8; PAGE];
+    let disk = MemFile(Arc::clone(&file));
     for round in 0..ROUNDS {
         let a = FILLERS + 1 + round;
         write(a, &pattern(round << 1, PAGE));
@@ -83,7 +81,7 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
         let new = pattern((round << 1) | 1, PAGE);
         write(a, &new);
         evict_all(1);
-        let (len, source) = cache.read(a, &mut buf).unwrap();
+        let (len, source) = cache.read(a, &mut buf, &disk).unwrap();
         assert_eq!(len, PAGE);
         assert!(buf == new, "round {round}: page {a} read back other bytes than written (from {source:?})");
         assert!(cache.flush_pushes(Duration::from_secs(10)));
@@ -135,19 +133,16 @@ fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
     let file = Arc::new(Mutex::new(vec![0u8; 4 * PAGE]));
     let truth = pattern(7, PAGE);
     file.lock().unwrap()[..PAGE].copy_from_slice(&truth);
-    let cache = PageCache::new(
-        CacheOptions {
-            cache_id: 0xc4ec,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: 16 * PAGE as u64,
-            push_queue_bytes: 1 << 20,
-            grid: Some(Arc::clone(&grid)),
-            seal_key: None,
-            page_check: Some(Box::new(RefuseMarked)),
-        },
-        Box::new(MemFile(Arc::clone(&file))),
-    );
+    let cache = PageCache::new(CacheOptions {
+        cache_id: 0xc4ec,
+        saved: None,
+        page_bytes: PAGE,
+        local_bytes: 16 * PAGE as u64,
+        push_queue_bytes: 1 << 20,
+        grid: Some(Arc::clone(&grid)),
+        seal_key: None,
+        page_check: Some(Box::new(RefuseMarked)),
+    });
     // A copy whose envelope is right (this cache, page 0, the version the file
     // holds) but whose bytes the adapter refuses.
     let mut bad = pattern(8, PAGE);
@@ -155,13 +150,14 @@ fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
     let id = waffle_core::envelope::Identity { cache_id: 0xc4ec, page: 0, version: 0 };
     ms(&node.addr(), &waffle_core::envelope::key(0xc4ec, 0), &waffle_core::envelope::seal(id, &bad));
     let mut buf = vec![0u8; PAGE];
-    let (_, source) = cache.read(0, &mut buf).unwrap();
+    let disk = MemFile(Arc::clone(&file));
+    let (_, source) = cache.read(0, &mut buf, &disk).unwrap();
     assert_eq!(source, Source::Disk, "the refused copy was not served");
     assert!(buf == truth);
     let s = serde_json::Value::Object(cache.stats_json());
     assert_eq!(n(&s, "l2_rejects.content"), 1, "{s}");
     assert_eq!(n(&s, "l2_hits"), 0, "{s}");
-    let (_, source) = cache.read(0, &mut buf).unwrap();
+    let (_, source) = cache.read(0, &mut buf, &disk).unwrap();
     assert_eq!(source, Source::L1);
     assert!(buf == truth, "L1 holds the file's bytes, not the refused copy's");
 }

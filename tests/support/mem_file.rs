@@ -4,15 +4,15 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use waffle_core::backing::Backing;
+use waffle_core::backing::{Backing, PageId};
 
-/// The "file": a vector shared between the test and the cache's backing.
+/// The "file": a vector shared between the test and the cache's reads.
 pub struct MemFile(pub Arc<Mutex<Vec<u8>>>);
 
 impl Backing for MemFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
         let f = self.0.lock().unwrap();
-        let at = (offset as usize).min(f.len());
+        let at = (first.byte_offset(page_bytes) as usize).min(f.len());
         let n = buf.len().min(f.len() - at);
         buf[..n].copy_from_slice(&f[at..at + n]);
         Ok(n)

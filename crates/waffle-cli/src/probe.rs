@@ -25,7 +25,7 @@ use hdrhistogram::Histogram;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde_json::{json, Value};
-use waffle_core::backing::{Backing, DirectFile};
+use waffle_core::backing::{Backing, DirectFile, PageId};
 use waffle_core::emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile};
 use waffle_core::envelope::{self, Identity};
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
@@ -195,11 +195,9 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     if let Some(w) = warning {
         eprintln!("{w}");
     }
-    let backing: Arc<dyn Backing> = match device {
-        Some(p) => Arc::new(EmulatedDevice::new(file, p)),
-        None => Arc::new(file),
-    };
-    let direct = backing.is_direct();
+    let file = Arc::new(file);
+    let emulated = device.map(|p| Arc::new(EmulatedDevice::new(p)));
+    let direct = file.is_direct();
 
     let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
     let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
@@ -245,14 +243,17 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     for &n in &o.threads {
         eprintln!("waffle probe: {n} threads");
         let vb = o.value_bytes;
-        let b = Arc::clone(&backing);
+        let (f, d) = (Arc::clone(&file), emulated.clone());
         results[0].1.push(measure(
             n,
             o.seconds,
             |_| vec![0u8; vb],
             |buf, rng| {
-                let off = rng.gen_range(0..pages) * vb as u64;
-                b.read_at(buf, off).is_ok()
+                let page = PageId::new(0, rng.gen_range(0..pages) as u32);
+                match &d {
+                    Some(d) => d.read_pages(&*f, page, vb, buf).is_ok(),
+                    None => f.read_pages(page, vb, buf).is_ok(),
+                }
             },
         ));
         let addr = node.addr();

@@ -9,6 +9,11 @@
 //! file handle, first, always.
 //!
 //! Storage sits behind the [`Backing`] trait so that tests can inject faults.
+//! A read names its pages by [`PageId`] (file segment and page index), never
+//! by a packed number multiplied into a byte offset, and the adapter passes
+//! the backing at every read: the MariaDB preload reads through the very
+//! descriptor the server is reading with, and nothing about that descriptor
+//! is kept between calls.
 
 use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions};
@@ -17,12 +22,56 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use crate::versions;
+
 /// Alignment O_DIRECT needs on Linux for the buffer, offset and length (logical block size; 4096 covers all).
 pub const DIRECT_ALIGN: usize = 4096;
 
+/// A page's place in the files behind one cache: page `index` of file
+/// `segment`. SQLite has one file (segment 0); the MariaDB preload gives each
+/// open tablespace file a segment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct PageId {
+    pub segment: u32,
+    pub index: u32,
+}
+
+impl PageId {
+    pub fn new(segment: u32, index: u32) -> PageId {
+        PageId { segment, index }
+    }
+
+    /// The page behind one of the cache's page numbers (`versions::join`).
+    pub fn of(page: u64) -> PageId {
+        let (segment, index) = versions::split(page);
+        assert!(
+            (segment as u64) < versions::MAX_SEGMENTS && (index as u64) < versions::MAX_PAGES,
+            "page number {page:#x} names no page"
+        );
+        PageId { segment: segment as u32, index: index as u32 }
+    }
+
+    /// The cache's number for this page.
+    pub fn number(self) -> u64 {
+        versions::join(self.segment as u64, self.index as u64)
+    }
+
+    /// Where the page starts in its own file. Cannot overflow: an index is
+    /// 32 bits and a page at most 64 KiB, so the offset stays below 2^48.
+    pub fn byte_offset(self, page_bytes: usize) -> u64 {
+        debug_assert!(page_bytes <= MAX_PAGE_BYTES, "page of {page_bytes} bytes");
+        self.index as u64 * page_bytes as u64
+    }
+}
+
+/// The largest page either database uses (SQLite and InnoDB: 64 KiB).
+pub const MAX_PAGE_BYTES: usize = 65536;
+
 pub trait Backing: Send + Sync {
-    /// Reads up to `buf.len()` bytes at `offset`; fewer only at end of file.
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// Reads whole pages of `page_bytes` from `first` on, as many as `buf`
+    /// holds (`buf.len()` is a multiple of `page_bytes`), all from `first`'s
+    /// file. Returns the bytes read: fewer than `buf.len()` only at end of file.
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize>;
     /// Whether reads bypass the kernel page cache.
     fn is_direct(&self) -> bool;
 }
@@ -89,7 +138,22 @@ impl DirectFile {
 }
 
 impl Backing for DirectFile {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        // One file: every page is in segment 0.
+        if first.segment != 0 {
+            return Err(io::Error::other(format!("segment {} of a single-file backing", first.segment)));
+        }
+        self.read_at(buf, first.byte_offset(page_bytes))
+    }
+
+    fn is_direct(&self) -> bool {
+        self.direct.is_some() && !self.direct_failed.load(Ordering::Relaxed)
+    }
+}
+
+impl DirectFile {
+    /// Reads up to `buf.len()` bytes at `offset` (any alignment); fewer only at end of file.
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
         if let Some(f) = &self.direct {
             if !self.direct_failed.load(Ordering::Relaxed) {
                 match Self::read_direct(f, buf, offset) {
@@ -105,10 +169,6 @@ impl Backing for DirectFile {
             }
         }
         self.read_buffered(buf, offset)
-    }
-
-    fn is_direct(&self) -> bool {
-        self.direct.is_some() && !self.direct_failed.load(Ordering::Relaxed)
     }
 }
 
@@ -166,6 +226,37 @@ mod tests {
                 assert_eq!(&buf[..n], &data[off..off + n]);
             }
         }
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The defect this type removed: a page number with the segment in its
+    /// high bits, multiplied by the page size, wrapped past segment 1023 at
+    /// 16 KiB pages and named another file's page.
+    #[test]
+    fn a_page_id_keeps_segment_and_offset_apart_for_every_segment() {
+        for segment in [0u32, 1, 1023, 1024, 1100, (versions::MAX_SEGMENTS - 1) as u32] {
+            for index in [0u32, 7, u32::MAX] {
+                let id = PageId::new(segment, index);
+                assert_eq!(PageId::of(id.number()), id);
+                assert_eq!(id.byte_offset(16384), index as u64 * 16384);
+                assert_eq!(id.byte_offset(MAX_PAGE_BYTES), index as u64 * MAX_PAGE_BYTES as u64);
+            }
+        }
+    }
+
+    #[test]
+    fn a_single_file_reads_whole_pages_by_index_and_refuses_other_segments() {
+        let dir = std::env::temp_dir().join(format!("waffle-backing-pages-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("data");
+        let data: Vec<u8> = (0..4 * 4096).map(|i| (i / 4096) as u8 + 1).collect();
+        File::create(&path).unwrap().write_all(&data).unwrap();
+        let (f, _warning) = DirectFile::open(&path, true).unwrap();
+        let mut buf = vec![0u8; 2 * 4096];
+        assert_eq!(f.read_pages(PageId::new(0, 2), 4096, &mut buf).unwrap(), 2 * 4096);
+        assert!(buf[..4096].iter().all(|&b| b == 3) && buf[4096..].iter().all(|&b| b == 4));
+        assert_eq!(f.read_pages(PageId::new(0, 3), 4096, &mut buf).unwrap(), 4096, "short at end of file");
+        assert!(f.read_pages(PageId::new(1, 0), 4096, &mut buf).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -1,8 +1,10 @@
-//! The page cache of one database file: L1, then the grid, then the disk.
+//! The page cache of one database (one file, or several as segments): L1,
+//! then the grid, then the disk.
 //!
 //! Read: L1 → push queue → grid (exclusive fetch, envelope checked against the
-//! version the file holds) → backing file. Whatever a read found below L1 goes
-//! into L1, but only if no write changed the page meanwhile.
+//! version the file holds) → the backing the adapter passed with the read,
+//! asked for a [`PageId`]. Whatever a read found below L1 goes into L1, but
+//! only if no write changed the page meanwhile.
 //!
 //! Write: the adapter writes the file first and only then calls
 //! [`PageCache::wrote`]: the page gets a new version (every older grid copy is
@@ -18,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::backing::Backing;
+use crate::backing::{Backing, PageId};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::pool::{Evicted, Pool};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
-use crate::versions::{self, SavedVersions, Versions};
+use crate::versions::{self, SavedVersions, Versions, MAX_PAGES, SEGMENT_BITS};
 
 const STRIPES: usize = 256;
 /// Most pages one read-ahead window asks for (one grid round trip, one disk read).
@@ -95,7 +97,6 @@ pub struct PageCache {
     page_check: Option<Box<dyn PageCheck>>,
     pusher: Pusher,
     stats: Arc<Stats>,
-    backing: Box<dyn Backing>,
     stripes: Box<[Mutex<()>]>,
     /// The page size in use; 0 until the first whole-page access.
     page_bytes: AtomicUsize,
@@ -108,7 +109,7 @@ pub struct PageCache {
 }
 
 impl PageCache {
-    pub fn new(opts: CacheOptions, backing: Box<dyn Backing>) -> PageCache {
+    pub fn new(opts: CacheOptions) -> PageCache {
         let stats = Arc::new(Stats::new());
         let grid = Arc::new(GridSlot::new(opts.grid));
         let pusher = Pusher::start(
@@ -127,7 +128,6 @@ impl PageCache {
             page_check: opts.page_check,
             pusher,
             stats,
-            backing,
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             page_bytes: AtomicUsize::new(opts.page_bytes),
             read_ahead_grid_skip: AtomicU32::new(0),
@@ -165,8 +165,8 @@ impl PageCache {
     }
 
     /// Reads the file only (the fuse is tripped).
-    fn read_through(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
-        let n = self.backing.read_at(buf, page * buf.len() as u64)?;
+    fn read_through(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
+        let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
         buf[n..].fill(0);
         self.stats.disk_reads.incr();
         Ok((n, Source::Disk))
@@ -192,12 +192,14 @@ impl PageCache {
         self.page_bytes.load(Ordering::Acquire)
     }
 
-    /// Reads page `page` (of `buf.len()` bytes) into `buf`. Returns the bytes the
-    /// file holds there (fewer than `buf.len()` only at end of file; the rest is
-    /// zeroed) and where they came from.
-    pub fn read(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+    /// Reads page `page` (of `buf.len()` bytes) into `buf`, from `file` when
+    /// no tier has it. Returns the bytes the file holds there (fewer than
+    /// `buf.len()` only at end of file; the rest is zeroed) and where they
+    /// came from. The adapter passes its file at every read: the cache keeps
+    /// pages, never a handle on the files they come from.
+    pub fn read(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
         if self.is_fused() {
-            return self.read_through(page, buf);
+            return self.read_through(page, buf, file);
         }
         self.adopt_page_size(buf.len());
         let t0 = Instant::now();
@@ -251,7 +253,7 @@ impl PageCache {
         }
 
         let t2 = Instant::now();
-        let n = self.backing.read_at(buf, page * buf.len() as u64)?;
+        let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
         self.stats.record(Tier::Disk, t2.elapsed());
         self.stats.disk_reads.incr();
         if n < buf.len() {
@@ -277,15 +279,15 @@ impl PageCache {
     /// `read_ahead_windows`; what the window brings is counted in the
     /// `read_ahead_*` counters only, so `l2_*`, `disk_reads` and the latency
     /// histograms keep describing demand reads one page at a time.
-    pub fn read_sequential(&self, page: u64, buf: &mut [u8]) -> io::Result<(usize, Source)> {
+    pub fn read_sequential(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
         if self.is_fused() {
-            return self.read_through(page, buf);
+            return self.read_through(page, buf, file);
         }
         self.adopt_page_size(buf.len());
         let page_bytes = buf.len() as u64;
         let window = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
         if window < 2 {
-            return self.read(page, buf);
+            return self.read(page, buf, file);
         }
         let t0 = Instant::now();
         let version = self.versions.current(page);
@@ -308,10 +310,12 @@ impl PageCache {
         }
         if self.pusher.take_if_queued(page) {
             // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
-            return self.read(page, buf);
+            return self.read(page, buf, file);
         }
         self.stats.l1_misses.incr();
-        let wanted: Vec<u64> = (page..page + window).filter(|&p| p == page || !self.pool.contains(p)).collect();
+        // The window stays in the page's file (a segment holds MAX_PAGES pages).
+        let end = (page + window).min((page >> SEGMENT_BITS << SEGMENT_BITS) + MAX_PAGES);
+        let wanted: Vec<u64> = (page..end).filter(|&p| p == page || !self.pool.contains(p)).collect();
         let versions: Vec<u64> = wanted.iter().map(|&p| self.versions.current(p)).collect();
         let mut got: Vec<Option<Box<[u8]>>> = vec![None; wanted.len()];
         let mut from_grid = vec![false; wanted.len()];
@@ -362,7 +366,7 @@ impl PageCache {
                 j += 1;
             }
             let mut run = vec![0u8; (j - i) * page_bytes as usize];
-            let n = self.backing.read_at(&mut run, wanted[i] * page_bytes)?;
+            let n = file.read_pages(PageId::of(wanted[i]), page_bytes as usize, &mut run)?;
             self.stats.read_ahead_disk_reads.incr();
             let whole = n / page_bytes as usize;
             self.stats.read_ahead_pages_disk.add(whole as u64);
@@ -393,7 +397,7 @@ impl PageCache {
         match served {
             Some(source) => Ok((buf.len(), source)),
             // Past the end of the file (or a short read): the ordinary path answers.
-            None => self.read(page, buf),
+            None => self.read(page, buf, file),
         }
     }
 
@@ -631,9 +635,9 @@ mod tests {
     struct Mem(Arc<Mutex<Vec<u8>>>);
 
     impl Backing for Mem {
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
             let f = self.0.lock().unwrap();
-            let at = (offset as usize).min(f.len());
+            let at = (first.byte_offset(page_bytes) as usize).min(f.len());
             let n = buf.len().min(f.len() - at);
             buf[..n].copy_from_slice(&f[at..at + n]);
             Ok(n)
@@ -643,7 +647,7 @@ mod tests {
         }
     }
 
-    fn cache(file: &Arc<Mutex<Vec<u8>>>) -> PageCache {
+    fn cache() -> PageCache {
         let opts = CacheOptions {
             cache_id: 1,
             saved: None,
@@ -654,7 +658,7 @@ mod tests {
             seal_key: None,
             page_check: None,
         };
-        PageCache::new(opts, Box::new(Mem(Arc::clone(file))))
+        PageCache::new(opts)
     }
 
     /// A write path that panics (here: a poisoned stripe lock, as a panic
@@ -664,10 +668,11 @@ mod tests {
     #[test]
     fn a_write_path_panic_trips_the_fuse_and_reads_go_to_the_file() {
         let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
-        let c = cache(&file);
+        let m = Mem(Arc::clone(&file));
+        let c = cache();
         let mut buf = vec![0u8; 512];
-        c.read(2, &mut buf).unwrap();
-        assert_eq!(c.read(2, &mut buf).unwrap().1, Source::L1);
+        c.read(2, &mut buf, &m).unwrap();
+        assert_eq!(c.read(2, &mut buf, &m).unwrap().1, Source::L1);
         // Poison page 2's stripe.
         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
             let _g = c.stripe(2);
@@ -676,11 +681,11 @@ mod tests {
         file.lock().unwrap()[1024..1536].fill(2); // the database writes the file first
         let wrote = std::panic::catch_unwind(AssertUnwindSafe(|| c.wrote(2, &[2u8; 512])));
         assert!(wrote.is_err(), "the write path panicked");
-        c.read(2, &mut buf).unwrap();
+        c.read(2, &mut buf, &m).unwrap();
         assert_eq!(buf[0], 1, "the defect: without the fuse, L1 serves the old bytes");
         c.trip("test: a write path panicked");
         assert!(c.is_fused());
-        let (n, source) = c.read(2, &mut buf).unwrap();
+        let (n, source) = c.read(2, &mut buf, &m).unwrap();
         assert_eq!((n, source, buf[0]), (512, Source::Disk, 2), "after the fuse, the file");
         assert_eq!(c.stats_json()["fused"], json!("test: a write path panicked"));
         c.wrote(3, &[3u8; 512]); // ignored: nothing is cached any more
@@ -690,13 +695,14 @@ mod tests {
     #[test]
     fn an_l1_entry_at_a_version_the_file_has_left_is_never_served() {
         let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
-        let c = cache(&file);
+        let m = Mem(Arc::clone(&file));
+        let c = cache();
         let mut buf = vec![0u8; 512];
-        c.read(1, &mut buf).unwrap();
+        c.read(1, &mut buf, &m).unwrap();
         // A path that bumps the version without removing the L1 entry.
         c.versions.bump(1);
         file.lock().unwrap()[512..1024].fill(9);
-        let (_, source) = c.read(1, &mut buf).unwrap();
+        let (_, source) = c.read(1, &mut buf, &m).unwrap();
         assert_eq!((source, buf[0]), (Source::Disk, 9));
         assert_eq!(c.stats.l1_stale_drops.get(), 1);
     }

@@ -13,7 +13,6 @@
 //! ever asked for), its pusher thread, and a thread that writes the stats
 //! file every second.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -22,8 +21,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use waffle_core::backing::{Backing, DIRECT_ALIGN};
-use waffle_core::emulation::EmulatedDevice;
+use waffle_core::backing::{Backing, PageId, DIRECT_ALIGN};
+use waffle_core::emulation::{EmulatedDevice, OnDevice};
 use waffle_core::grid::{Grid, GridOptions};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
@@ -112,7 +111,7 @@ pub struct Runtime {
     pub stats_path: PathBuf,
     pub datadir: PathBuf,
     /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
-    device: Option<Arc<EmulatedDevice<FdBacking>>>,
+    device: Option<EmulatedDevice>,
     segs: Mutex<Segments>,
     seg_info: Box<[AtomicPtr<SegInfo>]>,
     names: Mutex<HashMap<String, &'static NameStats>>,
@@ -225,31 +224,24 @@ impl Runtime {
             let opts = GridOptions { timeout_ms: config.timeout_ms, link: config.link, ..GridOptions::default() };
             Arc::new(Grid::new(config.grid.clone(), opts))
         });
-        let device = config.device.map(|p| Arc::new(EmulatedDevice::new(FdBacking { page_bytes }, p)));
+        let device = config.device.map(EmulatedDevice::new);
         if let Some(d) = &device {
             log::note(&format!(
                 "EMULATED device {}: every tablespace page read that reaches the disk waits for it (benchmarks only)",
                 d.profile().name
             ));
         }
-        let backing: Box<dyn Backing> = match &device {
-            Some(d) => Box::new(SharedDevice(Arc::clone(d))),
-            None => Box::new(FdBacking { page_bytes }),
-        };
         let cache_id = waffle_core::random_cache_id();
-        let cache = PageCache::new(
-            CacheOptions {
-                cache_id,
-                saved: None,
-                page_bytes: page_bytes as usize,
-                local_bytes: config.local_bytes,
-                push_queue_bytes: config.push_queue_bytes,
-                grid,
-                seal_key: config.seal_key.clone(),
-                page_check: Some(Box::new(InnodbCheck)),
-            },
-            backing,
-        );
+        let cache = PageCache::new(CacheOptions {
+            cache_id,
+            saved: None,
+            page_bytes: page_bytes as usize,
+            local_bytes: config.local_bytes,
+            push_queue_bytes: config.push_queue_bytes,
+            grid,
+            seal_key: config.seal_key.clone(),
+            page_check: Some(Box::new(InnodbCheck)),
+        });
         let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let rt = Runtime {
             cache,
@@ -470,18 +462,16 @@ impl Runtime {
         let page = join(segment as u64, index);
         let info = self.seg(segment);
         let stats = info.stats();
-        let (n, source) = READ_FD
-            .with(|c| {
-                c.set((segment, fd));
-                let r = self.cache.read(page, buf);
-                c.set((u32::MAX, -1));
-                r
-            })
-            .ok()
-            .or_else(|| {
-                self.counters.fallback_reads.incr();
-                None
-            })?;
+        // The cache reads a miss through the server's own descriptor, named for this call only.
+        let file = ServerFd { segment, fd };
+        let read = match &self.device {
+            Some(device) => self.cache.read(page, buf, &OnDevice { device, file: &file }),
+            None => self.cache.read(page, buf, &file),
+        };
+        let (n, source) = read.ok().or_else(|| {
+            self.counters.fallback_reads.incr();
+            None
+        })?;
         self.counters.page_reads.incr();
         if n < buf.len() {
             stats.short_reads.incr();
@@ -514,13 +504,7 @@ impl Runtime {
         if index >= MAX_PAGES {
             return None;
         }
-        let at = join(segment as u64, index) * self.page_bytes;
-        let n = READ_FD.with(|c| {
-            c.set((segment, fd));
-            let r = device.read_at(buf, at);
-            c.set((u32::MAX, -1));
-            r
-        });
+        let n = device.read_pages(&ServerFd { segment, fd }, PageId::new(segment, index as u32), buf.len(), buf);
         self.counters.emulated_reads.incr();
         n.ok().map(|n| n as isize)
     }
@@ -775,34 +759,31 @@ extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| write_stats(true));
 }
 
-thread_local! {
-    /// The segment and descriptor of the read in progress on this thread: the backing reads through the server's own fd.
-    static READ_FD: Cell<(u32, i32)> = const { Cell::new((u32::MAX, -1)) };
+/// The cache's view of the disk for one read: pages of the segment's file,
+/// read through the descriptor the server is reading with (no descriptor of
+/// our own; O_DIRECT when the server's is). Made for each call and never kept:
+/// the server's descriptor is only known valid while its read is in progress.
+/// Reads go straight into the caller's buffer when it is aligned, else
+/// through an aligned bounce buffer.
+struct ServerFd {
+    segment: u32,
+    fd: i32,
 }
 
-/// The cache's view of the disk: page `join(segment, i)` is page `i` of the
-/// segment's file, read through the descriptor the server is reading with
-/// (no descriptor of our own; O_DIRECT when the server's is). Reads go
-/// straight into the caller's buffer when it is aligned, else through an
-/// aligned bounce buffer.
-struct FdBacking {
-    page_bytes: u64,
-}
-
-impl Backing for FdBacking {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let (segment, fd) = READ_FD.with(Cell::get);
-        let page = offset / self.page_bytes;
-        let (seg, index) = waffle_core::versions::split(page);
-        if fd < 0 || seg as u32 != segment {
-            return Err(io::Error::other("no descriptor of this tablespace on this thread"));
+impl Backing for ServerFd {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        if first.segment != self.segment {
+            return Err(io::Error::other(format!(
+                "page {} of segment {} asked of segment {}'s descriptor",
+                first.index, first.segment, self.segment
+            )));
         }
-        let file_offset = index as u64 * self.page_bytes + offset % self.page_bytes;
+        let file_offset = first.byte_offset(page_bytes);
         let aligned = (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
             && buf.len().is_multiple_of(DIRECT_ALIGN)
             && file_offset.is_multiple_of(DIRECT_ALIGN as u64);
         if aligned {
-            return pread_full(fd, buf, file_offset);
+            return pread_full(self.fd, buf, file_offset);
         }
         let span = buf.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
         let layout = std::alloc::Layout::from_size_align(span, DIRECT_ALIGN).map_err(io::Error::other)?;
@@ -813,7 +794,7 @@ impl Backing for FdBacking {
         }
         // SAFETY: p holds span bytes, only read after the kernel wrote them.
         let bounce = unsafe { std::slice::from_raw_parts_mut(p, span) };
-        let r = pread_full(fd, bounce, file_offset).map(|n| {
+        let r = pread_full(self.fd, bounce, file_offset).map(|n| {
             let n = n.min(buf.len());
             buf[..n].copy_from_slice(&bounce[..n]);
             n
@@ -821,19 +802,6 @@ impl Backing for FdBacking {
         // SAFETY: p was allocated above with this layout and is not used after.
         unsafe { std::alloc::dealloc(p, layout) };
         r
-    }
-
-    fn is_direct(&self) -> bool {
-        true
-    }
-}
-
-/// The device shared by the cache and the reads of tablespaces not cached.
-struct SharedDevice(Arc<EmulatedDevice<FdBacking>>);
-
-impl Backing for SharedDevice {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        self.0.read_at(buf, offset)
     }
 
     fn is_direct(&self) -> bool {

@@ -14,6 +14,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
+use waffle_core::backing::Backing;
+
 use crate::coherence::{FileSig, Forget, Frames};
 use crate::ffi::*;
 use crate::registry::{self, OpenDb};
@@ -158,20 +160,28 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
     (*wf).seq_run = if in_order { (*wf).seq_run.saturating_add(1) } else { 0 };
     (*wf).seq_next = page + 1;
     let sequential = (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES;
-    let rc = guard(|| match if sequential { db.cache.read_sequential(page, out) } else { db.cache.read(page, out) } {
-        Ok((n, _)) if n == out.len() => {
-            if page == 0 {
-                saw_page_one(db, out);
+    let rc = guard(|| {
+        match db.with_backing(|file: &dyn Backing| {
+            if sequential {
+                db.cache.read_sequential(page, out, file)
+            } else {
+                db.cache.read(page, out, file)
             }
-            SQLITE_OK
-        }
-        Ok(_) => SQLITE_IOERR_SHORT_READ,
-        Err(e) => {
-            eprintln!(
-                "waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file",
-                db.path.display()
-            );
-            SQLITE_IOERR_READ
+        }) {
+            Ok((n, _)) if n == out.len() => {
+                if page == 0 {
+                    saw_page_one(db, out);
+                }
+                SQLITE_OK
+            }
+            Ok(_) => SQLITE_IOERR_SHORT_READ,
+            Err(e) => {
+                eprintln!(
+                    "waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file",
+                    db.path.display()
+                );
+                SQLITE_IOERR_READ
+            }
         }
     });
     if rc == SQLITE_OK || rc == SQLITE_IOERR_SHORT_READ {

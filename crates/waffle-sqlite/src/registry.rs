@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
-use waffle_core::emulation::EmulatedDevice;
+use waffle_core::emulation::{EmulatedDevice, OnDevice};
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
@@ -25,6 +25,11 @@ use crate::coherence::{Coherence, FileSig};
 
 pub struct OpenDb {
     pub cache: PageCache,
+    /// Waffle's own read-only handle on the database file (O_DIRECT where
+    /// allowed): what the cache reads when no tier has a page.
+    file: DirectFile,
+    /// `waffle_device` (benchmarks): the EMULATED device those reads wait for.
+    device: Option<EmulatedDevice>,
     pub path: PathBuf,
     pub config: Config,
     /// What the cache knows of other writers (file signature, WAL position).
@@ -41,6 +46,17 @@ pub struct OpenDb {
     /// through it): what SQLite's pager compares at its next SHARED lock.
     pub header_seen: Mutex<Option<[u8; 16]>>,
     sidecar: Sidecar,
+}
+
+impl OpenDb {
+    /// Calls `read` with what the cache reads from: the file, behind the
+    /// EMULATED device when there is one.
+    pub fn with_backing<R>(&self, read: impl FnOnce(&dyn Backing) -> R) -> R {
+        match &self.device {
+            Some(device) => read(&OnDevice { device, file: &self.file }),
+            None => read(&self.file),
+        }
+    }
 }
 
 struct Entry {
@@ -113,15 +129,12 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
 /// Opens the cache of one database: sidecar, backing, grid (no registry lock held).
 fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     let (sidecar, warm) = Sidecar::acquire(path).map_err(|e| e.to_string())?;
-    let (backing, warning) = DirectFile::open(path, config.direct_io)
+    let (file, warning) = DirectFile::open(path, config.direct_io)
         .map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
     if let Some(w) = warning {
         eprintln!("{w}");
     }
-    let backing: Box<dyn Backing> = match config.device {
-        Some(profile) => Box::new(EmulatedDevice::new(backing, profile)),
-        None => Box::new(backing),
-    };
+    let device = config.device.map(EmulatedDevice::new);
     let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
     let meta = File::open(path).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
     // A warm start is trusted only with the file signature it was saved with;
@@ -131,23 +144,22 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         Some((w, sig)) => (w.cache_id, w.page_bytes as usize, Some(w.saved), Some(sig)),
         None => (waffle_core::random_cache_id(), 0, None, None),
     };
-    let cache = PageCache::new(
-        CacheOptions {
-            cache_id,
-            saved,
-            page_bytes,
-            local_bytes: config.local_bytes,
-            push_queue_bytes: config.push_queue_bytes,
-            grid,
-            seal_key: config.seal_key.clone(),
-            page_check: None,
-        },
-        backing,
-    );
+    let cache = PageCache::new(CacheOptions {
+        cache_id,
+        saved,
+        page_bytes,
+        local_bytes: config.local_bytes,
+        push_queue_bytes: config.push_queue_bytes,
+        grid,
+        seal_key: config.seal_key.clone(),
+        page_check: None,
+    });
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     Ok(OpenDb {
         cache,
+        file,
+        device,
         path: path.to_path_buf(),
         config,
         coherence: Mutex::new(Coherence::new(sig)),

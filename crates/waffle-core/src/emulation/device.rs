@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::backing::Backing;
+use crate::backing::{Backing, PageId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceProfile {
@@ -78,22 +78,18 @@ struct Queue {
     last_end: u64,
 }
 
-/// A backing file behind an emulated device.
-pub struct EmulatedDevice<B> {
-    inner: B,
+/// An emulated device: the queue every read that reaches it waits in. It
+/// holds no file; [`OnDevice`] puts one behind it for a read.
+pub struct EmulatedDevice {
     profile: DeviceProfile,
     queue: Mutex<Queue>,
 }
 
-impl<B: Backing> EmulatedDevice<B> {
-    pub fn new(inner: B, profile: DeviceProfile) -> EmulatedDevice<B> {
+impl EmulatedDevice {
+    pub fn new(profile: DeviceProfile) -> EmulatedDevice {
         assert!(profile.servers > 0, "a device needs at least one server");
         let now = Instant::now();
-        EmulatedDevice {
-            inner,
-            profile,
-            queue: Mutex::new(Queue { free_at: vec![now; profile.servers], last_end: u64::MAX }),
-        }
+        EmulatedDevice { profile, queue: Mutex::new(Queue { free_at: vec![now; profile.servers], last_end: u64::MAX }) }
     }
 
     pub fn profile(&self) -> DeviceProfile {
@@ -101,30 +97,50 @@ impl<B: Backing> EmulatedDevice<B> {
     }
 
     /// Books the earliest free server; returns when this read completes.
-    fn book(&self, offset: u64, len: usize) -> Instant {
+    /// `position` orders every file's bytes on one device (segment in the high bits).
+    fn book(&self, position: u64, len: usize) -> Instant {
         let mut q = self.queue.lock().unwrap();
-        let sequential = q.last_end == offset;
-        q.last_end = offset + len as u64;
+        let sequential = q.last_end == position;
+        q.last_end = position + len as u64;
         let (i, &free) = q.free_at.iter().enumerate().min_by_key(|(_, t)| **t).expect("servers > 0");
         let finish = free.max(Instant::now()) + self.profile.service(len, sequential);
         q.free_at[i] = finish;
         finish
     }
-}
 
-impl<B: Backing> Backing for EmulatedDevice<B> {
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        let finish = self.book(offset, buf.len());
-        let n = self.inner.read_at(buf, offset)?;
+    /// Reads through `file`, then waits until the device would have served the read.
+    pub fn read_pages(
+        &self,
+        file: &dyn Backing,
+        first: PageId,
+        page_bytes: usize,
+        buf: &mut [u8],
+    ) -> io::Result<usize> {
+        // A byte offset stays below 2^48 (see PageId::byte_offset); segments above it.
+        let position = ((first.segment as u64) << 48) | first.byte_offset(page_bytes);
+        let finish = self.book(position, buf.len());
+        let n = file.read_pages(first, page_bytes, buf)?;
         let now = Instant::now();
         if finish > now {
             std::thread::sleep(finish - now);
         }
         Ok(n)
     }
+}
+
+/// A file read through an emulated device.
+pub struct OnDevice<'a> {
+    pub device: &'a EmulatedDevice,
+    pub file: &'a dyn Backing,
+}
+
+impl Backing for OnDevice<'_> {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        self.device.read_pages(self.file, first, page_bytes, buf)
+    }
 
     fn is_direct(&self) -> bool {
-        self.inner.is_direct()
+        self.file.is_direct()
     }
 }
 
@@ -134,7 +150,7 @@ mod tests {
 
     struct Zeros;
     impl Backing for Zeros {
-        fn read_at(&self, buf: &mut [u8], _offset: u64) -> io::Result<usize> {
+        fn read_pages(&self, _first: PageId, _page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
             buf.fill(0);
             Ok(buf.len())
         }
@@ -154,14 +170,14 @@ mod tests {
     #[test]
     fn latency_grows_with_concurrency_beyond_the_servers() {
         let p = DeviceProfile { name: "t", servers: 2, random_us: 20_000, sequential_us_per_4k: 0, source: "" };
-        let dev = std::sync::Arc::new(EmulatedDevice::new(Zeros, p));
+        let dev = std::sync::Arc::new(EmulatedDevice::new(p));
         let t0 = Instant::now();
-        let threads: Vec<_> = (0..4u64)
+        let threads: Vec<_> = (0..4u32)
             .map(|i| {
                 let dev = std::sync::Arc::clone(&dev);
                 std::thread::spawn(move || {
                     let mut b = [0u8; 4096];
-                    dev.read_at(&mut b, i * 1_000_000).unwrap();
+                    dev.read_pages(&Zeros, PageId::new(0, i * 1000), 4096, &mut b).unwrap();
                 })
             })
             .collect();
@@ -175,12 +191,12 @@ mod tests {
     #[test]
     fn sequential_reads_skip_the_seek() {
         let p = DeviceProfile { name: "t", servers: 1, random_us: 50_000, sequential_us_per_4k: 0, source: "" };
-        let dev = EmulatedDevice::new(Zeros, p);
+        let dev = EmulatedDevice::new(p);
         let mut b = [0u8; 4096];
-        dev.read_at(&mut b, 0).unwrap(); // random: pays 50 ms
+        dev.read_pages(&Zeros, PageId::new(0, 0), 4096, &mut b).unwrap(); // random: pays 50 ms
         let t0 = Instant::now();
         for i in 1..20 {
-            dev.read_at(&mut b, i * 4096).unwrap();
+            dev.read_pages(&Zeros, PageId::new(0, i), 4096, &mut b).unwrap();
         }
         assert!(t0.elapsed() < Duration::from_millis(50), "{:?}", t0.elapsed());
     }

@@ -11,5 +11,5 @@
 pub mod device;
 pub mod link;
 
-pub use device::{DeviceProfile, EmulatedDevice};
+pub use device::{DeviceProfile, EmulatedDevice, OnDevice};
 pub use link::{Link, LinkProfile};
