@@ -44,6 +44,8 @@ const NO_SPACE: u64 = u64::MAX;
 #[derive(Default)]
 pub struct NameStats {
     pub cached: AtomicBool,
+    /// The segment its file had when last opened (its pages' high bits in the cache).
+    pub segment: AtomicU64,
     pub opens: Counter,
     pub l1_hits: Counter,
     pub push_queue_hits: Counter,
@@ -387,6 +389,7 @@ impl Runtime {
                 let cached = self.filter.matches(&name);
                 let stats = self.name_stats(&name);
                 stats.cached.store(cached, Ordering::Relaxed);
+                stats.segment.store(segment as u64, Ordering::Relaxed);
                 let info = &self.seg_info[segment as usize];
                 let p = info.load(Ordering::Acquire);
                 let info = if p.is_null() {
@@ -661,6 +664,7 @@ impl Runtime {
                 name.clone(),
                 json!({
                     "cached": s.cached.load(Ordering::Relaxed),
+                    "segment": s.segment.load(Ordering::Relaxed),
                     "opens": s.opens.get(),
                     "reads": reads,
                     "l1_hits": l1,

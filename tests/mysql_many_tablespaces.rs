@@ -1,0 +1,137 @@
+//! More than 1100 tablespaces open at once under the MariaDB preload: the
+//! pages of the last ones, whose segment numbers are past 1023, are read from
+//! the disk through the cache and then served from L1 and from the grid.
+//!
+//! The defect this catches: the preload packed a page as `segment << 40 |
+//! index` and the backing read multiplied that number by the page size, which
+//! wraps past segment 1023 at 16 KiB pages. Every cache miss of those files
+//! then failed inside the cache (the server read the file itself), so nothing
+//! of them was ever cached. Now the backing is asked for (segment, index).
+//!
+//! A stock server creates 1050 one-row tables `m.s0001..` and 100 tables
+//! `m.b001..b100` of 600 rows (about 8 pages each, 13 MiB in all, twice the
+//! 6 MiB buffer pool); a server under the preload (10 MiB L1, more than the
+//! buffer pool so that a backward scan finds pages in L1 that InnoDB let go; one node, a fresh
+//! cache id: nothing cached yet) opens every small table first, so the big
+//! ones get the highest segments, then scans the big ones forward, backward
+//! and forward again. Each scan's sums equal the stock server's.
+
+#[path = "mysql_support.rs"]
+mod mysql_support;
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mysql_support::*;
+use serde_json::Value;
+
+const SMALL: u32 = 1050;
+const BIG: u32 = 100;
+const BIG_ROWS: u32 = 600;
+/// The first segment whose byte offset wrapped at 16 KiB pages (2^64 / 2^40 / 2^14).
+const WRAPPED_FROM: u64 = 1024;
+/// Enough descriptors and cache slots for every table to stay open.
+const OPEN_ARGS: [&str; 3] = ["--innodb-open-files=4000", "--table-open-cache=4000", "--open-files-limit=10000"];
+
+fn small(i: u32) -> String {
+    format!("s{i:04}")
+}
+
+fn big(i: u32) -> String {
+    format!("b{i:03}")
+}
+
+fn create_tables(s: &Server) {
+    let mut script = String::from("CREATE DATABASE m; USE m;\n");
+    for i in 1..=SMALL {
+        script.push_str(&format!("CREATE TABLE {} (id INT PRIMARY KEY) ENGINE=InnoDB; ", small(i)));
+        script.push_str(&format!("INSERT INTO {} VALUES ({i});\n", small(i)));
+    }
+    for i in 1..=BIG {
+        script.push_str(&format!(
+            "CREATE TABLE {t} (id INT PRIMARY KEY, c CHAR(200) NOT NULL) ENGINE=InnoDB; \
+             INSERT INTO {t} SELECT seq, CONCAT('{t}-', seq) FROM seq_1_to_{BIG_ROWS};\n",
+            t = big(i)
+        ));
+    }
+    s.sql_script(&script, Duration::from_secs(600)).unwrap_or_else(|e| panic!("creating the tables: {e}"));
+}
+
+/// One scan of every big table in `order`: each table's row count and sums, as one line.
+fn scan(s: &Server, order: &[u32]) -> Vec<String> {
+    let script: String = order
+        .iter()
+        .map(|&i| format!("SELECT '{t}', COUNT(*), SUM(id), SUM(LENGTH(c)), SUM(CRC32(c)) FROM m.{t};\n", t = big(i)))
+        .collect();
+    let out = s.sql_script(&script, Duration::from_secs(300)).unwrap_or_else(|e| panic!("scanning: {e}"));
+    let mut lines: Vec<String> = out.lines().filter(|l| l.starts_with('b')).map(str::to_string).collect();
+    lines.sort();
+    assert_eq!(lines.len(), order.len(), "one line per table: {out}");
+    lines
+}
+
+fn options(extra: ServerOptions) -> ServerOptions {
+    let mut o = extra;
+    o.extra_args.extend(OPEN_ARGS.iter().map(|a| a.to_string()));
+    o
+}
+
+#[test]
+fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_grid() {
+    let _serial = serial();
+    let dir = TempDir::new("many");
+    let datadir = fresh_datadir(&dir, "d");
+    let forward: Vec<u32> = (1..=BIG).collect();
+    let backward: Vec<u32> = (1..=BIG).rev().collect();
+
+    let stock = start(&datadir, options(stock_options(POOL)));
+    create_tables(&stock);
+    let want = scan(&stock, &forward);
+    stock.shutdown().unwrap();
+
+    let node = start_node(64);
+    let s = start(&datadir, options(waffle_options(&grid_of(&[&node]), "10MiB", &[])));
+    let opens: String = (1..=SMALL).map(|i| format!("SELECT COUNT(*) FROM m.{};\n", small(i))).collect();
+    s.sql_script(&opens, Duration::from_secs(300)).unwrap_or_else(|e| panic!("opening the small tables: {e}"));
+    for (pass, order) in [&forward, &backward, &forward].into_iter().enumerate() {
+        assert_eq!(scan(&s, order), want, "pass {pass}: the big tables read other rows than the stock server's");
+    }
+    let open_now = s.sql("SELECT COUNT(*) FROM information_schema.innodb_sys_tablespaces").unwrap_or_default();
+    // The stats file is rewritten every 200 ms: one written after the last scan.
+    let scanned_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let v = stats_after(&s, "after the scans", |v| v["updated_unix_ms"].as_u64().is_some_and(|t| t > scanned_ms));
+
+    let open = stat(&v, "preload.tablespaces_open");
+    assert!(open > (SMALL + BIG) as u64, "every table open at once: {open} tablespaces open ({open_now})");
+    assert_eq!(stat(&v, "preload.fallback_reads"), 0, "a read the cache could not answer: {}", v["preload"]);
+    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{}", v["preload"]);
+
+    let spaces = &v["tablespaces"];
+    let of = |t: &str, k: &str| spaces[format!("m/{t}")][k].as_u64().unwrap_or(0);
+    let high: Vec<String> = (1..=BIG).map(big).filter(|t| of(t, "segment") >= WRAPPED_FROM).collect();
+    assert!(
+        high.len() >= BIG as usize / 2,
+        "at least half the big tables got a segment past {}: {} did ({:?})",
+        WRAPPED_FROM - 1,
+        high.len(),
+        (1..=BIG).map(|i| of(&big(i), "segment")).collect::<Vec<_>>()
+    );
+    let total = |k: &str| high.iter().map(|t| of(t, k)).sum::<u64>();
+    let (disk, l1, l2) = (total("disk_reads"), total("l1_hits"), total("l2_hits"));
+    eprintln!(
+        "{} big tables past segment {}: disk reads {disk}, L1 hits {l1}, grid hits {l2}; {open} tablespaces open",
+        high.len(),
+        WRAPPED_FROM - 1
+    );
+    assert!(disk > 0, "their misses were read through the cache: {}", describe(spaces, &high));
+    assert!(l1 > 0, "some of their pages were served from L1: {}", describe(spaces, &high));
+    assert!(l2 > 0, "some of their pages were served from the grid: {}", describe(spaces, &high));
+
+    let tables: Vec<String> = (1..=BIG).map(|i| format!("m.{}", big(i))).collect();
+    s.check_tables(&refs(&tables)).unwrap_or_else(|e| panic!("CHECK TABLE: {e}"));
+    assert!(log_errors(&s, &[]).is_empty(), "server errors: {:?}", log_errors(&s, &[]));
+    s.shutdown().unwrap();
+}
+
+fn describe(spaces: &Value, tables: &[String]) -> String {
+    tables.iter().take(5).map(|t| format!("{t}: {}", spaces[format!("m/{t}")])).collect::<Vec<_>>().join("; ")
+}
