@@ -7,8 +7,11 @@
 //! then `wrote`, as the adapters do), partial writes (`invalidate`), and
 //! writes by "another writer" that the cache only hears of afterwards
 //! (`foreign_pages`). Meanwhile a conductor thread moves the grid between two
-//! nodes and none (`set_grid`), starts new epochs (`foreign_reset`), and waits
-//! for the pusher. Every read must equal the model file at that moment (a
+//! real nodes, an in-process fake node and none (`set_grid`), starts new
+//! epochs (`foreign_reset`), waits for the pusher, and pauses the pusher at
+//! chosen points: the fake node holds every `ms` before or after it stores the
+//! value, so a batch stays in flight (its pages neither in the queue nor
+//! answered for) while the workers read and rewrite those pages. Every read must equal the model file at that moment (a
 //! worker's pages change only by its own hand, so "that moment" is defined);
 //! at the end every page reads as the file holds it. A last phase cuts and
 //! regrows the file (`truncated`) and checks the tail reads as the file.
@@ -21,6 +24,7 @@ use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use support::fake_node::{FakeNode, SetPause};
 use support::mem_file::MemFile;
 use support::*;
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
@@ -32,9 +36,9 @@ const WORKERS: u64 = 3;
 const OPS_PER_WORKER: u64 = 20_000;
 const SEED: u64 = 0xCAC4E;
 
-fn grid(node: &Node) -> Arc<Grid> {
+fn grid(addr: &str) -> Arc<Grid> {
     let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
-    Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts))
+    Arc::new(Grid::new(NodeSpec::parse_list(addr).unwrap(), opts))
 }
 
 fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
@@ -48,7 +52,8 @@ fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
 #[test]
 fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epochs() {
     let nodes = [start_node(16), start_node(16)];
-    let grids = [grid(&nodes[0]), grid(&nodes[1])];
+    let fake = Arc::new(FakeNode::start());
+    let grids = [grid(&nodes[0].addr()), grid(&nodes[1].addr()), grid(&fake.addr())];
     let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
     for p in 0..PAGES {
         set_page(&file, p, &pattern(p, PAGE));
@@ -66,15 +71,24 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
 
     let done = Arc::new(AtomicBool::new(false));
     let conductor = {
-        let (cache, done, grids) = (Arc::clone(&cache), Arc::clone(&done), grids.clone());
+        let (cache, done, grids, fake) = (Arc::clone(&cache), Arc::clone(&done), grids.clone(), Arc::clone(&fake));
         std::thread::spawn(move || {
             let mut rng = SmallRng::seed_from_u64(SEED ^ 0xC0);
             let mut moves = 0u64;
             while !done.load(Ordering::Acquire) {
-                match rng.gen_range(0..10) {
-                    0..=5 => cache.set_grid(Some(Arc::clone(&grids[rng.gen_range(0..2)]))),
+                match rng.gen_range(0..12) {
+                    0..=5 => cache.set_grid(Some(Arc::clone(&grids[rng.gen_range(0..3)]))),
                     6 => cache.set_grid(None),
                     7 => cache.foreign_reset(),
+                    8 | 9 => {
+                        // The pusher held mid-batch on the fake node (part of the scenario: the
+                        // pause lasts while the workers run, well inside the grid's 1 s timeout).
+                        cache.set_grid(Some(Arc::clone(&grids[2])));
+                        let at = if rng.gen_bool(0.5) { SetPause::BeforeStore } else { SetPause::AfterStore };
+                        fake.pause_sets(Some(at));
+                        std::thread::sleep(Duration::from_millis(rng.gen_range(1..30)));
+                        fake.pause_sets(None);
+                    }
                     _ => {
                         cache.flush_pushes(Duration::from_secs(5));
                     }
@@ -135,6 +149,12 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
     done.store(true, Ordering::Release);
     let moves = conductor.join().unwrap();
     assert!(moves > 10, "the conductor moved the grid while the workers ran ({moves} moves)");
+    assert!(fake.paused_sets() > 0, "the pusher was held mid-batch at least once");
+    let (gets, hits) = fake.gets();
+    eprintln!(
+        "fake node: {gets} gets, {hits} hits, {} sets held at a pause; {moves} conductor moves",
+        fake.paused_sets()
+    );
 
     cache.set_grid(Some(Arc::clone(&grids[0])));
     let mut buf = vec![0u8; PAGE];

@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// What an `mg` that hits is answered with, when a fault is due.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -68,6 +68,17 @@ pub enum SetFault {
     Close,
 }
 
+/// Where an `ms` waits while sets are paused: the client's batch is then in
+/// flight, before or after the node took the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetPause {
+    BeforeStore,
+    AfterStore,
+}
+
+/// The longest a paused `ms` waits (a test that forgets to resume still ends).
+const PAUSE_MAX: Duration = Duration::from_secs(5);
+
 #[derive(Default)]
 struct Plan {
     get: Option<(GetFault, u64)>,
@@ -85,6 +96,9 @@ struct Shared {
     sets: AtomicU64,
     stop: AtomicBool,
     conns: Mutex<Vec<TcpStream>>,
+    pause: Mutex<Option<SetPause>>,
+    resumed: Condvar,
+    paused_sets: AtomicU64,
 }
 
 pub struct FakeNode {
@@ -149,6 +163,17 @@ impl FakeNode {
     /// `mg` commands received, and how many found their key.
     pub fn gets(&self) -> (u64, u64) {
         (self.shared.gets.load(Ordering::Relaxed), self.shared.get_hits.load(Ordering::Relaxed))
+    }
+
+    /// From now on every `ms` waits at `at` until sets are resumed (None), at most 5 s.
+    pub fn pause_sets(&self, at: Option<SetPause>) {
+        *self.shared.pause.lock().unwrap() = at;
+        self.shared.resumed.notify_all();
+    }
+
+    /// How many `ms` commands waited at a pause.
+    pub fn paused_sets(&self) -> u64 {
+        self.shared.paused_sets.load(Ordering::Relaxed)
     }
 
     pub fn sets(&self) -> u64 {
@@ -287,6 +312,7 @@ fn handle_set(
         return Ok(Some(Stop::Closed));
     }
     data.truncate(len);
+    wait_while_paused(s, SetPause::BeforeStore);
     let n = s.sets.fetch_add(1, Ordering::Relaxed) + 1;
     let plan = s.plan.lock().unwrap().set;
     if let Some(fault) = due(plan, n) {
@@ -299,10 +325,27 @@ fn handle_set(
         return Ok(None);
     }
     s.items.lock().unwrap().insert(key.to_vec(), data);
+    wait_while_paused(s, SetPause::AfterStore);
     if !quiet {
         reply.extend_from_slice(b"HD\r\n");
     }
     Ok(None)
+}
+
+fn wait_while_paused(s: &Shared, at: SetPause) {
+    let deadline = Instant::now() + PAUSE_MAX;
+    let mut pause = s.pause.lock().unwrap();
+    if *pause != Some(at) {
+        return;
+    }
+    s.paused_sets.fetch_add(1, Ordering::Relaxed);
+    while *pause == Some(at) && !s.stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        if now >= deadline {
+            return;
+        }
+        pause = s.resumed.wait_timeout(pause, deadline - now).unwrap().0;
+    }
 }
 
 /// `read_exact` through the read timeout (which only exists to notice `stop`).
