@@ -22,6 +22,9 @@
 //! holds; any fault of the grid is a miss. The sidecar file makes a crash
 //! start the next open cold and lets a clean close start it warm.
 
+// No unsafe fn here yet; should one come, each unsafe operation in it needs its own `unsafe {}` block.
+#![warn(unsafe_op_in_unsafe_fn)]
+
 pub mod backing;
 pub mod cache;
 pub mod config;

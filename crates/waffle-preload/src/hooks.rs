@@ -17,6 +17,11 @@
 //! `open`, `openat` and `fcntl` are variadic in C. They are defined here
 //! with their optional argument as a plain one, which the x86-64 and AArch64
 //! Linux calling conventions pass exactly like the variadic call does.
+//!
+//! Safety: each hook is called with its C function's arguments and contract,
+//! and hands them unchanged to the real function (`real`, same contract); its
+//! own work reads the caller's buffers only as that contract allows. "The
+//! caller's arguments" in a SAFETY comment below means this.
 
 use std::ffi::CStr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -55,11 +60,14 @@ fn tracked(fd: c_int) -> u32 {
 
 // ---------------------------------------------------------------- opens
 
+/// # Safety
+/// `path` is null or NUL-terminated when `fd` >= 0 (the path a successful open took).
 unsafe fn opened(fd: c_int, path: *const c_char, flags: c_int) {
     if fd < 0 || path.is_null() || guard::inside() {
         return;
     }
-    let bytes = CStr::from_ptr(path).to_bytes();
+    // SAFETY: fd >= 0 and path is not null, so NUL-terminated (the caller's promise).
+    let bytes = unsafe { CStr::from_ptr(path) }.to_bytes();
     if !innodb::is_tablespace_path(bytes) || !state::active() {
         return;
     }
@@ -74,71 +82,91 @@ unsafe fn opened(fd: c_int, path: *const c_char, flags: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn open(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    let fd = real::open(path, flags, mode);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::open(path, flags, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn open64(path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    let fd = real::open64(path, flags, mode);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::open64(path, flags, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    let fd = real::openat(dirfd, path, flags, mode);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::openat(dirfd, path, flags, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn openat64(dirfd: c_int, path: *const c_char, flags: c_int, mode: mode_t) -> c_int {
-    let fd = real::openat64(dirfd, path, flags, mode);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::openat64(dirfd, path, flags, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open_2(path: *const c_char, flags: c_int) -> c_int {
-    let fd = real::open_2(path, flags);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::open_2(path, flags) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __open64_2(path: *const c_char, flags: c_int) -> c_int {
-    let fd = real::open64_2(path, flags);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::open64_2(path, flags) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let fd = real::openat_2(dirfd, path, flags);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::openat_2(dirfd, path, flags) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __openat64_2(dirfd: c_int, path: *const c_char, flags: c_int) -> c_int {
-    let fd = real::openat64_2(dirfd, path, flags);
-    opened(fd, path, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::openat64_2(dirfd, path, flags) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, flags) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat(path: *const c_char, mode: mode_t) -> c_int {
-    let fd = real::creat(path, mode);
-    opened(fd, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::creat(path, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) };
     fd
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
-    let fd = real::creat64(path, mode);
-    opened(fd, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC);
+    // SAFETY: the caller's arguments, passed on.
+    let fd = unsafe { real::creat64(path, mode) };
+    // SAFETY: path is the caller's: a NUL-terminated string (or the open failed).
+    unsafe { opened(fd, path, libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC) };
     fd
 }
 
@@ -147,7 +175,8 @@ pub unsafe extern "C" fn creat64(path: *const c_char, mode: mode_t) -> c_int {
 #[no_mangle]
 pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if guard::inside() || state::get() != state::ACTIVE {
-        return real::close(fd);
+        // SAFETY: the caller's argument, passed on.
+        return unsafe { real::close(fd) };
     }
     // Untrack and release before the real close: once closed, the descriptor
     // number can be reused at once, and if this was the file's last link (InnoDB
@@ -160,10 +189,11 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
             update(rt, "a close", || rt.release(slot));
         }
     }
-    real::close(fd)
+    // SAFETY: the caller's argument, passed on.
+    unsafe { real::close(fd) }
 }
 
-unsafe fn duplicated(old: c_int, new: c_int) {
+fn duplicated(old: c_int, new: c_int) {
     if new < 0 {
         return;
     }
@@ -177,13 +207,14 @@ unsafe fn duplicated(old: c_int, new: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn dup(fd: c_int) -> c_int {
-    let r = real::dup(fd);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::dup(fd) };
     duplicated(fd, r);
     r
 }
 
 /// dup2/dup3 close `new` implicitly if it was open.
-unsafe fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
+fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
     if old == new || guard::inside() || state::get() != state::ACTIVE {
         return call();
     }
@@ -206,17 +237,20 @@ unsafe fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_in
 
 #[no_mangle]
 pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
-    dup_onto(old, new, || real::dup2(old, new))
+    // SAFETY: the caller's arguments, passed on.
+    dup_onto(old, new, || unsafe { real::dup2(old, new) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
-    dup_onto(old, new, || real::dup3(old, new, flags))
+    // SAFETY: the caller's arguments, passed on.
+    dup_onto(old, new, || unsafe { real::dup3(old, new, flags) })
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    let r = real::fcntl(fd, cmd, arg);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::fcntl(fd, cmd, arg) };
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
         duplicated(fd, r);
     }
@@ -225,7 +259,8 @@ pub unsafe extern "C" fn fcntl(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
-    let r = real::fcntl64(fd, cmd, arg);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::fcntl64(fd, cmd, arg) };
     if cmd == libc::F_DUPFD || cmd == libc::F_DUPFD_CLOEXEC {
         duplicated(fd, r);
     }
@@ -235,6 +270,9 @@ pub unsafe extern "C" fn fcntl64(fd: c_int, cmd: c_int, arg: usize) -> c_int {
 // ---------------------------------------------------------------- reads
 
 /// A whole-page read of a cached tablespace answered by the cache, or None.
+///
+/// # Safety
+/// `buf` is null or has `count` writable bytes (pread's contract).
 #[inline]
 unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -> Option<ssize_t> {
     let slot = tracked(fd);
@@ -250,7 +288,8 @@ unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -
         rt.counters.passthrough_reads.incr();
         return None;
     }
-    let out = std::slice::from_raw_parts_mut(buf as *mut u8, count);
+    // SAFETY: buf is not null, so count writable bytes that are the caller's, for this call.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count) };
     if cached {
         work(|| rt.read_page(slot, fd, offset as u64, out)).flatten()
     } else {
@@ -260,22 +299,28 @@ unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -
 
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
-    match cached_read(fd, buf, count, offset) {
+    // SAFETY: the caller's arguments: buf has count writable bytes.
+    match unsafe { cached_read(fd, buf, count, offset) } {
         Some(n) => n,
-        None => real::pread(fd, buf, count, offset),
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::pread(fd, buf, count, offset) },
     }
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t) -> ssize_t {
-    match cached_read(fd, buf, count, offset) {
+    // SAFETY: the caller's arguments: buf has count writable bytes.
+    match unsafe { cached_read(fd, buf, count, offset) } {
         Some(n) => n,
-        None => real::pread64(fd, buf, count, offset),
+        // SAFETY: the caller's arguments, passed on.
+        None => unsafe { real::pread64(fd, buf, count, offset) },
     }
 }
 
 // ---------------------------------------------------------------- writes
 
+/// # Safety
+/// `buf` is null or has `count` readable bytes (pwrite's contract).
 #[inline]
 unsafe fn after_pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: i64, result: ssize_t) {
     let slot = tracked(fd);
@@ -284,26 +329,38 @@ unsafe fn after_pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: i64
     }
     let Some(rt) = runtime::get() else { return };
     update(rt, "a write", || {
-        let bytes = if buf.is_null() { &[][..] } else { std::slice::from_raw_parts(buf as *const u8, count) };
+        let bytes = if buf.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: not null, so count readable bytes (the caller's promise), unchanged during the call.
+            unsafe { std::slice::from_raw_parts(buf as *const u8, count) }
+        };
         rt.wrote(slot, offset, bytes, count, result)
     });
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, count: size_t, offset: off_t) -> ssize_t {
-    let r = real::pwrite(fd, buf, count, offset);
-    after_pwrite(fd, buf, count, offset, r);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwrite(fd, buf, count, offset) };
+    // SAFETY: the caller's arguments: buf has count readable bytes.
+    unsafe { after_pwrite(fd, buf, count, offset, r) };
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, count: size_t, offset: off64_t) -> ssize_t {
-    let r = real::pwrite64(fd, buf, count, offset);
-    after_pwrite(fd, buf, count, offset, r);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwrite64(fd, buf, count, offset) };
+    // SAFETY: the caller's arguments: buf has count readable bytes.
+    unsafe { after_pwrite(fd, buf, count, offset, r) };
     r
 }
 
 /// A vectored write: the pages it touched leave the cache (InnoDB does not use these).
+///
+/// # Safety
+/// `iov` is null or has `cnt` entries (pwritev's contract).
 unsafe fn after_vectored(fd: c_int, iov: *const iovec, cnt: c_int, offset: i64) {
     let slot = tracked(fd);
     if slot == 0 || !fds::is_cached(slot) {
@@ -316,7 +373,9 @@ unsafe fn after_vectored(fd: c_int, iov: *const iovec, cnt: c_int, offset: i64) 
             rt.invalidate_all(segment);
             return;
         }
-        let total: u64 = std::slice::from_raw_parts(iov, cnt as usize).iter().map(|v| v.iov_len as u64).sum();
+        // SAFETY: iov is not null and cnt >= 0, so cnt iovecs (the caller's promise).
+        let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+        let total: u64 = iovs.iter().map(|v| v.iov_len as u64).sum();
         let n = rt.invalidate_range(segment, offset, total);
         rt.counters.partial_writes.add(n);
     });
@@ -324,22 +383,28 @@ unsafe fn after_vectored(fd: c_int, iov: *const iovec, cnt: c_int, offset: i64) 
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t) -> ssize_t {
-    let r = real::pwritev(fd, iov, cnt, offset);
-    after_vectored(fd, iov, cnt, offset);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwritev(fd, iov, cnt, offset) };
+    // SAFETY: the caller's arguments: iov has cnt entries.
+    unsafe { after_vectored(fd, iov, cnt, offset) };
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, offset: off64_t) -> ssize_t {
-    let r = real::pwritev64(fd, iov, cnt, offset);
-    after_vectored(fd, iov, cnt, offset);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwritev64(fd, iov, cnt, offset) };
+    // SAFETY: the caller's arguments: iov has cnt entries.
+    unsafe { after_vectored(fd, iov, cnt, offset) };
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn pwritev2(fd: c_int, iov: *const iovec, cnt: c_int, offset: off_t, flags: c_int) -> ssize_t {
-    let r = real::pwritev2(fd, iov, cnt, offset, flags);
-    after_vectored(fd, iov, cnt, offset);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwritev2(fd, iov, cnt, offset, flags) };
+    // SAFETY: the caller's arguments: iov has cnt entries.
+    unsafe { after_vectored(fd, iov, cnt, offset) };
     r
 }
 
@@ -351,13 +416,15 @@ pub unsafe extern "C" fn pwritev64v2(
     offset: off64_t,
     flags: c_int,
 ) -> ssize_t {
-    let r = real::pwritev64v2(fd, iov, cnt, offset, flags);
-    after_vectored(fd, iov, cnt, offset);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::pwritev64v2(fd, iov, cnt, offset, flags) };
+    // SAFETY: the caller's arguments: iov has cnt entries.
+    unsafe { after_vectored(fd, iov, cnt, offset) };
     r
 }
 
 /// write()/writev() on a tablespace: the position is the file's, so the whole file leaves the cache.
-unsafe fn after_unpositioned(fd: c_int) {
+fn after_unpositioned(fd: c_int) {
     let slot = tracked(fd);
     if slot == 0 || !fds::is_cached(slot) {
         return;
@@ -369,21 +436,23 @@ unsafe fn after_unpositioned(fd: c_int) {
 
 #[no_mangle]
 pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, count: size_t) -> ssize_t {
-    let r = real::write(fd, buf, count);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::write(fd, buf, count) };
     after_unpositioned(fd);
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-    let r = real::writev(fd, iov, cnt);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::writev(fd, iov, cnt) };
     after_unpositioned(fd);
     r
 }
 
 // ---------------------------------------------------------------- size changes
 
-unsafe fn after_truncate(fd: c_int, len: i64) {
+fn after_truncate(fd: c_int, len: i64) {
     let slot = tracked(fd);
     if slot == 0 || !fds::is_cached(slot) {
         return;
@@ -395,19 +464,21 @@ unsafe fn after_truncate(fd: c_int, len: i64) {
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate(fd: c_int, len: off_t) -> c_int {
-    let r = real::ftruncate(fd, len);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::ftruncate(fd, len) };
     after_truncate(fd, len);
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn ftruncate64(fd: c_int, len: off64_t) -> c_int {
-    let r = real::ftruncate64(fd, len);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::ftruncate64(fd, len) };
     after_truncate(fd, len);
     r
 }
 
-unsafe fn after_fallocate(fd: c_int, mode: c_int, offset: i64, len: i64) {
+fn after_fallocate(fd: c_int, mode: c_int, offset: i64, len: i64) {
     let slot = tracked(fd);
     if slot == 0 || !fds::is_cached(slot) {
         return;
@@ -419,14 +490,16 @@ unsafe fn after_fallocate(fd: c_int, mode: c_int, offset: i64, len: i64) {
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate(fd: c_int, mode: c_int, offset: off_t, len: off_t) -> c_int {
-    let r = real::fallocate(fd, mode, offset, len);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::fallocate(fd, mode, offset, len) };
     after_fallocate(fd, mode, offset, len);
     r
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn fallocate64(fd: c_int, mode: c_int, offset: off64_t, len: off64_t) -> c_int {
-    let r = real::fallocate64(fd, mode, offset, len);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::fallocate64(fd, mode, offset, len) };
     after_fallocate(fd, mode, offset, len);
     r
 }
@@ -457,7 +530,8 @@ fn refuse(what: &str) {
 
 #[no_mangle]
 pub unsafe extern "C" fn io_setup(nr: c_uint, ctx: *mut c_void) -> c_int {
-    let r = real::io_setup(nr, ctx);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::io_setup(nr, ctx) };
     if r == 0 {
         refuse("libaio io_setup");
     }
@@ -466,7 +540,8 @@ pub unsafe extern "C" fn io_setup(nr: c_uint, ctx: *mut c_void) -> c_int {
 
 #[no_mangle]
 pub unsafe extern "C" fn io_uring_queue_init(entries: c_uint, ring: *mut c_void, flags: c_uint) -> c_int {
-    let r = real::io_uring_queue_init(entries, ring, flags);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::io_uring_queue_init(entries, ring, flags) };
     if r == 0 {
         refuse("io_uring");
     }
@@ -475,7 +550,8 @@ pub unsafe extern "C" fn io_uring_queue_init(entries: c_uint, ring: *mut c_void,
 
 #[no_mangle]
 pub unsafe extern "C" fn io_uring_queue_init_params(entries: c_uint, ring: *mut c_void, params: *mut c_void) -> c_int {
-    let r = real::io_uring_queue_init_params(entries, ring, params);
+    // SAFETY: the caller's arguments, passed on.
+    let r = unsafe { real::io_uring_queue_init_params(entries, ring, params) };
     if r == 0 {
         refuse("io_uring");
     }

@@ -21,6 +21,8 @@
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
+// Inside an unsafe fn, every unsafe operation still sits in its own `unsafe {}` block with its SAFETY reason.
+#![warn(unsafe_op_in_unsafe_fn)]
 // The hooks are left out of unit tests (they would interpose the test binary), so much looks unused there.
 #![cfg_attr(test, allow(dead_code))]
 

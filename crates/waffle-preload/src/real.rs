@@ -40,9 +40,10 @@ macro_rules! real {
                     errno::set(libc::ENOSYS);
                     return $fail;
                 }
-                // SAFETY: the symbol has this C signature.
-                let f: unsafe extern "C" fn($($t),*) -> $ret = std::mem::transmute(p);
-                f($($arg),*)
+                // SAFETY: p is what dlsym found for this symbol: a function with this C signature.
+                let f: unsafe extern "C" fn($($t),*) -> $ret = unsafe { std::mem::transmute(p) };
+                // SAFETY: the caller keeps the C function's contract (this function's own).
+                unsafe { f($($arg),*) }
             }
         )*
     };

@@ -51,16 +51,24 @@ pub const REAL_OFFSET: usize = std::mem::size_of::<WaffleFile>().next_multiple_o
 /// # Safety
 /// `f` points to a file allocated with szOsFile = REAL_OFFSET + the real VFS's szOsFile.
 pub unsafe fn real(f: *mut sqlite3_file) -> *mut sqlite3_file {
-    (f as *mut u8).add(REAL_OFFSET) as *mut sqlite3_file
+    // SAFETY: REAL_OFFSET is inside the szOsFile bytes at f (the caller's promise).
+    unsafe { (f as *mut u8).add(REAL_OFFSET) as *mut sqlite3_file }
 }
 
+/// # Safety
+/// `r` is a real file the base VFS opened and has not closed (its pMethods is set).
 unsafe fn methods(r: *mut sqlite3_file) -> &'static sqlite3_io_methods {
-    &*(*r).pMethods
+    // SAFETY: an open real file's pMethods points to the base VFS's method table (static in SQLite's VFSes).
+    unsafe { &*(*r).pMethods }
 }
 
+/// # Safety
+/// `f` is ours (see "the main database file" below); the reference is not kept past the callback.
 unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
-    let p = (*(f as *mut WaffleFile)).db;
-    (!p.is_null()).then(|| &*p)
+    // SAFETY: f is ours (the caller's promise).
+    let p = unsafe { (*(f as *mut WaffleFile)).db };
+    // SAFETY: a non-null db is xOpen's Arc::into_raw, alive until main_close takes it back.
+    (!p.is_null()).then(|| unsafe { &*p })
 }
 
 /// Turns the database's cache off for good (pass-through), saying why once.
@@ -124,21 +132,31 @@ pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
 };
 
 // ---- the main database file ----
+//
+// SQLite calls every method with a file this VFS opened (vfs.rs) and has not
+// yet closed: `f` points to a live WaffleFile with the real file right after
+// it (`real`), and one connection uses a handle at a time, so nothing else
+// touches the header during a call. "f is ours" below means this.
 
 unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
     let wf = f as *mut WaffleFile;
-    if (*wf).lock_level >= SQLITE_LOCK_SHARED {
+    // SAFETY: f is ours.
+    if unsafe { (*wf).lock_level } >= SQLITE_LOCK_SHARED {
         // Closed while holding a lock (the real close releases it): account for it.
-        if let Some(db) = db(f) {
+        // SAFETY: f is ours.
+        if let Some(db) = unsafe { db(f) } {
             coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
         }
-        (*wf).lock_level = 0;
+        // SAFETY: f is ours.
+        unsafe { (*wf).lock_level = 0 };
     }
-    let rc = pass_close(f);
-    let p = std::mem::replace(&mut (*wf).db, std::ptr::null());
+    // SAFETY: f is ours; SQLite closes it once.
+    let rc = unsafe { pass_close(f) };
+    // SAFETY: f is ours.
+    let p = unsafe { std::mem::replace(&mut (*wf).db, std::ptr::null()) };
     if !p.is_null() {
         // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
-        let db = Arc::from_raw(p);
+        let db = unsafe { Arc::from_raw(p) };
         guard(|| {
             registry::detach(db);
             SQLITE_OK
@@ -148,18 +166,25 @@ unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
 }
 
 unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: i64) -> c_int {
-    let (Some(db), Some(page)) = (db(f), page_of(amt, offset)) else {
-        return pass_read(f, buf, amt, offset);
+    // SAFETY: f is ours.
+    let (Some(db), Some(page)) = (unsafe { db(f) }, page_of(amt, offset)) else {
+        // SAFETY: f is ours; SQLite's buffer, size and offset, passed on unchanged.
+        return unsafe { pass_read(f, buf, amt, offset) };
     };
     if db.cache.is_fused() {
-        return pass_read(f, buf, amt, offset);
+        // SAFETY: as above.
+        return unsafe { pass_read(f, buf, amt, offset) };
     }
-    let out = std::slice::from_raw_parts_mut(buf as *mut u8, amt as usize);
+    // SAFETY: SQLite reads into buf's amt bytes (a page size, so positive), which nothing else uses during the call.
+    let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, amt as usize) };
     let wf = f as *mut WaffleFile;
-    let in_order = page >= (*wf).seq_next && page - (*wf).seq_next < SEQUENTIAL_GAP_PAGES;
-    (*wf).seq_run = if in_order { (*wf).seq_run.saturating_add(1) } else { 0 };
-    (*wf).seq_next = page + 1;
-    let sequential = (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES;
+    // SAFETY: f is ours.
+    let sequential = unsafe {
+        let in_order = page >= (*wf).seq_next && page - (*wf).seq_next < SEQUENTIAL_GAP_PAGES;
+        (*wf).seq_run = if in_order { (*wf).seq_run.saturating_add(1) } else { 0 };
+        (*wf).seq_next = page + 1;
+        (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES
+    };
     let rc = guard(|| {
         match db.with_backing(|file: &dyn Backing| {
             if sequential {
@@ -188,15 +213,19 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
         return rc;
     }
     // Our own read path failed: the cache must never fail the database.
-    pass_read(f, buf, amt, offset)
+    // SAFETY: as above.
+    unsafe { pass_read(f, buf, amt, offset) }
 }
 
 unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, offset: i64) -> c_int {
     // The write reaches the file first, always.
-    let rc = pass_write(f, buf, amt, offset);
-    let Some(db) = db(f) else { return rc };
+    // SAFETY: f is ours; SQLite's buffer, size and offset, passed on unchanged.
+    let rc = unsafe { pass_write(f, buf, amt, offset) };
+    // SAFETY: f is ours.
+    let Some(db) = (unsafe { db(f) }) else { return rc };
     let updated = guard(|| {
-        let bytes = std::slice::from_raw_parts(buf as *const u8, amt as usize);
+        // SAFETY: SQLite writes buf's amt bytes, which it does not change during the call.
+        let bytes = unsafe { std::slice::from_raw_parts(buf as *const u8, amt as usize) };
         match page_of(amt, offset) {
             Some(page) if rc == SQLITE_OK => {
                 if page == 0 {
@@ -229,8 +258,10 @@ fn invalidate_range(db: &OpenDb, offset: i64, len: i64) {
 }
 
 unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
-    let rc = pass_truncate(f, size);
-    if let Some(db) = db(f) {
+    // SAFETY: f is ours.
+    let rc = unsafe { pass_truncate(f, size) };
+    // SAFETY: f is ours.
+    if let Some(db) = unsafe { db(f) } {
         let updated = guard(|| {
             let page_bytes = db.cache.page_bytes() as i64;
             if page_bytes > 0 {
@@ -248,43 +279,59 @@ unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
 
 unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     // A panic while answering a PRAGMA is an SQL error, never an unwind into SQLite.
-    catch_unwind(AssertUnwindSafe(|| file_control(f, op, arg))).unwrap_or(SQLITE_ERROR)
+    // SAFETY: xFileControl's own arguments, handed on.
+    catch_unwind(AssertUnwindSafe(|| unsafe { file_control(f, op, arg) })).unwrap_or(SQLITE_ERROR)
 }
 
+/// # Safety
+/// xFileControl's contract: `f` is ours, and `arg` is what SQLite passes with `op`.
 unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     if op == SQLITE_FCNTL_PRAGMA {
-        if let Some(db) = db(f) {
+        // SAFETY: f is ours.
+        if let Some(db) = unsafe { db(f) } {
             let args = arg as *mut *mut c_char;
-            let name = std::ffi::CStr::from_ptr(*args.add(1)).to_string_lossy().to_ascii_lowercase();
-            let value = (*args.add(2)).as_ref().map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned());
+            // SAFETY: with SQLITE_FCNTL_PRAGMA, arg is a char*[3] whose [1] is the pragma's name (NUL-terminated).
+            let name = unsafe { std::ffi::CStr::from_ptr(*args.add(1)) }.to_string_lossy().to_ascii_lowercase();
+            // SAFETY: [2] is the pragma's argument (NUL-terminated), or null when it has none.
+            let value =
+                unsafe { (*args.add(2)).as_ref().map(|p| std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()) };
             if let Some((rc, text)) = crate::pragma::handle(db, &name, value.as_deref()) {
                 if let Some(text) = text {
-                    *args = crate::vfs::sqlite_string(&text);
+                    // SAFETY: [0] takes the result text, from sqlite3_malloc (SQLite frees it).
+                    unsafe { *args = crate::vfs::sqlite_string(&text) };
                 }
                 return rc;
             }
         }
     }
-    pass_file_control(f, op, arg)
+    // SAFETY: f is ours; op and arg are SQLite's, passed on unchanged.
+    unsafe { pass_file_control(f, op, arg) }
 }
 
 // ---- the WAL file of a cached database ----
+//
+// SQLite calls these with a WAL file this VFS opened: "f is ours" as above.
 
 unsafe extern "C" fn wal_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
-    let rc = pass_write(f, buf, amt, off);
-    let writes = (*(f as *mut WaffleFile)).wal_writes;
+    // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
+    let rc = unsafe { pass_write(f, buf, amt, off) };
+    // SAFETY: f is ours.
+    let writes = unsafe { (*(f as *mut WaffleFile)).wal_writes };
     if !writes.is_null() {
-        (*writes).fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        // SAFETY: a non-null wal_writes is xOpen's Arc::into_raw, alive until wal_close takes it back.
+        unsafe { (*writes).fetch_add(1, std::sync::atomic::Ordering::AcqRel) };
     }
     rc
 }
 
 unsafe extern "C" fn wal_close(f: *mut sqlite3_file) -> c_int {
-    let rc = pass_close(f);
-    let p = std::mem::replace(&mut (*(f as *mut WaffleFile)).wal_writes, std::ptr::null());
+    // SAFETY: f is ours; SQLite closes it once.
+    let rc = unsafe { pass_close(f) };
+    // SAFETY: f is ours.
+    let p = unsafe { std::mem::replace(&mut (*(f as *mut WaffleFile)).wal_writes, std::ptr::null()) };
     if !p.is_null() {
         // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
-        drop(Arc::from_raw(p));
+        drop(unsafe { Arc::from_raw(p) });
     }
     rc
 }
@@ -373,19 +420,27 @@ fn saw_page_one(db: &OpenDb, page: &[u8]) {
 }
 
 /// The wal-index as this handle's mapping shows it (None: not mapped or not whole).
+///
+/// # Safety
+/// `f` is ours.
 unsafe fn wal_view(f: *mut sqlite3_file) -> Option<wal_index::WalView> {
-    let shm0 = (*(f as *mut WaffleFile)).shm0;
-    // SAFETY: region 0 as SQLite mapped it for this handle (32 KiB, page aligned).
-    (!shm0.is_null()).then(|| wal_index::read_view(shm0)).flatten()
+    // SAFETY: f is ours.
+    let shm0 = unsafe { (*(f as *mut WaffleFile)).shm0 };
+    // SAFETY: region 0 as SQLite mapped it for this handle (32 KiB, page aligned; main_shm_map
+    // keeps it only when at least the 136 bytes read_view reads), cleared when unmapped.
+    (!shm0.is_null()).then(|| unsafe { wal_index::read_view(shm0) }).flatten()
 }
 
 unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
-    let rc = pass_lock(f, level);
+    // SAFETY: f is ours.
+    let rc = unsafe { pass_lock(f, level) };
     let wf = f as *mut WaffleFile;
-    if rc == SQLITE_OK && level > (*wf).lock_level {
-        let from = (*wf).lock_level;
-        (*wf).lock_level = level;
-        if let (Some(db), true) = (db(f), from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
+    // SAFETY: f is ours.
+    if rc == SQLITE_OK && level > unsafe { (*wf).lock_level } {
+        // SAFETY: f is ours.
+        let from = unsafe { std::mem::replace(&mut (*wf).lock_level, level) };
+        // SAFETY: f is ours.
+        if let (Some(db), true) = (unsafe { db(f) }, from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
             // Before SQLite reads a page of this transaction.
             coherent(db, |c| c.on_shared(&db.cache, || file_sig(db)));
         }
@@ -395,14 +450,18 @@ unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
 
 unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
     let wf = f as *mut WaffleFile;
-    if let (Some(db), true) = (db(f), (*wf).lock_level >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) {
+    // SAFETY: f is ours.
+    if let (Some(db), true) = unsafe { (db(f), (*wf).lock_level >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) } {
         // While the lock is still held: nobody else has written since our last check.
         coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
     }
-    if level < (*wf).lock_level {
-        (*wf).lock_level = level;
+    // SAFETY: f is ours.
+    if level < unsafe { (*wf).lock_level } {
+        // SAFETY: f is ours.
+        unsafe { (*wf).lock_level = level };
     }
-    pass_unlock(f, level)
+    // SAFETY: f is ours.
+    unsafe { pass_unlock(f, level) }
 }
 
 unsafe extern "C" fn main_shm_map(
@@ -412,16 +471,22 @@ unsafe extern "C" fn main_shm_map(
     extend: c_int,
     pp: *mut *mut c_void,
 ) -> c_int {
-    let rc = pass_shm_map(f, pg, sz, extend, pp);
-    if pg == 0 && (rc == SQLITE_OK || rc & 0xff == SQLITE_READONLY) && !(*pp).is_null() && sz >= 136 {
-        (*(f as *mut WaffleFile)).shm0 = *pp as *const u8;
+    // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
+    let rc = unsafe { pass_shm_map(f, pg, sz, extend, pp) };
+    // SAFETY: pp is SQLite's out-pointer, set by the real xShmMap when it succeeded; f is ours.
+    unsafe {
+        if pg == 0 && (rc == SQLITE_OK || rc & 0xff == SQLITE_READONLY) && !(*pp).is_null() && sz >= 136 {
+            (*(f as *mut WaffleFile)).shm0 = *pp as *const u8;
+        }
     }
     rc
 }
 
 unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
-    (*(f as *mut WaffleFile)).shm0 = std::ptr::null();
-    pass_shm_unmap(f, delete)
+    // SAFETY: f is ours.
+    unsafe { (*(f as *mut WaffleFile)).shm0 = std::ptr::null() };
+    // SAFETY: f is ours.
+    unsafe { pass_shm_unmap(f, delete) }
 }
 
 /// Read marks, the write lock, the checkpoint lock and the restart lock (every read mark but
@@ -429,7 +494,8 @@ unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_in
 /// restarters of this process begin and end.
 /// (Writers, checkpointers and restarters begin after taking a read mark.)
 unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, flags: c_int) -> c_int {
-    let Some(db) = db(f) else { return pass_shm_lock(f, ofst, n, flags) };
+    // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
+    let Some(db) = (unsafe { db(f) }) else { return unsafe { pass_shm_lock(f, ofst, n, flags) } };
     let exclusive = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let checkpoint = exclusive && ofst == WAL_CKPT_LOCK && n == 1;
     let restart = exclusive && ofst == WAL_READ_LOCK_0 + 1 && n == WAL_NREADER - 1;
@@ -437,15 +503,20 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     if flags & SQLITE_SHM_UNLOCK != 0 {
         if write {
             let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
-            coherent(db, |c| c.on_write_end(&db.cache, wal_view(f), wrote, || file_sig(db)));
+            // SAFETY: f is ours.
+            coherent(db, |c| c.on_write_end(&db.cache, unsafe { wal_view(f) }, wrote, || file_sig(db)));
         } else if checkpoint {
-            coherent(db, |c| c.on_checkpoint_end(&db.cache, wal_view(f), || recorded_sig(db)));
+            // SAFETY: f is ours.
+            coherent(db, |c| c.on_checkpoint_end(&db.cache, unsafe { wal_view(f) }, || recorded_sig(db)));
         } else if restart {
-            coherent(db, |c| c.on_restart_end(&db.cache, wal_view(f)));
+            // SAFETY: f is ours.
+            coherent(db, |c| c.on_restart_end(&db.cache, unsafe { wal_view(f) }));
         }
-        return pass_shm_lock(f, ofst, n, flags);
+        // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
+        return unsafe { pass_shm_lock(f, ofst, n, flags) };
     }
-    let rc = pass_shm_lock(f, ofst, n, flags);
+    // SAFETY: as above.
+    let rc = unsafe { pass_shm_lock(f, ofst, n, flags) };
     if rc != SQLITE_OK || flags & SQLITE_SHM_LOCK == 0 {
         return rc;
     }
@@ -453,21 +524,26 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
         flags & SQLITE_SHM_SHARED != 0 && n == 1 && (WAL_READ_LOCK_0..WAL_READ_LOCK_0 + WAL_NREADER).contains(&ofst);
     let frames = WalFrames(db);
     if read_mark {
-        coherent(db, |c| c.on_wal_read(&db.cache, wal_view(f), &frames));
+        // SAFETY: f is ours.
+        coherent(db, |c| c.on_wal_read(&db.cache, unsafe { wal_view(f) }, &frames));
     } else if checkpoint {
-        coherent(db, |c| c.on_checkpoint_begin(&db.cache, wal_view(f), &frames));
+        // SAFETY: f is ours.
+        coherent(db, |c| c.on_checkpoint_begin(&db.cache, unsafe { wal_view(f) }, &frames));
     } else if restart {
-        coherent(db, |c| c.on_restart_begin(&db.cache, wal_view(f), &frames));
+        // SAFETY: f is ours.
+        coherent(db, |c| c.on_restart_begin(&db.cache, unsafe { wal_view(f) }, &frames));
     } else if write {
         let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
-        coherent(db, |c| c.on_write_begin(&db.cache, wal_view(f), &frames, wrote));
+        // SAFETY: f is ours.
+        coherent(db, |c| c.on_write_begin(&db.cache, unsafe { wal_view(f) }, &frames, wrote));
     }
     rc
 }
 
 /// mmap is declined so that every read of the database is seen by the cache.
 unsafe extern "C" fn no_fetch(_f: *mut sqlite3_file, _off: i64, _amt: c_int, pp: *mut *mut c_void) -> c_int {
-    *pp = std::ptr::null_mut();
+    // SAFETY: pp is SQLite's out-pointer for the mapping.
+    unsafe { *pp = std::ptr::null_mut() };
     SQLITE_OK
 }
 
@@ -481,70 +557,113 @@ pub fn flush(db: &OpenDb) -> bool {
 }
 
 // ---- pass-through to the real file ----
+//
+// Each is called (by SQLite, or by a callback above with its own arguments)
+// with a file that is ours and whose real file the base VFS opened (we install
+// methods only after that open succeeded): real(f) is that file and methods(r)
+// its base VFS's table. The other arguments are SQLite's, passed on unchanged,
+// so the base VFS's method gets the contract SQLite gave ours. This is the
+// "pass-through" each SAFETY comment below refers to.
 
 unsafe extern "C" fn pass_close(f: *mut sqlite3_file) -> c_int {
-    let r = real(f);
-    if (*r).pMethods.is_null() {
-        return SQLITE_OK;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        if (*r).pMethods.is_null() {
+            return SQLITE_OK;
+        }
+        let rc = methods(r).xClose.map_or(SQLITE_OK, |x| x(r));
+        (*r).pMethods = std::ptr::null();
+        rc
     }
-    let rc = methods(r).xClose.map_or(SQLITE_OK, |x| x(r));
-    (*r).pMethods = std::ptr::null();
-    rc
 }
 
 unsafe extern "C" fn pass_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
-    let r = real(f);
-    methods(r).xRead.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xRead.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+    }
 }
 
 unsafe extern "C" fn pass_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
-    let r = real(f);
-    methods(r).xWrite.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xWrite.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
+    }
 }
 
 unsafe extern "C" fn pass_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
-    let r = real(f);
-    methods(r).xTruncate.map_or(SQLITE_IOERR, |x| x(r, size))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xTruncate.map_or(SQLITE_IOERR, |x| x(r, size))
+    }
 }
 
 unsafe extern "C" fn pass_sync(f: *mut sqlite3_file, flags: c_int) -> c_int {
-    let r = real(f);
-    methods(r).xSync.map_or(SQLITE_IOERR, |x| x(r, flags))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xSync.map_or(SQLITE_IOERR, |x| x(r, flags))
+    }
 }
 
 unsafe extern "C" fn pass_file_size(f: *mut sqlite3_file, size: *mut i64) -> c_int {
-    let r = real(f);
-    methods(r).xFileSize.map_or(SQLITE_IOERR, |x| x(r, size))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xFileSize.map_or(SQLITE_IOERR, |x| x(r, size))
+    }
 }
 
 unsafe extern "C" fn pass_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
-    let r = real(f);
-    methods(r).xLock.map_or(SQLITE_IOERR, |x| x(r, level))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xLock.map_or(SQLITE_IOERR, |x| x(r, level))
+    }
 }
 
 unsafe extern "C" fn pass_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
-    let r = real(f);
-    methods(r).xUnlock.map_or(SQLITE_IOERR, |x| x(r, level))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xUnlock.map_or(SQLITE_IOERR, |x| x(r, level))
+    }
 }
 
 unsafe extern "C" fn pass_check_reserved_lock(f: *mut sqlite3_file, out: *mut c_int) -> c_int {
-    let r = real(f);
-    methods(r).xCheckReservedLock.map_or(SQLITE_IOERR, |x| x(r, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xCheckReservedLock.map_or(SQLITE_IOERR, |x| x(r, out))
+    }
 }
 
 unsafe extern "C" fn pass_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
-    let r = real(f);
-    methods(r).xFileControl.map_or(SQLITE_NOTFOUND, |x| x(r, op, arg))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xFileControl.map_or(SQLITE_NOTFOUND, |x| x(r, op, arg))
+    }
 }
 
 unsafe extern "C" fn pass_sector_size(f: *mut sqlite3_file) -> c_int {
-    let r = real(f);
-    methods(r).xSectorSize.map_or(4096, |x| x(r))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xSectorSize.map_or(4096, |x| x(r))
+    }
 }
 
 unsafe extern "C" fn pass_device_characteristics(f: *mut sqlite3_file) -> c_int {
-    let r = real(f);
-    methods(r).xDeviceCharacteristics.map_or(0, |x| x(r))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        methods(r).xDeviceCharacteristics.map_or(0, |x| x(r))
+    }
 }
 
 unsafe extern "C" fn pass_shm_map(
@@ -554,63 +673,81 @@ unsafe extern "C" fn pass_shm_map(
     extend: c_int,
     pp: *mut *mut c_void,
 ) -> c_int {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion < 2 {
-        return SQLITE_IOERR;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion < 2 {
+            return SQLITE_IOERR;
+        }
+        m.xShmMap.map_or(SQLITE_IOERR, |x| x(r, pg, sz, extend, pp))
     }
-    m.xShmMap.map_or(SQLITE_IOERR, |x| x(r, pg, sz, extend, pp))
 }
 
 unsafe extern "C" fn pass_shm_lock(f: *mut sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion < 2 {
-        return SQLITE_IOERR;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion < 2 {
+            return SQLITE_IOERR;
+        }
+        m.xShmLock.map_or(SQLITE_IOERR, |x| x(r, offset, n, flags))
     }
-    m.xShmLock.map_or(SQLITE_IOERR, |x| x(r, offset, n, flags))
 }
 
 unsafe extern "C" fn pass_shm_barrier(f: *mut sqlite3_file) {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion >= 2 {
-        if let Some(x) = m.xShmBarrier {
-            x(r)
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion >= 2 {
+            if let Some(x) = m.xShmBarrier {
+                x(r)
+            }
         }
     }
 }
 
 unsafe extern "C" fn pass_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion < 2 {
-        return SQLITE_OK;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion < 2 {
+            return SQLITE_OK;
+        }
+        m.xShmUnmap.map_or(SQLITE_OK, |x| x(r, delete))
     }
-    m.xShmUnmap.map_or(SQLITE_OK, |x| x(r, delete))
 }
 
 unsafe extern "C" fn pass_fetch(f: *mut sqlite3_file, off: i64, amt: c_int, pp: *mut *mut c_void) -> c_int {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion < 3 {
-        *pp = std::ptr::null_mut();
-        return SQLITE_OK;
-    }
-    m.xFetch.map_or_else(
-        || {
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion < 3 {
             *pp = std::ptr::null_mut();
-            SQLITE_OK
-        },
-        |x| x(r, off, amt, pp),
-    )
+            return SQLITE_OK;
+        }
+        m.xFetch.map_or_else(
+            || {
+                *pp = std::ptr::null_mut();
+                SQLITE_OK
+            },
+            |x| x(r, off, amt, pp),
+        )
+    }
 }
 
 unsafe extern "C" fn pass_unfetch(f: *mut sqlite3_file, off: i64, p: *mut c_void) -> c_int {
-    let r = real(f);
-    let m = methods(r);
-    if m.iVersion < 3 {
-        return SQLITE_OK;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let r = real(f);
+        let m = methods(r);
+        if m.iVersion < 3 {
+            return SQLITE_OK;
+        }
+        m.xUnfetch.map_or(SQLITE_OK, |x| x(r, off, p))
     }
-    m.xUnfetch.map_or(SQLITE_OK, |x| x(r, off, p))
 }

@@ -23,6 +23,8 @@
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
+// Inside an unsafe fn, every unsafe operation still sits in its own `unsafe {}` block with its SAFETY reason.
+#![warn(unsafe_op_in_unsafe_fn)]
 
 use std::os::raw::{c_char, c_int, c_void};
 
@@ -48,7 +50,8 @@ pub unsafe extern "C" fn sqlite3_waffle_init(
     _err: *mut *mut c_char,
     routines: *const c_void,
 ) -> c_int {
-    let Some(api) = api::Api::from_routines(routines) else {
+    // SAFETY: routines is the pApi SQLite handed this entry point (our own contract).
+    let Some(api) = (unsafe { api::Api::from_routines(routines) }) else {
         return ffi::SQLITE_ERROR;
     };
     match vfs::register(api) {

@@ -76,27 +76,40 @@ pub fn sqlite_string(text: &str) -> *mut c_char {
     }
 }
 
+/// The VFS this one passes through to.
+///
+/// # Safety
+/// `vfs` is the `waffle` VFS (`register` leaks it: it lives for the process).
 unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
-    (*vfs).pAppData as *mut sqlite3_vfs
+    // SAFETY: vfs is ours (the caller's promise); pAppData holds the base VFS.
+    unsafe { (*vfs).pAppData as *mut sqlite3_vfs }
 }
 
 /// The cache settings of a main database: its URI parameters, else the environment.
+///
+/// # Safety
+/// `name` is the (non-null) filename SQLite passed to xOpen for a main database.
 unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
     let api = API.get().expect("registered");
     if let Some(uri_key) = api.uri_key {
         // A misspelt waffle_* parameter is refused, not ignored.
         for i in 0..MAX_URI_PARAMS {
-            let k = uri_key(name, i);
+            // SAFETY: name is xOpen's filename, the kind sqlite3_uri_key takes; any index is allowed.
+            let k = unsafe { uri_key(name, i) };
             if k.is_null() {
                 break;
             }
-            waffle_core::config::check_name(&CStr::from_ptr(k).to_string_lossy()).map_err(|e| e.to_string())?;
+            // SAFETY: a non-null key is a NUL-terminated string inside name's URI block.
+            let key = unsafe { CStr::from_ptr(k) };
+            waffle_core::config::check_name(&key.to_string_lossy()).map_err(|e| e.to_string())?;
         }
     }
     Config::from_lookup(|param| {
         let key = std::ffi::CString::new(param).ok()?;
-        let v = (api.uri_parameter)(name, key.as_ptr());
-        (!v.is_null()).then(|| CStr::from_ptr(v).to_string_lossy().into_owned())
+        // SAFETY: name is xOpen's filename, as sqlite3_uri_parameter wants; key is NUL-terminated.
+        let v = unsafe { (api.uri_parameter)(name, key.as_ptr()) };
+        // SAFETY: a non-null value is a NUL-terminated string inside name's URI block.
+        (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
     })
     .map_err(|e| e.to_string())
 }
@@ -110,24 +123,39 @@ unsafe extern "C" fn x_open(
 ) -> c_int {
     // A panic must not unwind into SQLite: it becomes a refused open (the
     // real file, if it was opened, is closed again).
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| open(vfs, name, f, flags, out_flags))).unwrap_or_else(
-        |_| {
-            eprintln!("waffle: cannot open {}: internal error", name_text(name));
-            close_real(file::real(f));
-            (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
+    // SAFETY: xOpen's own arguments, handed on (see `open`).
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { open(vfs, name, f, flags, out_flags) }))
+        .unwrap_or_else(|_| {
+            // SAFETY: name is null or xOpen's NUL-terminated filename.
+            eprintln!("waffle: cannot open {}: internal error", unsafe { name_text(name) });
+            // SAFETY: f is SQLite's szOsFile bytes, whose real file `open` set to closed (null
+            // methods) before anything that can panic, so close_real closes it only if it opened.
+            unsafe {
+                close_real(file::real(f));
+                (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
+            }
             SQLITE_CANTOPEN
-        },
-    )
+        })
 }
 
+/// # Safety
+/// `name` is null or a NUL-terminated string.
 unsafe fn name_text(name: *const c_char) -> String {
     if name.is_null() {
         "(temporary file)".into()
     } else {
-        CStr::from_ptr(name).to_string_lossy().into_owned()
+        // SAFETY: not null, so NUL-terminated (the caller's promise).
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     }
 }
 
+/// xOpen's work.
+///
+/// # Safety
+/// xOpen's contract: `vfs` is ours, `f` is szOsFile (REAL_OFFSET + the base
+/// VFS's) writable bytes, 8-byte aligned, for this file; `name` is null or the
+/// NUL-terminated filename (with its URI parameters after it); `out_flags` is
+/// what the base VFS's xOpen takes.
 unsafe fn open(
     vfs: *mut sqlite3_vfs,
     name: *const c_char,
@@ -136,160 +164,242 @@ unsafe fn open(
     out_flags: *mut c_int,
 ) -> c_int {
     let wf = f as *mut WaffleFile;
-    (*wf).base.pMethods = std::ptr::null();
-    (*wf).db = std::ptr::null();
-    (*wf).seq_next = u64::MAX;
-    (*wf).seq_run = 0;
-    (*wf).lock_level = 0;
-    (*wf).shm0 = std::ptr::null();
-    (*wf).wal_writes = std::ptr::null();
-    let real = file::real(f);
-    (*real).pMethods = std::ptr::null();
+    // SAFETY: f is the bytes SQLite gave this file, ours to fill: WaffleFile's fields are plain
+    // pointers and integers, written without reading what was there.
+    unsafe {
+        (*wf).base.pMethods = std::ptr::null();
+        (*wf).db = std::ptr::null();
+        (*wf).seq_next = u64::MAX;
+        (*wf).seq_run = 0;
+        (*wf).lock_level = 0;
+        (*wf).shm0 = std::ptr::null();
+        (*wf).wal_writes = std::ptr::null();
+    }
+    // SAFETY: f has szOsFile = REAL_OFFSET + the base VFS's szOsFile bytes (register sized it so).
+    let real = unsafe { file::real(f) };
+    // SAFETY: real is inside f; a null pMethods marks it not (yet) open, for close_real.
+    unsafe { (*real).pMethods = std::ptr::null() };
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();
     let config = if is_main {
-        match config_for(name) {
+        // SAFETY: name is xOpen's filename for a main database, not null.
+        match unsafe { config_for(name) } {
             Ok(c) => Some(c),
             Err(e) => {
-                eprintln!("waffle: cannot open {}: {e}", CStr::from_ptr(name).to_string_lossy());
+                // SAFETY: name is not null, so NUL-terminated.
+                eprintln!("waffle: cannot open {}: {e}", unsafe { CStr::from_ptr(name) }.to_string_lossy());
                 return SQLITE_CANTOPEN;
             }
         }
     } else {
         None
     };
-    let b = base(vfs);
-    let rc = (*b).xOpen.map_or(SQLITE_CANTOPEN, |x| x(b, name, real, flags, out_flags));
+    // SAFETY: vfs is ours.
+    let b = unsafe { base(vfs) };
+    // SAFETY: the base VFS opens its own file in real's szOsFile bytes, with SQLite's arguments.
+    let rc = unsafe { (*b).xOpen.map_or(SQLITE_CANTOPEN, |x| x(b, name, real, flags, out_flags)) };
     if rc != SQLITE_OK {
-        close_real(real);
+        // SAFETY: real is the base VFS's file (open or, with null methods, not).
+        unsafe { close_real(real) };
         return rc;
     }
     let Some(config) = config else {
-        (*wf).base.pMethods = &PASS_METHODS;
+        // SAFETY: f is ours to fill (as above).
+        unsafe { (*wf).base.pMethods = &PASS_METHODS };
         if flags & SQLITE_OPEN_WAL != 0 && !name.is_null() {
             // A WAL of a database this process caches: its writes are counted (coherence.rs).
-            if let Some(writes) = registry::wal_writes_of(Path::new(&*CStr::from_ptr(name).to_string_lossy())) {
-                (*wf).wal_writes = Arc::into_raw(writes);
-                (*wf).base.pMethods = &file::WAL_METHODS;
+            // SAFETY: name is not null, so NUL-terminated.
+            let wal_name = unsafe { CStr::from_ptr(name) };
+            if let Some(writes) = registry::wal_writes_of(Path::new(&*wal_name.to_string_lossy())) {
+                // SAFETY: f is ours to fill; wal_close gives the Arc back.
+                unsafe {
+                    (*wf).wal_writes = Arc::into_raw(writes);
+                    (*wf).base.pMethods = &file::WAL_METHODS;
+                }
             }
         }
         return SQLITE_OK;
     };
-    let path_text = CStr::from_ptr(name).to_string_lossy().into_owned();
+    // SAFETY: a main database's name is not null (is_main), so NUL-terminated.
+    let path_text = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
     match std::panic::catch_unwind(|| registry::attach(Path::new(&path_text), config)) {
         Ok(Ok(db)) => {
-            (*wf).db = Arc::into_raw(db);
-            (*wf).base.pMethods = &MAIN_METHODS;
+            // SAFETY: f is ours to fill; main_close gives the Arc back.
+            unsafe {
+                (*wf).db = Arc::into_raw(db);
+                (*wf).base.pMethods = &MAIN_METHODS;
+            }
             SQLITE_OK
         }
         Ok(Err(e)) => {
             eprintln!("waffle: cannot open {path_text}: {e}");
-            close_real(real);
+            // SAFETY: real is the base VFS's file, open.
+            unsafe { close_real(real) };
             SQLITE_CANTOPEN
         }
         Err(_) => {
             eprintln!("waffle: cannot open {path_text}: internal error");
-            close_real(real);
+            // SAFETY: real is the base VFS's file, open.
+            unsafe { close_real(real) };
             SQLITE_CANTOPEN
         }
     }
 }
 
+/// Closes the real file if it is open (non-null methods) and marks it closed.
+///
+/// # Safety
+/// `real` is the real-file part of a file of ours: opened by the base VFS, or with null methods.
 unsafe fn close_real(real: *mut sqlite3_file) {
-    if !(*real).pMethods.is_null() {
-        if let Some(x) = (*(*real).pMethods).xClose {
-            x(real);
+    // SAFETY: the caller's promise; non-null methods are the base VFS's, for the file it opened.
+    unsafe {
+        if !(*real).pMethods.is_null() {
+            if let Some(x) = (*(*real).pMethods).xClose {
+                x(real);
+            }
+            (*real).pMethods = std::ptr::null();
         }
-        (*real).pMethods = std::ptr::null();
     }
 }
 
+// ---- pass-through to the base VFS ----
+//
+// SQLite calls each with the `waffle` VFS (so base(vfs) is the base VFS) and
+// with the arguments of that method, passed on unchanged: the base VFS's
+// method gets the contract SQLite gave ours. Each SAFETY comment below says
+// "pass-through" for this.
+
 unsafe extern "C" fn x_delete(vfs: *mut sqlite3_vfs, name: *const c_char, sync_dir: c_int) -> c_int {
-    let b = base(vfs);
-    (*b).xDelete.map_or(SQLITE_ERROR, |x| x(b, name, sync_dir))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xDelete.map_or(SQLITE_ERROR, |x| x(b, name, sync_dir))
+    }
 }
 
 unsafe extern "C" fn x_access(vfs: *mut sqlite3_vfs, name: *const c_char, flags: c_int, out: *mut c_int) -> c_int {
-    let b = base(vfs);
-    (*b).xAccess.map_or(SQLITE_ERROR, |x| x(b, name, flags, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xAccess.map_or(SQLITE_ERROR, |x| x(b, name, flags, out))
+    }
 }
 
 unsafe extern "C" fn x_full_pathname(vfs: *mut sqlite3_vfs, name: *const c_char, n: c_int, out: *mut c_char) -> c_int {
-    let b = base(vfs);
-    (*b).xFullPathname.map_or(SQLITE_ERROR, |x| x(b, name, n, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xFullPathname.map_or(SQLITE_ERROR, |x| x(b, name, n, out))
+    }
 }
 
 unsafe extern "C" fn x_dl_open(vfs: *mut sqlite3_vfs, name: *const c_char) -> *mut c_void {
-    let b = base(vfs);
-    (*b).xDlOpen.map_or(std::ptr::null_mut(), |x| x(b, name))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xDlOpen.map_or(std::ptr::null_mut(), |x| x(b, name))
+    }
 }
 
 unsafe extern "C" fn x_dl_error(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) {
-    let b = base(vfs);
-    if let Some(x) = (*b).xDlError {
-        x(b, n, out)
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if let Some(x) = (*b).xDlError {
+            x(b, n, out)
+        }
     }
 }
 
 unsafe extern "C" fn x_dl_sym(vfs: *mut sqlite3_vfs, h: *mut c_void, sym: *const c_char) -> sqlite3_syscall_ptr {
-    let b = base(vfs);
-    (*b).xDlSym.and_then(|x| x(b, h, sym))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xDlSym.and_then(|x| x(b, h, sym))
+    }
 }
 
 unsafe extern "C" fn x_dl_close(vfs: *mut sqlite3_vfs, h: *mut c_void) {
-    let b = base(vfs);
-    if let Some(x) = (*b).xDlClose {
-        x(b, h)
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if let Some(x) = (*b).xDlClose {
+            x(b, h)
+        }
     }
 }
 
 unsafe extern "C" fn x_randomness(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
-    let b = base(vfs);
-    (*b).xRandomness.map_or(0, |x| x(b, n, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xRandomness.map_or(0, |x| x(b, n, out))
+    }
 }
 
 unsafe extern "C" fn x_sleep(vfs: *mut sqlite3_vfs, us: c_int) -> c_int {
-    let b = base(vfs);
-    (*b).xSleep.map_or(0, |x| x(b, us))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xSleep.map_or(0, |x| x(b, us))
+    }
 }
 
 unsafe extern "C" fn x_current_time(vfs: *mut sqlite3_vfs, out: *mut f64) -> c_int {
-    let b = base(vfs);
-    (*b).xCurrentTime.map_or(SQLITE_ERROR, |x| x(b, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xCurrentTime.map_or(SQLITE_ERROR, |x| x(b, out))
+    }
 }
 
 unsafe extern "C" fn x_get_last_error(vfs: *mut sqlite3_vfs, n: c_int, out: *mut c_char) -> c_int {
-    let b = base(vfs);
-    (*b).xGetLastError.map_or(0, |x| x(b, n, out))
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        (*b).xGetLastError.map_or(0, |x| x(b, n, out))
+    }
 }
 
 unsafe extern "C" fn x_current_time_int64(vfs: *mut sqlite3_vfs, out: *mut i64) -> c_int {
-    let b = base(vfs);
-    if (*b).iVersion < 2 {
-        return SQLITE_ERROR;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if (*b).iVersion < 2 {
+            return SQLITE_ERROR;
+        }
+        (*b).xCurrentTimeInt64.map_or(SQLITE_ERROR, |x| x(b, out))
     }
-    (*b).xCurrentTimeInt64.map_or(SQLITE_ERROR, |x| x(b, out))
 }
 
 unsafe extern "C" fn x_set_system_call(vfs: *mut sqlite3_vfs, name: *const c_char, p: sqlite3_syscall_ptr) -> c_int {
-    let b = base(vfs);
-    if (*b).iVersion < 3 {
-        return SQLITE_NOTFOUND;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if (*b).iVersion < 3 {
+            return SQLITE_NOTFOUND;
+        }
+        (*b).xSetSystemCall.map_or(SQLITE_NOTFOUND, |x| x(b, name, p))
     }
-    (*b).xSetSystemCall.map_or(SQLITE_NOTFOUND, |x| x(b, name, p))
 }
 
 unsafe extern "C" fn x_get_system_call(vfs: *mut sqlite3_vfs, name: *const c_char) -> sqlite3_syscall_ptr {
-    let b = base(vfs);
-    if (*b).iVersion < 3 {
-        return None;
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if (*b).iVersion < 3 {
+            return None;
+        }
+        (*b).xGetSystemCall.and_then(|x| x(b, name))
     }
-    (*b).xGetSystemCall.and_then(|x| x(b, name))
 }
 
 unsafe extern "C" fn x_next_system_call(vfs: *mut sqlite3_vfs, name: *const c_char) -> *const c_char {
-    let b = base(vfs);
-    if (*b).iVersion < 3 {
-        return std::ptr::null();
+    // SAFETY: pass-through (see above).
+    unsafe {
+        let b = base(vfs);
+        if (*b).iVersion < 3 {
+            return std::ptr::null();
+        }
+        (*b).xNextSystemCall.map_or(std::ptr::null(), |x| x(b, name))
     }
-    (*b).xNextSystemCall.map_or(std::ptr::null(), |x| x(b, name))
 }
