@@ -287,6 +287,8 @@ unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mu
 /// xFileControl's contract: `f` is ours, and `arg` is what SQLite passes with `op`.
 unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
     if op == SQLITE_FCNTL_PRAGMA {
+        #[cfg(test)]
+        crate::test_faults::maybe_panic(&crate::test_faults::PANIC_IN_FILE_CONTROL, "xFileControl(PRAGMA)");
         // SAFETY: f is ours.
         if let Some(db) = unsafe { db(f) } {
             let args = arg as *mut *mut c_char;

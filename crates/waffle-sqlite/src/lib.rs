@@ -34,6 +34,8 @@ mod ffi;
 mod file;
 mod pragma;
 mod registry;
+#[cfg(test)]
+mod test_faults;
 mod vfs;
 mod wal_index;
 

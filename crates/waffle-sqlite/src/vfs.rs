@@ -202,6 +202,8 @@ unsafe fn open(
         unsafe { close_real(real) };
         return rc;
     }
+    #[cfg(test)]
+    crate::test_faults::maybe_panic(&crate::test_faults::PANIC_IN_OPEN, "xOpen after the base open");
     let Some(config) = config else {
         // SAFETY: f is ours to fill (as above).
         unsafe { (*wf).base.pMethods = &PASS_METHODS };
