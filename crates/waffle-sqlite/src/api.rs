@@ -4,8 +4,11 @@
 //! `sqlite3_api_routines` table handed to its entry point (the host may have
 //! SQLite compiled in, as Python's apsw and many shells do). A Rust program
 //! that links SQLite itself uses the linked symbols instead (feature `linked`).
+//! The table the VFS was registered with is kept here for the callbacks, with
+//! the one string helper they need.
 
 use std::os::raw::{c_char, c_int, c_void};
+use std::sync::OnceLock;
 
 use crate::ffi::sqlite3_vfs;
 
@@ -89,5 +92,32 @@ impl Api {
             malloc: sqlite3_malloc,
             uri_key: Some(sqlite3_uri_key),
         }
+    }
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Keeps `api` for the callbacks (the first one registered wins: registering twice is harmless).
+pub fn install(api: Api) -> Api {
+    *API.get_or_init(|| api)
+}
+
+/// The routines the VFS was registered with. Callbacks only run after registration.
+pub fn installed() -> &'static Api {
+    API.get().expect("the waffle VFS is registered before SQLite calls into it")
+}
+
+/// A copy of `text` in memory from sqlite3_malloc, for SQLite to free.
+pub fn sqlite_string(text: &str) -> *mut c_char {
+    let api = installed();
+    let n = text.len() + 1;
+    // SAFETY: sqlite3_malloc returns n writable bytes or null.
+    unsafe {
+        let p = (api.malloc)(n as c_int) as *mut u8;
+        if !p.is_null() {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len());
+            *p.add(text.len()) = 0;
+        }
+        p as *mut c_char
     }
 }

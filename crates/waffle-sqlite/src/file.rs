@@ -12,7 +12,6 @@
 use std::os::raw::{c_char, c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Duration;
 
 use waffle_core::backing::Backing;
 
@@ -300,7 +299,7 @@ unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_i
             if let Some((rc, text)) = crate::pragma::handle(db, &name, value.as_deref()) {
                 if let Some(text) = text {
                     // SAFETY: [0] takes the result text, from sqlite3_malloc (SQLite frees it).
-                    unsafe { *args = crate::vfs::sqlite_string(&text) };
+                    unsafe { *args = crate::api::sqlite_string(&text) };
                 }
                 return rc;
             }
@@ -551,11 +550,6 @@ unsafe extern "C" fn no_fetch(_f: *mut sqlite3_file, _off: i64, _amt: c_int, pp:
 
 unsafe extern "C" fn no_unfetch(_f: *mut sqlite3_file, _off: i64, _p: *mut c_void) -> c_int {
     SQLITE_OK
-}
-
-/// Waits for evicted pages to reach the grid (tests and tools).
-pub fn flush(db: &OpenDb) -> bool {
-    db.cache.flush_pushes(Duration::from_secs(10))
 }
 
 // ---- pass-through to the real file ----

@@ -4,13 +4,16 @@
 //! named here are answered by the cache, all others go on to SQLite.
 
 use std::os::raw::c_int;
+use std::time::Duration;
 
 use serde_json::{json, Value};
-
-use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
 use waffle_core::grid::NodeSpec;
 
+use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
 use crate::registry::{self, OpenDb};
+
+/// How long `PRAGMA waffle_flush` waits for the push queue to empty.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Answers a pragma: Some((rc, text)) if it is ours; text becomes the one-row
 /// result (or the error message when rc is not SQLITE_OK).
@@ -46,7 +49,8 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             },
         }),
         "waffle_flush" => Some(read_only(name, value).unwrap_or_else(|| {
-            let done = crate::file::flush(db);
+            // Waits for evicted pages to reach the grid (tests and tools).
+            let done = db.cache.flush_pushes(FLUSH_TIMEOUT);
             (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
         })),
         _ => None,

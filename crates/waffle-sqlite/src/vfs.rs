@@ -5,7 +5,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use waffle_core::Config;
 
@@ -18,12 +18,10 @@ pub const VFS_NAME: &CStr = c"waffle";
 /// URI parameters looked at, at most (SQLite's URIs hold a handful).
 const MAX_URI_PARAMS: c_int = 1024;
 
-static API: OnceLock<Api> = OnceLock::new();
-
 /// Registers the `waffle` VFS (not as the default) over SQLite's default VFS.
 /// Registering twice is harmless.
 pub fn register(api: Api) -> c_int {
-    let api = *API.get_or_init(|| api);
+    let api = crate::api::install(api);
     // SAFETY: the api functions are SQLite's own; names are NUL-terminated.
     unsafe {
         if !(api.vfs_find)(VFS_NAME.as_ptr()).is_null() {
@@ -61,21 +59,6 @@ pub fn register(api: Api) -> c_int {
     }
 }
 
-/// A copy of `text` in memory from sqlite3_malloc, for SQLite to free.
-pub fn sqlite_string(text: &str) -> *mut c_char {
-    let api = API.get().expect("registered before any file is open");
-    let n = text.len() + 1;
-    // SAFETY: sqlite3_malloc returns n writable bytes or null.
-    unsafe {
-        let p = (api.malloc)(n as c_int) as *mut u8;
-        if !p.is_null() {
-            std::ptr::copy_nonoverlapping(text.as_ptr(), p, text.len());
-            *p.add(text.len()) = 0;
-        }
-        p as *mut c_char
-    }
-}
-
 /// The VFS this one passes through to.
 ///
 /// # Safety
@@ -90,7 +73,7 @@ unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
 /// # Safety
 /// `name` is the (non-null) filename SQLite passed to xOpen for a main database.
 unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
-    let api = API.get().expect("registered");
+    let api = crate::api::installed();
     if let Some(uri_key) = api.uri_key {
         // A misspelt waffle_* parameter is refused, not ignored.
         for i in 0..MAX_URI_PARAMS {
