@@ -301,6 +301,7 @@ fn hostile_writer(addrs: &[String], db: &Path, id: u64, stop: &AtomicBool, writt
         }
         kinds[kind] += 1;
         written.fetch_add(1, Ordering::Relaxed);
+        // Pacing, not a wait: unpaced, the writer would take a core from the workload it attacks.
         std::thread::sleep(Duration::from_micros(300));
     }
     kinds

@@ -35,7 +35,11 @@ fn sigkill_during_read_write_recovers_and_serves_nothing_from_before() {
     let mut bench = server::sysbench_spawn(tools(), &args).unwrap();
     let before = stats_after(&s, "under load", |v| stat(v, "l2_hits") > 200 && stat(v, "preload.page_writes") > 200);
     let old_id = before["cache_id"].as_str().unwrap().to_string();
-    std::thread::sleep(Duration::from_secs(2));
+    // The crash must come in the middle of writes: the preload has written pages since `before`
+    // (the stats file is rewritten every second or so) and pushed some to the grid.
+    stats_after(&s, "page writes going on", |v| {
+        stat(v, "preload.page_writes") > stat(&before, "preload.page_writes") && stat(v, "l2_pushes") > 0
+    });
     s.kill(); // SIGKILL: a crash in the middle of writes
     let _ = server::wait_output(&mut bench, Duration::from_secs(30)); // sysbench fails: its server is gone
     assert!(stat(&before, "l2_pushes") > 0);

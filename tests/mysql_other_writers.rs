@@ -127,9 +127,12 @@ impl Mc {
         l.trim_end().to_string()
     }
 
-    /// Every key the node holds (`lru_crawler metadump all`).
+    /// Every key the node holds (`lru_crawler metadump all`), asked again while
+    /// the crawler answers BUSY (a crawl of its own is running).
     fn keys(&mut self) -> Vec<String> {
-        for _ in 0..100 {
+        let timeout = Duration::from_secs(10);
+        let deadline = Instant::now() + timeout;
+        loop {
             self.w.write_all(b"lru_crawler metadump all\r\n").unwrap();
             let mut keys = Vec::new();
             loop {
@@ -145,9 +148,12 @@ impl Mc {
                     None => panic!("metadump: unexpected line {l:?}"),
                 }
             }
+            assert!(
+                Instant::now() < deadline,
+                "timed out after {timeout:?} waiting for the node's LRU crawler to be free"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
-        panic!("the node's LRU crawler stayed busy");
     }
 
     /// Keys per cache id (`wf<id>.<page>`).

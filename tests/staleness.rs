@@ -121,16 +121,11 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
 
     // Pause; grow the node's backoff to 800 ms (failures: 100, 200, 400, 800 ms).
     node.pause();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_for(Duration::from_secs(20), "the paused node to fail 4 times (reads drive the probes)", || {
         reader.read_one();
         let (up, failures) = node_state(&writer);
-        if !up && failures >= 4 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the paused node was not marked down 4 times in 20 s");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        !up && failures >= 4
+    });
 
     // Inside the backoff window: rewrite P (from SQLite's cache: no read of P),
     // then evict P@v1 from L1; its push is skipped.
@@ -151,8 +146,13 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
     assert!(n(&after, "disk_writes") > n(&before, "disk_writes"), "the UPDATE did not reach the file");
 
     node.resume();
-    // Requests sent to the paused node are executed now; give it a moment.
-    std::thread::sleep(Duration::from_millis(300));
+    // Requests sent while it was paused run now; one may be a probe carrying P@v1, so the check
+    // below must come after them. The client dropped their connections (timed out) and holds none
+    // while the node is down and nothing is read or pushed; the node closes each once it has run
+    // what was sent on it. So: wait until the node's only connection is the one asking.
+    wait_for(Duration::from_secs(5), "the resumed node to finish the requests sent while it was paused", || {
+        node_stat(&addr, "curr_connections") == 1
+    });
     match mg(&addr, &key) {
         Some(v) if envelope_identity(&v).2 == v0 => {}
         Some(v) => {
@@ -164,13 +164,15 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
         None => return Err(format!("the stale copy of page {page} is gone (window {spent:?})")),
     }
 
-    // Wait for the backoff to pass: a probe brings the node back up.
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !node_state(&writer).0 {
-        assert!(Instant::now() < deadline, "the resumed node did not come back up in 15 s: {}", stats(&writer));
-        reader.read_one();
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // Wait for the backoff to pass: a probe (a read) brings the node back up.
+    let up = wait_until(Duration::from_secs(15), || {
+        let up = node_state(&writer).0;
+        if !up {
+            reader.read_one();
+        }
+        up
+    });
+    assert!(up, "timed out after 15 s waiting for the resumed node to come back up: {}", stats(&writer));
 
     // P is in neither L1 nor the push queue: a fresh connection's read asks the grid.
     let before = stats(&writer);
@@ -249,12 +251,14 @@ fn a_node_killed_and_restarted_empty_changes_no_result() {
     assert!(!s1["nodes"][0]["up"].as_bool().unwrap(), "the dead node should be marked down: {s1}");
 
     node.restart().expect("restart memcached on the same port");
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while !stats(&conn)["nodes"][0]["up"].as_bool().unwrap() {
-        assert!(Instant::now() < deadline, "the restarted node did not come back up in 15 s");
-        check(&conn, &expect, "while the node comes back");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    // Reads (checked) drive the probes that bring the node back.
+    wait_for(Duration::from_secs(15), "the restarted node to come back up", || {
+        let up = stats(&conn)["nodes"][0]["up"].as_bool().unwrap();
+        if !up {
+            check(&conn, &expect, "while the node comes back");
+        }
+        up
+    });
     check(&conn, &expect, "after the restart");
     flush(&conn);
     let s2 = stats(&conn);

@@ -382,6 +382,13 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// [`wait_until`] that fails the test: panics naming `what` (what did not
+/// happen, e.g. "the node to be marked down") if it does not within `timeout`.
+#[track_caller]
+pub fn wait_for(timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
+    assert!(wait_until(timeout, cond), "timed out after {timeout:?} waiting for {what}");
+}
+
 /// Deterministic pseudo-random bytes (a page-sized row that does not compress
 /// or repeat, so a wrong page is never the right bytes by accident).
 pub fn pattern(seed: u64, len: usize) -> Vec<u8> {

@@ -396,19 +396,13 @@ impl Peer {
     pub fn close(mut self) {
         drop(self.stdin.take());
         let mut child = self.child.take().expect("not closed twice");
-        let deadline = std::time::Instant::now() + CHILD_TIMEOUT;
-        loop {
-            match child.0.try_wait().expect("wait for apsw peer") {
-                Some(status) => {
-                    assert!(status.success(), "apsw peer exited with {status}; stderr: {}", self.stderr());
-                    return;
-                }
-                None if std::time::Instant::now() > deadline => {
-                    panic!("apsw peer did not exit in {CHILD_TIMEOUT:?} after its stdin closed")
-                }
-                None => std::thread::sleep(Duration::from_millis(10)),
-            }
-        }
+        let mut status = None;
+        super::wait_for(CHILD_TIMEOUT, "the apsw peer to exit after its stdin closed", || {
+            status = child.0.try_wait().expect("wait for apsw peer");
+            status.is_some()
+        });
+        let status = status.unwrap();
+        assert!(status.success(), "apsw peer exited with {status}; stderr: {}", self.stderr());
     }
 }
 

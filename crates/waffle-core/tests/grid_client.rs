@@ -1,15 +1,18 @@
 //! The grid client against real memcached processes (waffle_nodes), and
 //! against a fake node that answers what a broken one would.
 //! Every wait is bounded; every process is killed when its `Node` drops.
+//! Up/down decisions are checked on a clock the test moves ([`ManualClock`]),
+//! not by timing them: only request deadlines are real time.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use waffle_core::grid::{FaultKind, Fetch, Grid, GridOptions, NodeSpec, StoreReport};
+use waffle_core::grid::{Clock, FaultKind, Fetch, Grid, GridOptions, NodeSpec, StoreReport};
 use waffle_nodes::Node;
 
 /// Generous deadlines for tests that are about results, not timing: the
@@ -44,25 +47,49 @@ fn pause(node: &Node) {
     node.pause();
 }
 
-fn grid_of(nodes: &[&Node], opts: GridOptions) -> Grid {
+fn specs_of(nodes: &[&Node]) -> Vec<NodeSpec> {
     let list: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
-    Grid::new(NodeSpec::parse_list(&list.join(",")).unwrap(), opts)
+    NodeSpec::parse_list(&list.join(",")).unwrap()
+}
+
+fn grid_of(nodes: &[&Node], opts: GridOptions) -> Grid {
+    Grid::new(specs_of(nodes), opts)
+}
+
+/// A clock that moves only when the test says so.
+#[derive(Clone)]
+struct ManualClock(Arc<Mutex<Instant>>);
+
+impl ManualClock {
+    fn new() -> ManualClock {
+        ManualClock(Arc::new(Mutex::new(Instant::now())))
+    }
+
+    fn advance(&self, by: Duration) {
+        *self.0.lock().unwrap() += by;
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
 }
 
 fn key(i: usize) -> Vec<u8> {
     format!("waffle:test:page:{i}").into_bytes()
 }
 
-/// Polls `f` every 20 ms until it returns Some, for at most `limit`.
-fn eventually<T>(limit: Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
-    let deadline = Instant::now() + limit;
+/// Polls `f` every 20 ms until it returns Some; panics naming `what` if it
+/// does not within `timeout`.
+#[track_caller]
+fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
     loop {
         if let Some(t) = f() {
-            return Some(t);
+            return t;
         }
-        if Instant::now() >= deadline {
-            return None;
-        }
+        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
         thread::sleep(Duration::from_millis(20));
     }
 }
@@ -217,44 +244,61 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
     let node = start_node();
     let opts = tight();
     let timeout = Duration::from_millis(opts.timeout_ms);
-    let grid = grid_of(&[&node], opts);
+    let backoff_min = Duration::from_millis(opts.backoff_min_ms);
+    let backoff_max = Duration::from_millis(opts.backoff_max_ms);
+    const MS: Duration = Duration::from_millis(1);
+    let clock = ManualClock::new();
+    let grid = Grid::with_clock(specs_of(&[&node]), opts, clock.clone());
     // Warm the pool so the first fault is a read timeout on an open connection.
-    assert_eq!(
-        eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A"), (b"b", b"B")]).stored == 2)
-            .then_some(())),
-        Some(())
-    );
+    // A try that fails marks the node down: the clock skips its backoff, so the next try is a probe.
+    wait_for(Duration::from_secs(5), "both items stored on the fresh node", || {
+        clock.advance(backoff_max);
+        (grid.store_many(&[(b"a", b"A"), (b"b", b"B")]).stored == 2).then_some(())
+    });
 
     pause(&node);
     let start = Instant::now();
     assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Fault(FaultKind::Timeout));
     let took = start.elapsed();
+    // A real socket against a real deadline: the lower bound is exact; the upper one only tells a
+    // kept deadline from none, with room for a loaded machine.
     assert!(took >= timeout - Duration::from_millis(2), "gave up early: {took:?}");
     assert!(took < timeout * 20, "deadline not kept: {took:?}");
 
-    let start = Instant::now();
+    // Down: every request is skipped, none sent, until the clock reaches the backoff.
+    let requests = grid.node_status()[0].requests;
     assert_eq!(grid.fetch_and_expire(b"b"), Fetch::Skipped);
     assert_eq!(grid.store_many(&[(b"c", b"C")]), StoreReport { stored: 0, failed: 0, skipped: 1 });
     assert!(!grid.delete(b"c"));
-    assert!(start.elapsed() < timeout, "a down node must be skipped without waiting");
+    clock.advance(backoff_min - MS);
+    assert_eq!(grid.get(b"b"), Fetch::Skipped);
     let status = &grid.node_status()[0];
     assert!(!status.up);
+    assert_eq!(status.requests, requests, "a down node must be skipped without a request");
     assert_eq!((status.timeouts, status.marked_down), (1, 1));
 
-    // After the backoff one probe goes, still into the paused node: timeout, longer backoff.
-    thread::sleep(Duration::from_millis(120));
+    // At the backoff one probe goes, still into the paused node: timeout, and the backoff doubles.
+    clock.advance(MS);
     let start = Instant::now();
     assert_eq!(grid.get(b"b"), Fetch::Fault(FaultKind::Timeout));
     assert!(start.elapsed() < timeout * 20);
     assert_eq!(grid.get(b"b"), Fetch::Skipped);
+    clock.advance(2 * backoff_min - MS);
+    assert_eq!(grid.get(b"b"), Fetch::Skipped);
+    assert_eq!(grid.node_status()[0].requests, requests + 1, "one probe, nothing else");
 
     node.resume();
+    clock.advance(MS);
     // "b" was never touched (only "a" was asked, then expired when the node resumed).
-    let back = eventually(Duration::from_secs(5), || match grid.get(b"b") {
-        Fetch::Skipped | Fetch::Fault(_) => None,
+    // A probe the resuming node answers too late fails: the clock then skips the longer backoff.
+    let back = wait_for(Duration::from_secs(5), "a probe to bring the resumed node back", || match grid.get(b"b") {
+        Fetch::Skipped | Fetch::Fault(_) => {
+            clock.advance(backoff_max);
+            None
+        }
         other => Some(other),
     });
-    assert_eq!(back, Some(Fetch::Hit(b"B".to_vec())));
+    assert_eq!(back, Fetch::Hit(b"B".to_vec()));
     let status = &grid.node_status()[0];
     assert!(status.up);
     assert_eq!(status.marked_down, 1, "a failed probe is no new marking down");
@@ -264,10 +308,9 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
 fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
     let mut node = start_node();
     let grid = grid_of(&[&node], tight());
-    assert_eq!(
-        eventually(Duration::from_secs(5), || (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())),
-        Some(())
-    );
+    wait_for(Duration::from_secs(5), "an item stored on the fresh node", || {
+        (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())
+    });
     assert_eq!(grid.idle_connections(), vec![1]);
 
     node.kill();
@@ -277,8 +320,9 @@ fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
     assert_eq!(grid.idle_connections(), vec![0]);
 
     node.restart().expect("restart memcached on the same port");
-    let back = eventually(Duration::from_secs(5), || (grid.store_many(&[(b"n", b"N")]).stored == 1).then_some(()));
-    assert_eq!(back, Some(()));
+    wait_for(Duration::from_secs(5), "the restarted node to store an item", || {
+        (grid.store_many(&[(b"n", b"N")]).stored == 1).then_some(())
+    });
     assert!(grid.node_status()[0].up);
     assert_eq!(grid.fetch_and_expire(b"n"), Fetch::Hit(b"N".to_vec()));
     assert_eq!(grid.fetch_and_expire(b"a"), Fetch::Miss, "a restarted node is empty");
@@ -293,12 +337,15 @@ fn a_down_node_does_not_touch_the_keys_of_the_others() {
     let grid = grid_of(&[&nodes[0], &nodes[1]], opts);
     let keys: Vec<Vec<u8>> = (0..60).map(key).collect();
     let items: Vec<(&[u8], &[u8])> = keys.iter().map(|k| (k.as_slice(), &b"v"[..])).collect();
-    assert_eq!(eventually(Duration::from_secs(5), || (grid.store_many(&items).stored == 60).then_some(())), Some(()));
+    wait_for(Duration::from_secs(5), "every item stored on the fresh nodes", || {
+        (grid.store_many(&items).stored == 60).then_some(())
+    });
 
     pause(&nodes[1]);
     let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
     let start = Instant::now();
     let fetched = grid.fetch_many_and_expire(&key_refs);
+    // Real deadlines: a bound that tells a kept one from none, with room for a loaded machine.
     assert!(start.elapsed() < timeout * 20);
     for (k, f) in keys.iter().zip(&fetched) {
         match grid.node_index(k) {

@@ -5,6 +5,7 @@
 //! slowest node rather than the sum of them. A down node is never remapped:
 //! its keys are misses until it is back (the disk has every page).
 
+use super::clock::{Clock, SystemClock};
 use super::health::Admission;
 use super::ketama::Continuum;
 use super::node::{Exchange, Node};
@@ -16,8 +17,11 @@ use crate::emulation::Link;
 use std::time::Instant;
 
 /// The L2 client. `Send + Sync`: share one `Grid` between threads.
-pub struct Grid {
-    nodes: Vec<Node>,
+///
+/// `C` is the clock of the nodes' up/down decisions ([`Grid::with_clock`]):
+/// the real one but in tests.
+pub struct Grid<C: Clock = SystemClock> {
+    nodes: Vec<Node<C>>,
     continuum: Continuum,
     opts: GridOptions,
     /// Benchmarks only: the EMULATED link every request also waits for.
@@ -35,9 +39,19 @@ impl Grid {
     /// that is always down (one warning line on stderr); it keeps its place on
     /// the ketama ring, so other nodes keep their keys.
     pub fn new(nodes: Vec<NodeSpec>, opts: GridOptions) -> Grid {
+        Grid::with_clock(nodes, opts, SystemClock)
+    }
+}
+
+impl<C: Clock> Grid<C> {
+    /// As [`Grid::new`], the nodes' up/down decisions on `clock` (each node a clone of it).
+    pub fn with_clock(nodes: Vec<NodeSpec>, opts: GridOptions, clock: C) -> Grid<C>
+    where
+        C: Clone,
+    {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
-        let nodes = nodes.iter().map(|spec| Node::new(spec, &opts)).collect();
+        let nodes = nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect();
         let link = opts.link.map(Link::new);
         Grid { nodes, continuum, opts, link }
     }
@@ -158,7 +172,7 @@ impl Grid {
         }
 
         // Write every node's pipeline, then read every node's replies.
-        let mut in_flight: Vec<(Exchange<'_>, &[usize])> = Vec::new();
+        let mut in_flight: Vec<(Exchange<'_, C>, &[usize])> = Vec::new();
         for (node, indexes) in self.nodes.iter().zip(&per_node) {
             if indexes.is_empty() {
                 continue;
@@ -255,7 +269,7 @@ impl Grid {
             }
         }
 
-        let mut in_flight: Vec<(Exchange<'_>, usize)> = Vec::new();
+        let mut in_flight: Vec<(Exchange<'_, C>, usize)> = Vec::new();
         for (node, indexes) in self.nodes.iter().zip(&per_node) {
             if indexes.is_empty() {
                 continue;
@@ -355,8 +369,8 @@ impl Grid {
 
 /// Reads replies up to `MN`, handing each other one to `on_reply`, which says
 /// whether the connection stays reusable (or that the reply is a protocol fault).
-fn read_pipeline(
-    exchange: &mut Exchange<'_>,
+fn read_pipeline<C: Clock>(
+    exchange: &mut Exchange<'_, C>,
     mut on_reply: impl FnMut(Reply<'_>) -> Result<bool, FaultKind>,
 ) -> Result<PipelineEnd, FaultKind> {
     let deadline = exchange.deadline;

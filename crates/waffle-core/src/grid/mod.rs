@@ -5,6 +5,7 @@
 //! on the meta text protocol, rather than with a client crate: it is the product.
 //!
 //! - `spec`: the configured node list; `options`: deadlines, pool, backoff.
+//! - `clock`: the time of up/down decisions (the real one but in tests).
 //! - `ketama`: key to node, exactly as libmemcached's weighted ketama.
 //! - `protocol`: requests and replies as pure functions over bytes.
 //! - `connection`: one socket, every wait bounded by the request's deadline.
@@ -15,6 +16,7 @@
 //! miss for the caller (see [`Fetch`]), and every request has a deadline.
 
 pub mod client;
+pub mod clock;
 mod connection;
 mod health;
 pub mod ketama;
@@ -25,6 +27,7 @@ pub mod protocol;
 pub mod spec;
 
 pub use client::Grid;
+pub use clock::{Clock, SystemClock};
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
 pub use spec::NodeSpec;

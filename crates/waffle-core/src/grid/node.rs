@@ -4,12 +4,17 @@
 //! request written) and ends with [`Exchange::finish`] or [`Exchange::fail`],
 //! which keep the counters and the health state right and decide whether the
 //! connection goes back to the pool.
+//!
+//! Health decisions (down since when, probe when) take the time from the
+//! node's [`Clock`]; request deadlines from `Instant::now()`, as the socket
+//! waits in real time.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
 use super::health::{Admission, Health};
 use super::options::GridOptions;
@@ -29,7 +34,7 @@ struct Counters {
     marked_down: AtomicU64,
 }
 
-pub struct Node {
+pub struct Node<C: Clock = SystemClock> {
     label: String,
     /// None: the host did not resolve; the node stays down.
     addr: Option<SocketAddr>,
@@ -39,19 +44,20 @@ pub struct Node {
     connect_timeout: Duration,
     health: Health,
     counters: Counters,
+    clock: C,
 }
 
 /// A request in flight on one node.
-pub struct Exchange<'n> {
-    node: &'n Node,
+pub struct Exchange<'n, C: Clock = SystemClock> {
+    node: &'n Node<C>,
     admission: Admission,
     pub conn: Connection,
     pub deadline: Instant,
 }
 
-impl Node {
+impl<C: Clock> Node<C> {
     /// Resolves the address now (once); never connects.
-    pub fn new(spec: &NodeSpec, opts: &GridOptions) -> Node {
+    pub fn new(spec: &NodeSpec, opts: &GridOptions, clock: C) -> Node<C> {
         let label = spec.label();
         let addr = match (spec.host.as_str(), spec.port).to_socket_addrs() {
             Ok(mut addrs) => {
@@ -82,6 +88,7 @@ impl Node {
                 connect_timeout * 2 + Duration::from_secs(1),
             ),
             counters: Counters::default(),
+            clock,
         }
     }
 
@@ -90,15 +97,15 @@ impl Node {
         if self.addr.is_none() {
             return Admission::Skip;
         }
-        self.health.admit(Instant::now())
+        self.health.admit(self.clock.now())
     }
 
     /// Takes an idle connection (or opens one) and writes `request`.
     /// On failure the fault is already counted.
-    pub fn begin(&self, admission: Admission, request: &[u8]) -> Result<Exchange<'_>, FaultKind> {
+    pub fn begin(&self, admission: Admission, request: &[u8]) -> Result<Exchange<'_, C>, FaultKind> {
         debug_assert_ne!(admission, Admission::Skip);
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
-        // One deadline covers connect (if needed), write and read.
+        // One deadline covers connect (if needed), write and read; real time, not the clock: the socket waits in it.
         let budget_start = Instant::now() + transfer_allowance(request.len());
         let (mut conn, deadline) = match self.take_idle() {
             Some(conn) => (conn, budget_start + self.timeout),
@@ -159,7 +166,7 @@ impl Node {
             self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
         }
         if kind.marks_node_down() {
-            if self.health.on_failure(admission, Instant::now()) {
+            if self.health.on_failure(admission, self.clock.now()) {
                 self.counters.marked_down.fetch_add(1, Ordering::Relaxed);
                 // One line per up-to-down change: a down node is retried with backoff, not reported each time.
                 eprintln!(
@@ -193,7 +200,7 @@ fn transfer_allowance(bytes: usize) -> Duration {
     Duration::from_micros(bytes as u64 * 1000 / MIN_TRANSFER_BYTES_PER_MS)
 }
 
-impl Exchange<'_> {
+impl<C: Clock> Exchange<'_, C> {
     /// The node answered completely. The connection is pooled again if
     /// `reusable` and nothing is left unread.
     pub fn finish(self, reusable: bool) {
@@ -206,5 +213,60 @@ impl Exchange<'_> {
     /// The exchange failed: the connection is dropped, the fault counted.
     pub fn fail(self, kind: FaultKind) -> FaultKind {
         self.node.record_fault(self.admission, kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::sync::Arc;
+
+    /// A clock that moves only when the test says so.
+    #[derive(Clone)]
+    struct ManualClock(Arc<Mutex<Instant>>);
+
+    impl ManualClock {
+        fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+
+    impl Clock for ManualClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    #[test]
+    fn a_down_node_is_skipped_until_its_backoff_has_passed_on_its_clock() {
+        // A port nobody listens on: every connect is refused at once, an I/O fault.
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let spec = NodeSpec::parse_list(&format!("127.0.0.1:{port}")).unwrap().remove(0);
+        let opts = GridOptions { backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }.normalized();
+        let clock = ManualClock(Arc::new(Mutex::new(Instant::now())));
+        let node = Node::new(&spec, &opts, clock.clone());
+        const MS: Duration = Duration::from_millis(1);
+
+        assert_eq!(node.admit(), Admission::Go);
+        assert_eq!(node.begin(Admission::Go, b"mn\r\n").err(), Some(FaultKind::Io));
+        assert!(!node.status().up);
+        // Skipped for as long as the clock stands still, whatever the real time.
+        assert_eq!(node.admit(), Admission::Skip);
+        clock.advance(99 * MS);
+        assert_eq!(node.admit(), Admission::Skip);
+        clock.advance(MS);
+        assert_eq!(node.admit(), Admission::Probe);
+        assert_eq!(node.admit(), Admission::Skip, "one probe at a time");
+
+        // The probe fails: the backoff doubles, from the failure's time on the clock.
+        assert_eq!(node.begin(Admission::Probe, b"mn\r\n").err(), Some(FaultKind::Io));
+        clock.advance(199 * MS);
+        assert_eq!(node.admit(), Admission::Skip);
+        clock.advance(MS);
+        assert_eq!(node.admit(), Admission::Probe);
+
+        let status = node.status();
+        assert_eq!((status.requests, status.failures, status.marked_down), (2, 2, 1), "skips are no requests");
     }
 }
