@@ -3,10 +3,10 @@
 //! processes sharing one database and the error for a bad URI value, as a
 //! user sees them (stderr of the host process).
 //!
-//! The .so is looked for in target/release (what `cargo build --release`
-//! makes) and next to this test binary (target/debug, built as part of
-//! `cargo test`); the newest one that is not older than the sources is used.
-//! None there, or only stale ones: the test fails and says how to build it.
+//! The .so is the one built for the profile this test runs under (next to
+//! this test binary, or in its `deps/` where `cargo test` builds it; see
+//! waffle-testkit's `artefact`), not older than the sources. None there, or
+//! only a stale one: the test fails and says how to build it.
 
 mod support;
 
@@ -24,8 +24,8 @@ const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------- finding things
 
-/// The extension to load (support/writers.rs: `WAFFLE_SO`, or the newest
-/// built one that is not older than the sources).
+/// The extension to load (support/writers.rs: `WAFFLE_SO`, or the one built
+/// for this profile, not older than the sources).
 fn libwaffle() -> PathBuf {
     let path = support::writers::libwaffle();
     eprintln!("using {}", path.display());

@@ -8,239 +8,32 @@
 //! An unreachable grid node (a closed port, a name that does not resolve) is
 //! not an error: one warning line, and its pages are misses.
 //!
-//! The table runs in a child process (this test binary re-run with
-//! WAFFLE_CFG_CHILD set, every other WAFFLE_* variable removed) so that its
-//! stderr can be read case by case.
+//! The table (waffle-testkit's `config_cases`) runs in a child process
+//! (waffle-testkit's `open-config-cases`, every WAFFLE_* variable removed) so
+//! that its stderr can be read case by case.
 //!
 //!     cargo test --release -p waffle-e2e --test faults_config
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 
-use rusqlite::Connection;
 use support::*;
-
-const CHILD_ENV: &str = "WAFFLE_CFG_CHILD";
-const CHILD_TEST: &str = "child_process_entry_does_nothing_unless_spawned_by_the_config_test";
-
-#[derive(Clone, Copy, Debug)]
-enum Want {
-    /// The open fails; stderr names this parameter and value.
-    Refused(&'static str, &'static str),
-    /// The open works and so does a small workload.
-    Opens,
-    /// The open works; stderr has a warning containing this text; grid reads are misses.
-    Warns(&'static str),
-}
-
-struct Case {
-    /// URI parameters as given (encoded for the URI here).
-    uri: Vec<(&'static str, String)>,
-    /// Environment variables set for this open only.
-    env: Vec<(&'static str, String)>,
-    want: Want,
-}
-
-fn uri(params: &[(&'static str, &str)]) -> Vec<(&'static str, String)> {
-    params.iter().map(|(k, v)| (*k, v.to_string())).collect()
-}
-
-fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
-    use Want::*;
-    let mut c = Vec::new();
-    let bad = |param: &'static str, values: &[&'static str], c: &mut Vec<Case>| {
-        for v in values {
-            c.push(Case { uri: uri(&[(param, v)]), env: vec![], want: Refused(param, v) });
-        }
-    };
-    bad(
-        "waffle_local",
-        &["lots", "", " ", "-1", "1.5GiB", "2TiB", "99999999999999999999", "12XB", "0x10", "1 MiB MiB", "MiB"],
-        &mut c,
-    );
-    bad(
-        "waffle_grid",
-        &[
-            "127.0.0.1",
-            "127.0.0.1:99999",
-            "127.0.0.1:0",
-            "127.0.0.1:-1",
-            ":11211",
-            "localhost:",
-            "a:1,,b:2",
-            "a:1,",
-            ",a:1",
-            "h:1:0",
-            "h:1:-2",
-            "h:1:x",
-            "h:1:2:3",
-            "[::1",
-            "[::1]",
-            "::1:11211",
-            "a b:1",
-            "h:11211x",
-        ],
-        &mut c,
-    );
-    bad("waffle_timeout_ms", &["0", "fast", "60001", "-5", "1.5", "", "99999999999999999999999", "5ms"], &mut c);
-    bad("waffle_push_queue", &["1.5MiB", "lots", "-1", "2TiB", "", "16 XiB"], &mut c);
-    bad("waffle_direct_io", &["maybe", "2", "", "onn", "of"], &mut c);
-    bad("waffle_device", &["floppy", "HDD-10K", "ssd", "hdd_10k"], &mut c);
-    let missing = key_dir.join("no-such.key");
-    let short_key = key_dir.join("short.key");
-    std::fs::write(&short_key, "00112233").unwrap();
-    for path in [missing, short_key] {
-        let v: &'static str = Box::leak(path.to_str().unwrap().to_string().into_boxed_str());
-        c.push(Case { uri: uri(&[("waffle_key_file", v)]), env: vec![], want: Refused("waffle_key_file", v) });
-    }
-    bad("waffle_grid_change", &["sometimes", "", "2"], &mut c);
-    // A misspelt parameter of ours is refused (and the known ones named), not ignored.
-    for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
-        c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
-    }
-    // The environment is read when the URI does not say; its errors name the parameter too.
-    for (var, param, v) in [
-        ("WAFFLE_LOCAL", "waffle_local", "lots"),
-        ("WAFFLE_TIMEOUT_MS", "waffle_timeout_ms", "0"),
-        ("WAFFLE_GRID", "waffle_grid", "nohost"),
-        ("WAFFLE_PUSH_QUEUE", "waffle_push_queue", "big"),
-        ("WAFFLE_DIRECT_IO", "waffle_direct_io", "perhaps"),
-        ("WAFFLE_DEVICE", "waffle_device", "tape"),
-    ] {
-        c.push(Case { uri: vec![], env: vec![(var, v.to_string())], want: Refused(param, v) });
-    }
-    // ... and the URI wins over it.
-    c.push(Case { uri: uri(&[("waffle_local", "1MiB")]), env: vec![("WAFFLE_LOCAL", "lots".into())], want: Opens });
-    // Values at the edges open and work.
-    for (param, v) in [
-        ("waffle_local", "0"),
-        ("waffle_local", "1"),
-        ("waffle_local", "4KiB"),
-        ("waffle_local", "1TiB"),
-        ("waffle_local", " 3 mb "),
-        ("waffle_timeout_ms", "1"),
-        ("waffle_timeout_ms", "60000"),
-        ("waffle_push_queue", "0"),
-        ("waffle_push_queue", "1"),
-        ("waffle_direct_io", "off"),
-        ("waffle_direct_io", "ON"),
-        ("waffle_device", "real"),
-        ("waffle_grid", ""),
-        ("waffle_grid", "  "),
-        ("waffle_grid_change", "on"),
-    ] {
-        c.push(Case { uri: uri(&[(param, v)]), env: vec![], want: Opens });
-    }
-    // Unreachable nodes: a warning and misses, not an error.
-    let closed = format!("127.0.0.1:{closed_port}");
-    let tiny = ("waffle_local", "16KiB".to_string()); // so that pages leave L1 and the grid is asked
-    c.push(Case { uri: vec![("waffle_grid", closed.clone()), tiny.clone()], env: vec![], want: Warns("is down") });
-    c.push(Case {
-        uri: vec![("waffle_grid", "no-such-host.invalid:11211".into()), tiny],
-        env: vec![],
-        want: Warns("cannot be resolved"),
-    });
-    c
-}
-
-/// Percent-encodes a URI parameter value (SQLite decodes it).
-fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| match b {
-            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b':' | b',' | b'/' | b'[' | b']' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn open(db: &Path, case: &Case) -> rusqlite::Result<Connection> {
-    register();
-    let mut u = format!("file:{}?vfs=waffle", db.to_str().unwrap());
-    for (k, v) in &case.uri {
-        u.push_str(&format!("&{k}={}", encode(v)));
-    }
-    Connection::open_with_flags(u, uri_flags())
-}
-
-/// A small workload whose results are known.
-fn work(conn: &Connection) -> Result<(), String> {
-    conn.execute_batch(
-        "PRAGMA cache_size = 5; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
-         WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < 300)
-         INSERT INTO t SELECT i, randomblob(900) FROM s;
-         UPDATE t SET v = zeroblob(900 + id % 7);",
-    )
-    .map_err(|e| e.to_string())?;
-    drop_pager_cache(conn);
-    let (count, total): (i64, i64) = conn
-        .query_row("SELECT count(*), sum(length(v)) FROM t", [], |r| Ok((r.get(0)?, r.get(1)?)))
-        .map_err(|e| e.to_string())?;
-    let want_total: i64 = (1..=300).map(|id| 900 + id % 7).sum();
-    if (count, total) != (300, want_total) {
-        return Err(format!("wrong results: {count} rows, {total} bytes"));
-    }
-    let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).map_err(|e| e.to_string())?;
-    if ok != "ok" {
-        return Err(format!("integrity_check: {ok}"));
-    }
-    Ok(())
-}
-
-#[test]
-fn child_process_entry_does_nothing_unless_spawned_by_the_config_test() {
-    let Some(dir) = std::env::var_os(CHILD_ENV) else { return };
-    let dir = Path::new(&dir);
-    let port: u16 = std::env::var("WAFFLE_CFG_CLOSED_PORT").unwrap().parse().unwrap();
-    for (i, case) in cases(dir, port).iter().enumerate() {
-        let db = dir.join(format!("case{i}.db"));
-        for (k, v) in &case.env {
-            std::env::set_var(k, v);
-        }
-        eprintln!("=== case {i}");
-        let result = open(&db, case);
-        for (k, _) in &case.env {
-            std::env::remove_var(k);
-        }
-        match result {
-            Err(e) => {
-                let code = e.sqlite_error_code();
-                eprintln!("=== result {i}: refused {code:?}: {e}; file created: {}", db.exists());
-            }
-            Ok(conn) => match work(&conn) {
-                Ok(()) => {
-                    let s = stats(&conn);
-                    eprintln!(
-                        "=== result {i}: opened ok; l2_misses+skipped {}",
-                        n(&s, "l2_misses") + n(&s, "l2_skipped") + n(&s, "l2_faults.io") + n(&s, "l2_faults.timeout")
-                    );
-                }
-                Err(e) => eprintln!("=== result {i}: opened but failed: {e}"),
-            },
-        }
-    }
-    eprintln!("=== done");
-}
+use waffle_testkit::artefact;
+use waffle_testkit::config_cases::{cases, Want};
 
 #[test]
 fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {
     let dir = TempDir::new("config");
     let closed_port = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"]);
+    let mut cmd = Command::new(artefact("open-config-cases"));
+    cmd.arg(dir.path()).arg(closed_port.to_string());
     for (k, _) in std::env::vars() {
         if k.starts_with("WAFFLE_") {
             cmd.env_remove(k);
         }
     }
-    let out = cmd
-        .env(CHILD_ENV, dir.path())
-        .env("WAFFLE_CFG_CLOSED_PORT", closed_port.to_string())
-        .output()
-        .expect("run the test binary as the child");
+    let out = cmd.output().unwrap_or_else(|e| panic!("run {cmd:?}: {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "the child failed ({}):\n{stderr}", out.status);
     assert!(!stderr.contains("panicked"), "a panic in the child:\n{stderr}");

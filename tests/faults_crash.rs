@@ -1,7 +1,7 @@
 //! The database process SIGKILLed while it writes, in rollback-journal and
 //! WAL modes, round after round on the same database.
 //!
-//! A child process (this test binary, re-run with WAFFLE_FC_* set) opens the
+//! A child process (waffle-testkit's `crash-writer`) opens the
 //! database through `waffle` (tiny L1, two memcached nodes) and commits one
 //! transaction after another (inserts of 1 to 6 rows up to three pages long,
 //! deletes of older rows, a counter), appending each transaction's number to
@@ -29,94 +29,17 @@
 mod support;
 
 use std::collections::HashSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 use support::*;
-
-const ENV_DB: &str = "WAFFLE_FC_DB";
-const ENV_GRID: &str = "WAFFLE_FC_GRID";
-const ENV_REPORT: &str = "WAFFLE_FC_REPORT";
-const ENV_FIRST: &str = "WAFFLE_FC_FIRST";
-const CHILD_TEST: &str = "child_process_entry_does_nothing_unless_spawned_by_a_crash_test";
+use waffle_testkit::artefact;
+use waffle_testkit::crash_workload::{expected, mix, params_for, transaction};
 
 fn rounds() -> u64 {
     soak_rounds(16, 3)
-}
-
-fn mix(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// Rows inserted by transaction `n`.
-fn rows_of(n: u64) -> u64 {
-    1 + mix(n) % 6
-}
-
-/// The value of row `j` of transaction `n`: up to three 4 KiB pages.
-fn value(n: u64, j: u64) -> Vec<u8> {
-    let len = 100 + (mix(n << 8 | j) % (3 * 4096)) as usize;
-    pattern(n << 8 | j, len)
-}
-
-/// Transaction `n`: its rows, the odd rows of transaction `n - 3` deleted, the counter.
-fn transaction(conn: &Connection, n: u64) {
-    let tx = conn.unchecked_transaction().unwrap();
-    for j in 0..rows_of(n) {
-        tx.execute("INSERT INTO t(id, n, v) VALUES (?, ?, ?)", params![(n * 100 + j) as i64, n as i64, value(n, j)])
-            .unwrap();
-    }
-    if n > 3 {
-        tx.execute("DELETE FROM t WHERE n = ? AND id % 2 = 1", [(n - 3) as i64]).unwrap();
-    }
-    tx.execute("UPDATE meta SET last = ?", [n as i64]).unwrap();
-    tx.commit().unwrap();
-}
-
-/// The rows (id, n, v) the database holds after transactions 1..=m, by id.
-fn expected(m: u64) -> Vec<(i64, i64, Vec<u8>)> {
-    let mut rows = Vec::new();
-    for n in 1..=m {
-        for j in 0..rows_of(n) {
-            let deleted = j % 2 == 1 && n + 3 <= m;
-            if !deleted {
-                rows.push(((n * 100 + j) as i64, n as i64, value(n, j)));
-            }
-        }
-    }
-    rows
-}
-
-fn params_for(grid: &str) -> Vec<(&str, &str)> {
-    vec![("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")]
-}
-
-/// Run as a child process: commit transactions from WAFFLE_FC_FIRST on,
-/// reporting each, until killed.
-#[test]
-fn child_process_entry_does_nothing_unless_spawned_by_a_crash_test() {
-    let (Some(db), Ok(grid), Some(report), Ok(first)) =
-        (std::env::var_os(ENV_DB), std::env::var(ENV_GRID), std::env::var_os(ENV_REPORT), std::env::var(ENV_FIRST))
-    else {
-        return;
-    };
-    let conn = open_waffle(Path::new(&db), &params_for(&grid));
-    // A small SQLite cache: big transactions spill pages into the file before COMMIT.
-    conn.execute_batch("PRAGMA cache_size = 10; PRAGMA wal_autocheckpoint = 20;").unwrap();
-    let mut report = std::fs::OpenOptions::new().append(true).open(report).unwrap();
-    println!("ready {:016x} {}", cache_id(&conn), std::process::id());
-    let first: u64 = first.parse().unwrap();
-    for n in first.. {
-        transaction(&conn, n);
-        // Reported only once COMMIT has returned: the parent may count on it.
-        report.write_all(format!("{n}\n").as_bytes()).unwrap();
-    }
 }
 
 fn reported(report: &Path) -> Vec<u64> {
@@ -127,16 +50,13 @@ fn reported(report: &Path) -> Vec<u64> {
 /// reports and `extra_ms` more; returns the child's cache id.
 fn crash_child(db: &Path, grid: &str, report: &Path, first: u64, commits: usize, extra_ms: u64) -> u64 {
     let before = reported(report).len();
-    let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", CHILD_TEST, "--nocapture", "--test-threads=1"])
-        .env(ENV_DB, db)
-        .env(ENV_GRID, grid)
-        .env(ENV_REPORT, report)
-        .env(ENV_FIRST, first.to_string());
+    let mut cmd = Command::new(artefact("crash-writer"));
+    cmd.arg(db).arg(grid).arg(report).arg(first.to_string());
     let (mut child, ready) = spawn_until_ready(&mut cmd, Duration::from_secs(20));
     let id = u64::from_str_radix(ready.split_whitespace().next().unwrap(), 16).unwrap();
-    let done = wait_until(Duration::from_secs(30), || reported(report).len() >= before + commits);
-    assert!(done, "the child did not commit {commits} transactions in 30 s");
+    let what = format!("the child to report {commits} more commits");
+    wait_for(Duration::from_secs(30), &what, || reported(report).len() >= before + commits);
+    // Not a wait for a condition: a random moment to kill at, after the commits counted above.
     std::thread::sleep(Duration::from_millis(extra_ms));
     child.0.kill().expect("SIGKILL the child");
     let status = child.0.wait().unwrap();

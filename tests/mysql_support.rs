@@ -11,7 +11,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use serde_json::Value;
 pub use waffle_cli::mysql::server::{self, Preload, Server, ServerOptions, Tools};
@@ -113,61 +113,12 @@ pub fn fresh_datadir(dir: &TempDir, name: &str) -> PathBuf {
     to
 }
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
-}
-
-fn newest_source() -> (SystemTime, PathBuf) {
-    let mut best = (SystemTime::UNIX_EPOCH, PathBuf::new());
-    for dir in ["crates/waffle-preload/src", "crates/waffle-core/src"] {
-        let mut stack = vec![workspace().join(dir)];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                let p = e.path();
-                if p.is_dir() {
-                    stack.push(p);
-                } else if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
-                    if t > best.0 {
-                        best = (t, p);
-                    }
-                }
-            }
-        }
-    }
-    best
-}
-
-/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, else the newest of
-/// target/release and target/debug, which must not be older than the sources.
+/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, or the one built for the
+/// profile these tests run under, not older than its sources (waffle-testkit's
+/// `artefact`; fails and says how to build it).
 pub fn preload_so() -> PathBuf {
     static P: OnceLock<PathBuf> = OnceLock::new();
-    P.get_or_init(|| {
-        if let Some(p) = std::env::var_os("WAFFLE_PRELOAD_SO") {
-            let p = PathBuf::from(p);
-            assert!(p.is_file(), "WAFFLE_PRELOAD_SO={} does not exist", p.display());
-            return p;
-        }
-        let target =
-            std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-        let candidates = [target.join("release/libwaffle_preload.so"), target.join("debug/libwaffle_preload.so")];
-        let found: Vec<(SystemTime, PathBuf)> =
-            candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).collect();
-        let Some((time, path)) = found.into_iter().max_by_key(|(t, _)| *t) else {
-            panic!(
-                "libwaffle_preload.so not found (looked for {candidates:?}). Build it first: \
-                 `cargo build --release -p waffle-preload` (or `cargo build --release`)"
-            )
-        };
-        let (src_time, src) = newest_source();
-        assert!(
-            time >= src_time,
-            "{} is older than {}: rebuild with `cargo build --release -p waffle-preload`",
-            path.display(),
-            src.display()
-        );
-        path
-    })
-    .clone()
+    P.get_or_init(|| waffle_testkit::artefact("libwaffle_preload.so")).clone()
 }
 
 pub fn start_node(mib: u32) -> Node {

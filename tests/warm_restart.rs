@@ -3,95 +3,26 @@
 //!
 //! 1. Create, close cleanly, reopen with the same grid: same cache id, reads
 //!    come from the grid (no rejects), data correct.
-//! 2. A child process (this test binary, re-run with WAFFLE_E2E_CHILD set)
-//!    opens the database (warm), writes, pushes, and is SIGKILLed.
+//! 2. A child process (waffle-testkit's `commit-then-hang`) opens the
+//!    database (warm), writes, pushes, and is SIGKILLed.
 //! 3. Reopen: a new cache id, not one grid hit in a full scan although the
 //!    node still holds the child's copies; data correct; integrity ok.
 
 mod support;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use rusqlite::{params, Connection};
+use rusqlite::params;
 use support::*;
-
-const ROW: usize = 3000; // one row per 4 KiB leaf page
-const CHILD_ENV_DB: &str = "WAFFLE_E2E_CHILD_DB";
-const CHILD_ENV_GRID: &str = "WAFFLE_E2E_CHILD_GRID";
-/// "committed": commit, push, wait. "in_transaction": then also start a big
-/// UPDATE that spills pages into the file, and wait with it open.
-const CHILD_ENV_MODE: &str = "WAFFLE_E2E_CHILD_MODE";
-
-fn params_for(grid: &str) -> Vec<(&str, &str)> {
-    vec![("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")]
-}
-
-fn value(id: i64, generation: u64) -> Vec<u8> {
-    pattern((generation << 32) | id as u64, ROW)
-}
-
-/// Reads every row once (SQLite's cache dropped first) and compares.
-fn check_rows(conn: &Connection, expect: impl Fn(i64) -> Vec<u8>, count: i64) {
-    drop_pager_cache(conn);
-    let mut stmt = conn.prepare("SELECT id, v FROM t ORDER BY id").unwrap();
-    let mut seen = 0;
-    for row in stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))).unwrap() {
-        let (id, v) = row.unwrap();
-        seen += 1;
-        assert_eq!(id, seen, "rows are 1..={count}");
-        assert!(v == expect(id), "row {id} has wrong bytes");
-    }
-    assert_eq!(seen, count);
-}
-
-/// Run as a child process: open (warm), write, push, report, and wait to be killed.
-#[test]
-fn child_process_entry_does_nothing_unless_spawned_by_the_crash_test() {
-    let (Some(db), Some(grid)) = (std::env::var_os(CHILD_ENV_DB), std::env::var(CHILD_ENV_GRID).ok()) else {
-        return;
-    };
-    let db = PathBuf::from(db);
-    let conn = open_waffle(&db, &params_for(&grid));
-    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=50i64 {
-        tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 2), id]).unwrap();
-    }
-    for id in 201..=300i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 2)]).unwrap();
-    }
-    tx.commit().unwrap();
-    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
-    flush(&conn);
-    if std::env::var(CHILD_ENV_MODE).as_deref() == Ok("in_transaction") {
-        // 150 one-page rows through a 10-page SQLite cache: dirty pages spill
-        // into the database file before the commit that never comes.
-        conn.execute_batch("BEGIN").unwrap();
-        for id in 100..=250i64 {
-            conn.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 3), id]).unwrap();
-        }
-        flush(&conn);
-    }
-    println!("ready {:016x} {}", cache_id(&conn), std::process::id());
-    std::thread::sleep(Duration::from_secs(60)); // the parent kills us long before
-    panic!("the crash test did not kill this child");
-}
+use waffle_testkit::artefact;
+use waffle_testkit::warm_restart::{after_child_commit, check_rows, params_for, value};
 
 /// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
 fn crash_child(db: &Path, grid: &str, mode: &str) -> u64 {
-    let exe = std::env::current_exe().unwrap();
-    let mut cmd = Command::new(exe);
-    cmd.args([
-        "--exact",
-        "child_process_entry_does_nothing_unless_spawned_by_the_crash_test",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(CHILD_ENV_DB, db)
-    .env(CHILD_ENV_GRID, grid)
-    .env(CHILD_ENV_MODE, mode);
+    let mut cmd = Command::new(artefact("commit-then-hang"));
+    cmd.arg(db).arg(grid).arg(mode);
     let (mut child, ready) = spawn_until_ready(&mut cmd, Duration::from_secs(15));
     let mut words = ready.split_whitespace();
     let id = u64::from_str_radix(words.next().unwrap(), 16).unwrap();
@@ -140,7 +71,7 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     let new_id = cache_id(&conn);
     assert_ne!(new_id, child_id, "after a crash the reopen must take a new cache id");
-    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
+    check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
     let s = stats(&conn);
     assert_eq!(n(&s, "l2_hits"), 0, "a single scan after a crash must not hit any copy from before it: {s}");
     assert!(n(&s, "l2_misses") > 0 && n(&s, "disk_reads") >= 300, "the scan reads the disk: {s}");
@@ -191,7 +122,7 @@ fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     assert_ne!(cache_id(&conn), child_id, "after a crash the reopen must take a new cache id");
     // The committed state: generation 2 for 1..=50 and 201..=300, 1 otherwise; never 3.
-    check_rows(&conn, |id| value(id, if id <= 50 || id > 200 { 2 } else { 1 }), 300);
+    check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
     assert!(!journal.exists(), "the hot journal should have been rolled back");
     let s = stats(&conn);
     assert!(n(&s, "disk_writes") > 0, "the rollback writes the original pages back through waffle: {s}");

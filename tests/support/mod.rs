@@ -16,11 +16,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Once;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rusqlite::{Connection, OpenFlags};
-use serde_json::Value;
+use rusqlite::Connection;
 pub use waffle_nodes::Node;
 
 // ---------------------------------------------------------------- temp dirs
@@ -79,93 +77,17 @@ pub fn grid_of(nodes: &[&Node]) -> String {
 
 // ---------------------------------------------------------------- opening databases
 
-/// Registers the `waffle` VFS with the SQLite rusqlite links (once per process).
-pub fn register() {
-    static ONCE: Once = Once::new();
-    ONCE.call_once(|| waffle::register().expect("waffle::register() failed"));
-}
-
-/// `file:{path}?vfs=waffle&k=v&...`
-pub fn waffle_uri(path: &Path, params: &[(&str, &str)]) -> String {
-    let p = path.to_str().expect("temp paths are UTF-8");
-    assert!(!p.contains(['?', '#', '%']), "path {p} needs URI escaping; pick another temp dir");
-    let mut uri = format!("file:{p}?vfs=waffle");
-    for (k, v) in params {
-        uri.push_str(&format!("&{k}={v}"));
-    }
-    uri
-}
-
-pub fn uri_flags() -> OpenFlags {
-    OpenFlags::SQLITE_OPEN_READ_WRITE
-        | OpenFlags::SQLITE_OPEN_CREATE
-        | OpenFlags::SQLITE_OPEN_URI
-        | OpenFlags::SQLITE_OPEN_NO_MUTEX
-}
-
-/// Opens `path` through `waffle` with the given URI parameters. Parameters
-/// not given are pinned here (no grid, direct I/O on) so that a WAFFLE_*
-/// variable in the environment cannot change what a test measures.
-pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
-    try_open_waffle(path, params).unwrap_or_else(|e| panic!("open {} through waffle: {e}", path.display()))
-}
-
-pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result<Connection> {
-    register();
-    let mut all: Vec<(&str, &str)> = params.to_vec();
-    for (k, v) in [("waffle_grid", ""), ("waffle_local", "256MiB"), ("waffle_timeout_ms", "1000")] {
-        if !all.iter().any(|(name, _)| *name == k) {
-            all.push((k, v));
-        }
-    }
-    let conn = Connection::open_with_flags(waffle_uri(path, &all), uri_flags())?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    Ok(conn)
-}
+// Opening through waffle and reading its stats are shared with the child programs.
+#[allow(unused_imports)] // every test file has its own copy of this module and uses some of them
+pub use waffle_testkit::db::{
+    cache_id, drop_pager_cache, flush, n, open_waffle, register, stats, try_open_waffle, uri_flags, waffle_uri,
+};
 
 /// A plain database: SQLite's default VFS, nothing of ours in the way.
 pub fn open_plain(path: &Path) -> Connection {
     let conn = Connection::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
     conn.busy_timeout(Duration::from_secs(10)).unwrap();
     conn
-}
-
-// ---------------------------------------------------------------- stats
-
-/// `PRAGMA waffle_stats` as JSON.
-pub fn stats(conn: &Connection) -> Value {
-    let text: String = conn
-        .query_row("PRAGMA waffle_stats", [], |r| r.get(0))
-        .expect("PRAGMA waffle_stats returns one row (is this database open through waffle?)");
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("PRAGMA waffle_stats is not JSON ({e}): {text}"))
-}
-
-/// A counter by JSON path, e.g. `n(&s, "l2_rejects.version")`.
-pub fn n(stats: &Value, path: &str) -> u64 {
-    let mut v = stats;
-    for part in path.split('.') {
-        v = v.get(part).unwrap_or_else(|| panic!("waffle_stats has no {path}: {stats}"));
-    }
-    v.as_u64().unwrap_or_else(|| panic!("waffle_stats {path} is not a count: {v}"))
-}
-
-/// The cache identity of an open database (16 hex digits).
-pub fn cache_id(conn: &Connection) -> u64 {
-    let s = stats(conn);
-    let text = s["cache_id"].as_str().unwrap_or_else(|| panic!("no cache_id in {s}"));
-    u64::from_str_radix(text, 16).unwrap_or_else(|e| panic!("cache_id {text}: {e}"))
-}
-
-/// `PRAGMA waffle_flush`: waits until every evicted page was pushed.
-pub fn flush(conn: &Connection) {
-    let r: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).expect("PRAGMA waffle_flush");
-    assert_eq!(r, "ok", "PRAGMA waffle_flush did not finish");
-}
-
-/// Frees this connection's own page cache (SQLite's pager), so the next
-/// statement reads its pages through the VFS again.
-pub fn drop_pager_cache(conn: &Connection) {
-    conn.execute_batch("PRAGMA shrink_memory").expect("PRAGMA shrink_memory");
 }
 
 // ---------------------------------------------------------------- talking to a node directly
@@ -366,42 +288,9 @@ pub fn soak_seed(base: u64) -> u64 {
     base ^ extra.wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-// ---------------------------------------------------------------- time
-
-/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// [`wait_until`] that fails the test: panics naming `what` (what did not
-/// happen, e.g. "the node to be marked down") if it does not within `timeout`.
-#[track_caller]
-pub fn wait_for(timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
-    assert!(wait_until(timeout, cond), "timed out after {timeout:?} waiting for {what}");
-}
-
-/// Deterministic pseudo-random bytes (a page-sized row that does not compress
-/// or repeat, so a wrong page is never the right bytes by accident).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+// Shared with the child programs: deterministic pseudo-random bytes, waiting for a condition.
+#[allow(unused_imports)] // every test file has its own copy of this module and uses some of them
+pub use waffle_testkit::{pattern, wait_for, wait_until};
 
 // ---------------------------------------------------------------- child processes
 
@@ -415,9 +304,9 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Spawns `cmd` with stdout piped and waits (at most `limit`) for a line
-/// containing "ready "; returns the child and the rest of that line. libtest
-/// may print "test <name> ... " on the same line first.
+/// Spawns `cmd` (a child program of waffle-testkit) with stdout piped and
+/// waits (at most `limit`) for a line containing "ready "; returns the child
+/// and the rest of that line.
 pub fn spawn_until_ready(cmd: &mut std::process::Command, limit: Duration) -> (KillOnDrop, String) {
     use std::process::Stdio;
     let child = cmd
@@ -425,7 +314,7 @@ pub fn spawn_until_ready(cmd: &mut std::process::Command, limit: Duration) -> (K
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
-        .expect("spawn the test binary as the child");
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
     let mut child = KillOnDrop(child);
     let stdout = child.0.stdout.take().expect("stdout is piped");
     let (tx, rx) = std::sync::mpsc::channel();

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use rusqlite::types::Value;
 
@@ -21,66 +21,11 @@ pub const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------- finding things
 
-pub fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("tests/ is inside the workspace").to_path_buf()
-}
-
-/// The newest file among the sources of waffle-core and waffle-sqlite.
-fn newest_source() -> (SystemTime, PathBuf) {
-    let mut newest = (SystemTime::UNIX_EPOCH, PathBuf::new());
-    let mut stack: Vec<PathBuf> = ["crates/waffle-sqlite", "crates/waffle-core"]
-        .iter()
-        .flat_map(|c| [workspace().join(c).join("src"), workspace().join(c).join("Cargo.toml")])
-        .collect();
-    while let Some(p) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else {
-            continue;
-        };
-        if meta.is_dir() {
-            stack.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-        } else if let Ok(t) = meta.modified() {
-            if t > newest.0 {
-                newest = (t, p);
-            }
-        }
-    }
-    newest
-}
-
-/// The extension to load: `WAFFLE_SO`, or the newest `libwaffle.so` in
-/// target/release or next to the test binary that is not older than the
-/// sources; none, or only stale ones, fails and says how to build it.
-/// (The same search as extension_load.rs.)
+/// The extension to load: `WAFFLE_SO`, or the `libwaffle.so` built for the
+/// profile these tests run under, not older than its sources (waffle-testkit's
+/// `artefact`); none, or only a stale one, fails and says how to build it.
 pub fn libwaffle() -> PathBuf {
-    if let Some(p) = std::env::var_os("WAFFLE_SO") {
-        let p = PathBuf::from(p);
-        assert!(p.is_file(), "WAFFLE_SO={} does not exist", p.display());
-        return p;
-    }
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| workspace().join("target"));
-    let mut candidates = vec![target.join("release/libwaffle.so")];
-    if let Some(profile) = std::env::current_exe().ok().and_then(|e| e.parent()?.parent().map(Path::to_path_buf)) {
-        candidates.push(profile.join("libwaffle.so"));
-        candidates.push(profile.join("deps/libwaffle.so"));
-    }
-    candidates.push(target.join("debug/libwaffle.so"));
-    let (src_time, src) = newest_source();
-    let found: Vec<(SystemTime, PathBuf)> =
-        candidates.iter().filter_map(|c| Some((std::fs::metadata(c).ok()?.modified().ok()?, c.clone()))).collect();
-    if found.is_empty() {
-        panic!(
-            "libwaffle.so not found (looked for {candidates:?}). Build the extension first: \
-             `cargo build --release -p waffle-sqlite` (or `cargo build --release`)"
-        );
-    }
-    let (time, path) = found.iter().max_by_key(|(t, _)| *t).unwrap().clone();
-    assert!(
-        time >= src_time,
-        "{} is older than {}: rebuild the extension with `cargo build --release -p waffle-sqlite`",
-        path.display(),
-        src.display()
-    );
-    path
+    waffle_testkit::artefact("libwaffle.so")
 }
 
 pub fn sqlite3_shell() -> PathBuf {

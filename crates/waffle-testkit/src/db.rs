@@ -1,0 +1,89 @@
+//! Opening databases through `waffle` and reading its stats: used by the child programs and, through
+//! `tests/support`, by every end-to-end test.
+
+use std::path::Path;
+use std::sync::Once;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+
+/// Registers the `waffle` VFS with the SQLite rusqlite links (once per process).
+pub fn register() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| waffle::register().expect("waffle::register() failed"));
+}
+
+/// `file:{path}?vfs=waffle&k=v&...`
+pub fn waffle_uri(path: &Path, params: &[(&str, &str)]) -> String {
+    let p = path.to_str().expect("temp paths are UTF-8");
+    assert!(!p.contains(['?', '#', '%']), "path {p} needs URI escaping; pick another temp dir");
+    let mut uri = format!("file:{p}?vfs=waffle");
+    for (k, v) in params {
+        uri.push_str(&format!("&{k}={v}"));
+    }
+    uri
+}
+
+pub fn uri_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_WRITE
+        | OpenFlags::SQLITE_OPEN_CREATE
+        | OpenFlags::SQLITE_OPEN_URI
+        | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
+/// Opens `path` through `waffle` with the given URI parameters. Parameters
+/// not given are pinned here (no grid, direct I/O on) so that a WAFFLE_*
+/// variable in the environment cannot change what a test measures.
+pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
+    try_open_waffle(path, params).unwrap_or_else(|e| panic!("open {} through waffle: {e}", path.display()))
+}
+
+pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result<Connection> {
+    register();
+    let mut all: Vec<(&str, &str)> = params.to_vec();
+    for (k, v) in [("waffle_grid", ""), ("waffle_local", "256MiB"), ("waffle_timeout_ms", "1000")] {
+        if !all.iter().any(|(name, _)| *name == k) {
+            all.push((k, v));
+        }
+    }
+    let conn = Connection::open_with_flags(waffle_uri(path, &all), uri_flags())?;
+    conn.busy_timeout(Duration::from_secs(10))?;
+    Ok(conn)
+}
+
+/// `PRAGMA waffle_stats` as JSON.
+pub fn stats(conn: &Connection) -> Value {
+    let text: String = conn
+        .query_row("PRAGMA waffle_stats", [], |r| r.get(0))
+        .expect("PRAGMA waffle_stats returns one row (is this database open through waffle?)");
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("PRAGMA waffle_stats is not JSON ({e}): {text}"))
+}
+
+/// A counter by JSON path, e.g. `n(&s, "l2_rejects.version")`.
+pub fn n(stats: &Value, path: &str) -> u64 {
+    let mut v = stats;
+    for part in path.split('.') {
+        v = v.get(part).unwrap_or_else(|| panic!("waffle_stats has no {path}: {stats}"));
+    }
+    v.as_u64().unwrap_or_else(|| panic!("waffle_stats {path} is not a count: {v}"))
+}
+
+/// The cache identity of an open database (16 hex digits).
+pub fn cache_id(conn: &Connection) -> u64 {
+    let s = stats(conn);
+    let text = s["cache_id"].as_str().unwrap_or_else(|| panic!("no cache_id in {s}"));
+    u64::from_str_radix(text, 16).unwrap_or_else(|e| panic!("cache_id {text}: {e}"))
+}
+
+/// `PRAGMA waffle_flush`: waits until every evicted page was pushed.
+pub fn flush(conn: &Connection) {
+    let r: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).expect("PRAGMA waffle_flush");
+    assert_eq!(r, "ok", "PRAGMA waffle_flush did not finish");
+}
+
+/// Frees this connection's own page cache (SQLite's pager), so the next
+/// statement reads its pages through the VFS again.
+pub fn drop_pager_cache(conn: &Connection) {
+    conn.execute_batch("PRAGMA shrink_memory").expect("PRAGMA shrink_memory");
+}
