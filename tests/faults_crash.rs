@@ -55,7 +55,11 @@ fn crash_child(db: &Path, grid: &str, report: &Path, first: u64, commits: usize,
     let (mut child, ready) = spawn_until_ready(&mut cmd, Duration::from_secs(20));
     let id = u64::from_str_radix(ready.split_whitespace().next().unwrap(), 16).unwrap();
     let what = format!("the child to report {commits} more commits");
-    wait_for(Duration::from_secs(30), &what, || reported(report).len() >= before + commits);
+    wait_for(Duration::from_secs(30), &what, || {
+        // A child that died is not going to report anything: say so now, not in 30 s.
+        assert!(child.0.try_wait().unwrap().is_none(), "the child exited before it was killed");
+        reported(report).len() >= before + commits
+    });
     // Not a wait for a condition: a random moment to kill at, after the commits counted above.
     std::thread::sleep(Duration::from_millis(extra_ms));
     child.0.kill().expect("SIGKILL the child");
@@ -365,13 +369,19 @@ fn a_slow_open_does_not_stall_other_databases() {
         let slow = slow.clone();
         std::thread::spawn(move || drop(open_waffle(&slow, &[])))
     };
-    // Give the slow open time to reach its wait (the assertion below does not
-    // depend on how long: it is about order).
-    std::thread::sleep(Duration::from_millis(100));
+    // Until the slow open has reached its wait: it has the sidecar open too.
+    let side_path = std::fs::canonicalize(waffle_core::sidecar::Sidecar::path_for(&slow)).unwrap();
+    wait_for(Duration::from_secs(10), "the slow open to open its sidecar", || open_fds_to(&side_path) >= 2);
     let conn = open_waffle(&quick, &[]);
     conn.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
     drop(conn);
     assert!(!waiting.is_finished(), "another database opened and closed while slow.db's open was still waiting");
     drop(side);
     waiting.join().unwrap();
+}
+
+/// How many of this process's file descriptors are open on `path` (canonical).
+fn open_fds_to(path: &Path) -> usize {
+    let fds = std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd");
+    fds.flatten().filter(|fd| std::fs::read_link(fd.path()).is_ok_and(|target| target == path)).count()
 }

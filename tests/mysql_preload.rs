@@ -49,6 +49,8 @@ fn run_child(dir: &Path, active: bool, grid: &str) -> String {
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success() && stdout.contains("child ok"), "child failed ({}):\n{stdout}\n{stderr}", out.status);
+    // Its last step on t1.ibd: a second name for it (the child did its work, not only say so).
+    assert!(dir.join("db/t1.raw").is_file(), "the child never got to the end of its I/O:\n{stderr}");
     stderr
 }
 

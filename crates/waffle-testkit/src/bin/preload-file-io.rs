@@ -9,9 +9,11 @@
 use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use serde_json::Value;
 use waffle_testkit::innodb_page::{page, PS};
+use waffle_testkit::wait_for;
 
 const PAGES: u32 = 64;
 
@@ -19,6 +21,41 @@ fn main() {
     let [dir] = waffle_testkit::child_args("preload-file-io", ["dir"]);
     run(Path::new(&dir));
     println!("child ok");
+}
+
+fn unix_ms() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64
+}
+
+/// Waits until the preload has sent what it evicted so far to the grid, so that the next pass
+/// reads those pages from there: until its stats file (`WAFFLE_STATS_FILE`, rewritten every
+/// `WAFFLE_STATS_INTERVAL_MS`) shows an empty push queue in a snapshot taken after this call.
+/// Inert (no `WAFFLE_PRELOAD_ACTIVE`) the preload caches nothing and writes no stats file.
+fn wait_for_pushes() {
+    if std::env::var_os("WAFFLE_PRELOAD_ACTIVE").is_none() {
+        return;
+    }
+    let path = std::env::var_os("WAFFLE_STATS_FILE").expect("WAFFLE_STATS_FILE is set with WAFFLE_PRELOAD_ACTIVE");
+    let since = unix_ms();
+    let mut first_stamp = None;
+    wait_for(Duration::from_secs(10), "the preload's stats file to show its push queue empty", || {
+        let Some(v) = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok()) else {
+            return false;
+        };
+        let stamp = v["updated_unix_ms"].as_u64().unwrap_or(0);
+        if stamp <= since {
+            return false;
+        }
+        // A file is stamped after its counters were read: only a write after the first one
+        // stamped past `since` surely counts everything queued before this call.
+        match first_stamp {
+            None => {
+                first_stamp = Some(stamp);
+                false
+            }
+            Some(first) => stamp > first && v["push_queue_bytes"] == 0,
+        }
+    });
 }
 
 fn read_page(f: &std::fs::File, i: u32) -> Vec<u8> {
@@ -42,10 +79,10 @@ fn run(dir: &Path) {
     for (i, p) in model.iter().enumerate() {
         f.write_all_at(p, (i * PS) as u64).unwrap();
     }
-    // L1 holds 4 pages: the rest were pushed to the grid; read everything twice.
-    std::thread::sleep(Duration::from_millis(300));
+    // L1 holds 4 pages: the rest go to the grid; read everything twice.
+    wait_for_pushes();
     check_all(&f, &model, "first pass");
-    std::thread::sleep(Duration::from_millis(300));
+    wait_for_pushes();
     check_all(&f, &model, "second pass");
 
     // A rewrite and a partial write.
@@ -62,7 +99,7 @@ fn run(dir: &Path) {
     f.write_all_at(&model[9], 9 * PS as u64).unwrap();
     for _ in 0..3 {
         check_all(&f, &model, "with a non-InnoDB page");
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for_pushes();
     }
 
     // A dup (Rust's try_clone is fcntl F_DUPFD_CLOEXEC), then the original closed.
