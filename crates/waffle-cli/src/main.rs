@@ -10,7 +10,7 @@ use waffle_cli::bench::{self, BenchOptions, SweepOptions};
 use waffle_cli::demo::{self, DemoOptions};
 use waffle_cli::probe::{self, ProbeOptions};
 use waffle_core::config::parse_size;
-use waffle_core::emulation::LinkProfile;
+use waffle_emulation::LinkProfile;
 
 #[derive(Parser)]
 #[command(name = "waffle", version, about = "Waffle: a remote buffer cache for databases on a memcached grid")]
@@ -318,7 +318,7 @@ fn size(s: &str) -> Result<u64, String> {
 }
 
 fn device(s: &str) -> Result<String, String> {
-    waffle_core::emulation::DeviceProfile::by_name(s.trim()).map(|_| s.trim().to_string())
+    waffle_emulation::DeviceProfile::by_name(s.trim()).map(|_| s.trim().to_string())
 }
 
 fn page_size(s: &str) -> Result<u32, String> {

@@ -26,9 +26,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use serde_json::{json, Value};
 use waffle_core::backing::{Backing, DirectFile, PageId};
-use waffle_core::emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile};
 use waffle_core::envelope::{self, Identity};
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
+use waffle_emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile};
 use waffle_nodes::Node;
 
 use crate::bench::{chart, report};
@@ -201,8 +201,12 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
 
     let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
     let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
-    let grid =
-        Arc::new(Grid::new(specs.clone(), GridOptions { timeout_ms: 1000, link: o.link, ..GridOptions::default() }));
+    let grid = Grid::new(specs.clone(), GridOptions { timeout_ms: 1000, ..GridOptions::default() });
+    // The grid's requests and the bare ones each cross a link of their own.
+    let grid = Arc::new(match o.link {
+        Some(l) => grid.with_link(Arc::new(Link::new(l))),
+        None => grid,
+    });
     let cache_id = 0x9_0be_u64;
     let mut rng = SmallRng::seed_from_u64(5);
     let mut page = vec![0u8; o.value_bytes];

@@ -28,7 +28,6 @@
 pub mod backing;
 pub mod cache;
 pub mod config;
-pub mod emulation;
 pub mod envelope;
 pub mod grid;
 pub mod pool;

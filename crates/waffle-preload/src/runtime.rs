@@ -22,11 +22,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 use waffle_core::backing::{Backing, PageId, DIRECT_ALIGN};
-use waffle_core::emulation::{EmulatedDevice, OnDevice};
-use waffle_core::grid::{Grid, GridOptions};
+use waffle_core::grid::{Grid, GridOptions, LinkModel};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
 use waffle_core::{CacheOptions, Config, PageCache, Source};
+use waffle_emulation::{EmulatedDevice, Emulation, OnDevice};
 
 use crate::filter::Filter;
 use crate::innodb::{self, Mismatch};
@@ -222,11 +222,15 @@ impl Runtime {
         let args = cmdline();
         let (page_bytes, page_bytes_from) = page_size(first_fd, &args)?;
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
+        let Emulation { device, link } = Emulation::from_config(&config).map_err(|e| e.to_string())?;
         let grid = (!config.grid.is_empty()).then(|| {
-            let opts = GridOptions { timeout_ms: config.timeout_ms, link: config.link, ..GridOptions::default() };
-            Arc::new(Grid::new(config.grid.clone(), opts))
+            let grid =
+                Grid::new(config.grid.clone(), GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() });
+            Arc::new(match &link {
+                Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn LinkModel>),
+                None => grid,
+            })
         });
-        let device = config.device.map(EmulatedDevice::new);
         if let Some(d) = &device {
             log::note(&format!(
                 "EMULATED device {}: every tablespace page read that reaches the disk waits for it (benchmarks only)",

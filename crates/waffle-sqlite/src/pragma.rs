@@ -41,7 +41,8 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             ),
             Some(list) => match NodeSpec::parse_list(list) {
                 Ok(nodes) => {
-                    let grid = (!nodes.is_empty()).then(|| registry::grid_for(&db.config, nodes));
+                    let grid =
+                        (!nodes.is_empty()).then(|| registry::grid_for(&db.config, db.emulation.link.as_ref(), nodes));
                     db.cache.set_grid(grid);
                     (SQLITE_OK, Some(current_grid(db)))
                 }
@@ -83,8 +84,8 @@ pub fn stats(db: &OpenDb) -> String {
             "timeout_ms": db.config.timeout_ms,
             "push_queue_bytes": db.config.push_queue_bytes,
             "direct_io": db.config.direct_io,
-            "device": db.config.device.map_or("real".to_string(), |p| format!("{} (emulated)", p.name)),
-            "link": db.config.link.map_or("loopback".to_string(), |l| format!("{} (emulated)", l.name)),
+            "device": db.emulation.device.as_ref().map_or("real".to_string(), |d| format!("{} (emulated)", d.profile().name)),
+            "link": db.emulation.link.as_ref().map_or("loopback".to_string(), |l| format!("{} (emulated)", l.profile().name)),
             "grid_change": db.config.grid_change,
         }),
     );

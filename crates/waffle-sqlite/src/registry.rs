@@ -16,10 +16,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
-use waffle_core::emulation::{EmulatedDevice, OnDevice};
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
+use waffle_emulation::{Emulation, Link, OnDevice};
 
 use crate::coherence::{Coherence, FileSig};
 
@@ -28,8 +28,9 @@ pub struct OpenDb {
     /// Waffle's own read-only handle on the database file (O_DIRECT where
     /// allowed): what the cache reads when no tier has a page.
     file: DirectFile,
-    /// `waffle_device` (benchmarks): the EMULATED device those reads wait for.
-    device: Option<EmulatedDevice>,
+    /// `waffle_device`, `waffle_link` (benchmarks only): the EMULATED device
+    /// those reads wait for, and the link grid requests wait for.
+    pub emulation: Emulation,
     pub path: PathBuf,
     pub config: Config,
     /// What the cache knows of other writers (file signature, WAL position).
@@ -52,7 +53,7 @@ impl OpenDb {
     /// Calls `read` with what the cache reads from: the file, behind the
     /// EMULATED device when there is one.
     pub fn with_backing<R>(&self, read: impl FnOnce(&dyn Backing) -> R) -> R {
-        match &self.device {
+        match &self.emulation.device {
             Some(device) => read(&OnDevice { device, file: &self.file }),
             None => read(&self.file),
         }
@@ -134,8 +135,8 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     if let Some(w) = warning {
         eprintln!("{w}");
     }
-    let device = config.device.map(EmulatedDevice::new);
-    let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
+    let emulation = Emulation::from_config(&config).map_err(|e| e.to_string())?;
+    let grid = (!config.grid.is_empty()).then(|| grid_for(&config, emulation.link.as_ref(), config.grid.clone()));
     let meta = File::open(path).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
     // A warm start is trusted only with the file signature it was saved with;
     // the first lock compares it with the file (Coherence::on_shared).
@@ -159,7 +160,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     Ok(OpenDb {
         cache,
         file,
-        device,
+        emulation,
         path: path.to_path_buf(),
         config,
         coherence: Mutex::new(Coherence::new(sig)),
@@ -171,10 +172,13 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     })
 }
 
-/// A grid client for `nodes` with the database's request settings.
-pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
-    let opts = GridOptions { timeout_ms: config.timeout_ms, link: config.link, ..GridOptions::default() };
-    Arc::new(Grid::new(nodes, opts))
+/// A grid client for `nodes` with the database's request settings (and its EMULATED link, if any).
+pub fn grid_for(config: &Config, link: Option<&Arc<Link>>, nodes: Vec<NodeSpec>) -> Arc<Grid> {
+    let grid = Grid::new(nodes, GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() });
+    Arc::new(match link {
+        Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn waffle_core::grid::LinkModel>),
+        None => grid,
+    })
 }
 
 /// Leaves the cache; the last one out closes it cleanly, holding the file's

@@ -87,14 +87,17 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
             waffle_core::config::check_name(&key.to_string_lossy()).map_err(|e| e.to_string())?;
         }
     }
-    Config::from_lookup(|param| {
+    let config = Config::from_lookup(|param| {
         let key = std::ffi::CString::new(param).ok()?;
         // SAFETY: name is xOpen's filename, as sqlite3_uri_parameter wants; key is NUL-terminated.
         let v = unsafe { (api.uri_parameter)(name, key.as_ptr()) };
         // SAFETY: a non-null value is a NUL-terminated string inside name's URI block.
         (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
     })
-    .map_err(|e| e.to_string())
+    .map_err(|e| e.to_string())?;
+    // Benchmarks' profile names are checked at every open, like every other value.
+    waffle_emulation::Emulation::from_config(&config).map_err(|e| e.to_string())?;
+    Ok(config)
 }
 
 unsafe extern "C" fn x_open(

@@ -16,7 +16,7 @@
 //! `CONFIG/DEVICE` (e.g. `local/hdd-10k`, `grid@1gbe/ssd-2009`) runs that
 //! configuration on an EMULATED device; `--device` sets the others'.
 
-use waffle_core::emulation::LinkProfile;
+use waffle_emulation::LinkProfile;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -41,7 +41,7 @@ impl ConfigSpec {
         let (s_base, device) = match s.split_once('/') {
             Some((b, d)) => {
                 let d = d.trim();
-                waffle_core::emulation::DeviceProfile::by_name(d)?;
+                waffle_emulation::DeviceProfile::by_name(d)?;
                 (b, Some((d != "real").then(|| d.to_string())))
             }
             None => (s, None),

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use waffle_core::emulation::{DeviceProfile, LinkProfile};
+use waffle_emulation::{DeviceProfile, LinkProfile};
 
 use configs::{Amount, ConfigSpec, Kind, Plan};
 use report::ConfigResult;

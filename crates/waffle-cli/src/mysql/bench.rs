@@ -218,8 +218,8 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
             ));
         }
     }
-    waffle_core::emulation::LinkProfile::by_name(a.link.trim())?;
-    let emulated = waffle_core::emulation::DeviceProfile::by_name(a.device.trim())?.is_some();
+    waffle_emulation::LinkProfile::by_name(a.link.trim())?;
+    let emulated = waffle_emulation::DeviceProfile::by_name(a.device.trim())?.is_some();
     let preload = match (kinds.contains(&Kind::Waffle) || emulated, &a.preload) {
         (false, _) => None,
         (true, Some(p)) => Some(p.clone()),

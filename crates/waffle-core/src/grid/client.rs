@@ -8,12 +8,13 @@
 use super::clock::{Clock, SystemClock};
 use super::health::Admission;
 use super::ketama::Continuum;
+use super::link::LinkModel;
 use super::node::{Exchange, Node};
 use super::options::GridOptions;
 use super::outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
 use super::protocol::{self, Reply, MAX_VALUE_BYTES};
 use super::spec::NodeSpec;
-use crate::emulation::Link;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// The L2 client. `Send + Sync`: share one `Grid` between threads.
@@ -24,8 +25,8 @@ pub struct Grid<C: Clock = SystemClock> {
     nodes: Vec<Node<C>>,
     continuum: Continuum,
     opts: GridOptions,
-    /// Benchmarks only: the EMULATED link every request also waits for.
-    link: Option<Link>,
+    /// Benchmarks only: the EMULATED link every request also waits for ([`Grid::with_link`]).
+    link: Option<Arc<dyn LinkModel>>,
 }
 
 /// How a pipeline's replies ended.
@@ -52,8 +53,18 @@ impl<C: Clock> Grid<C> {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
         let nodes = nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect();
-        let link = opts.link.map(Link::new);
-        Grid { nodes, continuum, opts, link }
+        Grid { nodes, continuum, opts, link: None }
+    }
+
+    /// Benchmarks only: every request also waits for `link` (an EMULATED link, waffle-emulation).
+    pub fn with_link(mut self, link: Arc<dyn LinkModel>) -> Grid<C> {
+        self.link = Some(link);
+        self
+    }
+
+    /// Whether requests wait for an EMULATED link.
+    pub fn has_link(&self) -> bool {
+        self.link.is_some()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -90,7 +101,7 @@ impl<C: Clock> Grid<C> {
         fetch
     }
 
-    /// With an emulated link, waits until a request begun at `start` would be
+    /// With an EMULATED link, waits until a request begun at `start` would be
     /// complete on it: the keys (and stored values) out, the fetched values back.
     /// Requests that were not sent (node skipped) cost nothing.
     fn emulate_link(&self, start: Instant, keys: &[&[u8]], fetched: &[Fetch], stored: &[&[u8]]) {

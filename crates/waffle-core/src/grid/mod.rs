@@ -11,6 +11,7 @@
 //! - `connection`: one socket, every wait bounded by the request's deadline.
 //! - `health`: up/down with backoff and a single half-open probe.
 //! - `node`: a node's pool, health and counters; `client`: [`Grid`].
+//! - `link`: the seam a benchmark plugs an EMULATED link into ([`LinkModel`]).
 //!
 //! The grid never fails the database: a fault, a timeout or a down node is a
 //! miss for the caller (see [`Fetch`]), and every request has a deadline.
@@ -20,6 +21,7 @@ pub mod clock;
 mod connection;
 mod health;
 pub mod ketama;
+pub mod link;
 mod node;
 pub mod options;
 pub mod outcome;
@@ -28,6 +30,7 @@ pub mod spec;
 
 pub use client::Grid;
 pub use clock::{Clock, SystemClock};
+pub use link::LinkModel;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
 pub use spec::NodeSpec;

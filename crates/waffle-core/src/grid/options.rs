@@ -1,7 +1,5 @@
 //! Tunables of the grid client.
 
-use crate::emulation::LinkProfile;
-
 /// How the grid client talks to its nodes. Every field has a bound; see
 /// [`GridOptions::default`] for the defaults.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,9 +25,6 @@ pub struct GridOptions {
     pub backoff_max_ms: u64,
     /// TTL of stored items in seconds, 0 = no expiry (memcached's LRU evicts). Default 0.
     pub ttl_s: u32,
-    /// Benchmarks only: an EMULATED link to the grid (round trip plus bytes on a
-    /// shared link, `emulation::link`) added to every request. Default None.
-    pub link: Option<LinkProfile>,
 }
 
 impl Default for GridOptions {
@@ -41,7 +36,6 @@ impl Default for GridOptions {
             backoff_min_ms: 100,
             backoff_max_ms: 5000,
             ttl_s: 0,
-            link: None,
         }
     }
 }
@@ -58,7 +52,6 @@ impl GridOptions {
             backoff_min_ms,
             backoff_max_ms: self.backoff_max_ms.max(backoff_min_ms),
             ttl_s: self.ttl_s,
-            link: self.link,
         }
     }
 }

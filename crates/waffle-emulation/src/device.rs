@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::backing::{Backing, PageId};
+use waffle_core::backing::{Backing, PageId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceProfile {

@@ -19,7 +19,9 @@
 //! Never on by default; everything that uses a profile says "EMULATED".
 
 use std::sync::Mutex;
+
 use std::time::{Duration, Instant};
+use waffle_core::grid::LinkModel;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkProfile {
@@ -126,6 +128,12 @@ impl Link {
     pub fn complete(&self, start: Instant, tx: usize, rx: usize) {
         let until = self.book(start, tx, rx);
         sleep_until(until);
+    }
+}
+
+impl LinkModel for Link {
+    fn complete(&self, start: Instant, tx_bytes: usize, rx_bytes: usize) {
+        Link::complete(self, start, tx_bytes, rx_bytes);
     }
 }
 
