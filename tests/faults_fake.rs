@@ -180,7 +180,7 @@ fn the_grid_client_never_hands_back_a_value_for_the_wrong_key() {
 
         fake.fail_gets(Some(fault), 4);
         let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
-        let fetched = grid.fetch_many_and_expire(&key_refs);
+        let fetched = grid.take_many(&key_refs);
         fake.fail_gets(None, 1);
         assert_eq!(fetched.len(), keys.len());
         for (p, f) in fetched.iter().enumerate() {

@@ -1,5 +1,5 @@
 //! An in-process fake memcached that speaks enough of the meta protocol for
-//! the grid client (`ms` with `q`/`T`, `mg` with `v`/`T-1`/`k`/`O`/`q`, `md`,
+//! the grid client (`ms` with `q`/`T`, `mg` with `v`/`T-1`/`k`/`O`/`q`, `md` with `q`/`O`,
 //! `mn`), stores values in a map, and injects faults a real server cannot be
 //! made to produce: `SERVER_ERROR`, a connection closed mid-value, a value
 //! truncated or of the wrong length, a corrupted or foreign value, garbage,
@@ -238,12 +238,18 @@ fn serve(stream: TcpStream, s: &Shared) -> io::Result<()> {
             Some(b"ms") => handle_set(&words, &mut r, s, &mut reply)?,
             Some(b"mg") => handle_get(&words, s, &mut reply),
             Some(b"md") => {
+                // As memcached 1.6: quiet mode hides HD, not NF; both carry the opaque.
                 let quiet = words.iter().skip(2).any(|w| *w == b"q");
+                let opaque = words.iter().skip(2).find(|w| w.first() == Some(&b'O'));
                 let existed = words.get(1).is_some_and(|k| s.items.lock().unwrap().remove(*k).is_some());
-                if !existed {
-                    reply.extend_from_slice(b"NF\r\n");
-                } else if !quiet {
-                    reply.extend_from_slice(b"HD\r\n");
+                let code: &[u8] = if existed { b"HD" } else { b"NF" };
+                if !existed || !quiet {
+                    reply.extend_from_slice(code);
+                    if let Some(o) = opaque {
+                        reply.push(b' ');
+                        reply.extend_from_slice(o);
+                    }
+                    reply.extend_from_slice(b"\r\n");
                 }
                 None
             }

@@ -229,7 +229,7 @@ impl PageCache {
         if let Some(grid) = self.grid.get() {
             let t1 = Instant::now();
             let key = envelope::key(self.cache_id, page);
-            let fetched = grid.fetch_and_expire(key.as_bytes());
+            let fetched = grid.take(key.as_bytes());
             self.stats.record(Tier::L2, t1.elapsed());
             match fetched {
                 Fetch::Hit(value) => {

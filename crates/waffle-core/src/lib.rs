@@ -7,7 +7,7 @@
 //!  adapter read(page) ──> L1 pool (pool) ──hit──> bytes
 //!                           │ miss
 //!                           ├──> push queue (pusher): evicted, not yet sent ──> bytes
-//!                           ├──> L2 grid (grid): `mg key v T-1`, envelope checked
+//!                           ├──> L2 grid (grid): `mg key v` + `md key`, envelope checked
 //!                           │      against versions ──> bytes (into L1)
 //!                           └──> backing file (backing), O_DIRECT ──> bytes (into L1)
 //!

@@ -84,9 +84,10 @@ impl<C: Clock> Grid<C> {
         self.continuum.node_for_key(key)
     }
 
-    /// `mg <key> v T-1`: the value, and the item left expired, in one round trip
-    /// (the exclusive fetch: a page comes back to L1 and leaves L2).
-    pub fn fetch_and_expire(&self, key: &[u8]) -> Fetch {
+    /// The exclusive fetch: `mg <key> v q` + `md <key> q` + `mn` in one write,
+    /// one round trip; the value, and the item deleted (its memory freed), so
+    /// a page that comes back to L1 leaves L2.
+    pub fn take(&self, key: &[u8]) -> Fetch {
         let start = Instant::now();
         let fetch = self.fetch_one(key, true);
         self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
@@ -109,14 +110,14 @@ impl<C: Clock> Grid<C> {
         if !fetched.is_empty() && fetched.iter().all(|f| matches!(f, Fetch::Skipped)) {
             return;
         }
-        // Meta commands: `mg <key> v T-1 q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
+        // Meta commands: `mg <key> v q\r\nmd <key> q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
         let tx =
             keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
         let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>() + 4;
         link.complete(start, tx, rx);
     }
 
-    fn fetch_one(&self, key: &[u8], expire: bool) -> Fetch {
+    fn fetch_one(&self, key: &[u8], take: bool) -> Fetch {
         if !checked_key(key) {
             return Fetch::Fault(FaultKind::Protocol);
         }
@@ -127,12 +128,38 @@ impl<C: Clock> Grid<C> {
         if admission == Admission::Skip {
             return Fetch::Skipped;
         }
-        let mut request = Vec::with_capacity(key.len() + 16);
-        protocol::encode_get(&mut request, key, expire, None);
+        let mut request = Vec::with_capacity(2 * key.len() + 24);
+        if take {
+            protocol::encode_take(&mut request, key, None);
+            protocol::encode_noop(&mut request);
+        } else {
+            protocol::encode_get(&mut request, key, None);
+        }
         let mut exchange = match node.begin(admission, &request) {
             Ok(exchange) => exchange,
             Err(kind) => return Fetch::Fault(kind),
         };
+        if take {
+            // `VA` and the value, or the delete's `NF`, then `MN`. A value and an
+            // `NF` both: another client deleted the item between the two commands.
+            let mut fetch = Fetch::Miss;
+            let outcome = read_pipeline(&mut exchange, |reply| match reply {
+                Reply::Value { data, .. } if matches!(fetch, Fetch::Miss) => {
+                    fetch = Fetch::Hit(data.to_vec());
+                    Ok(true)
+                }
+                Reply::NotFound { .. } | Reply::End => Ok(true),
+                Reply::ServerError(_) | Reply::ClientError(_) | Reply::Error => Err(FaultKind::ServerError),
+                _ => Err(FaultKind::Protocol),
+            });
+            return match outcome {
+                Ok(end) => {
+                    exchange.finish(end.reusable);
+                    fetch
+                }
+                Err(kind) => Fetch::Fault(exchange.fail(kind)),
+            };
+        }
         let deadline = exchange.deadline;
         let reply = exchange.conn.next_reply(deadline, |reply| match reply {
             Reply::Value { data, .. } => Ok(Fetch::Hit(data.to_vec())),
@@ -149,18 +176,19 @@ impl<C: Clock> Grid<C> {
         }
     }
 
-    /// Many `fetch_and_expire` at once: per node one pipeline of quiet
-    /// `mg <key> v T-1 q O<i>` ended by `mn` (quiet mode leaves misses out;
-    /// the opaque says which key a value answers). Results are in `keys` order.
-    /// A key given twice is a hit at most once (the first fetch expires it).
-    pub fn fetch_many_and_expire(&self, keys: &[&[u8]]) -> Vec<Fetch> {
+    /// Many [`Grid::take`] at once: per node one pipeline of
+    /// `mg <key> v q O<i>` + `md <key> q O<i>` ended by `mn` (a hit answers
+    /// the value, a miss the delete's `NF`; the opaque says which key a reply
+    /// answers). Results are in `keys` order. A key given twice is a hit at
+    /// most once (the first fetch deletes it).
+    pub fn take_many(&self, keys: &[&[u8]]) -> Vec<Fetch> {
         let start = Instant::now();
         let results = self.fetch_many_inner(keys, true);
         self.emulate_link(start, keys, &results, &[]);
         results
     }
 
-    /// As [`Grid::fetch_many_and_expire`], but the items stay (plain `mg k v q`):
+    /// As [`Grid::take_many`], but the items stay (plain `mg k v q`):
     /// for read-ahead of a scan, which should not take pages out of the grid.
     pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Fetch> {
         let start = Instant::now();
@@ -169,7 +197,7 @@ impl<C: Clock> Grid<C> {
         results
     }
 
-    fn fetch_many_inner(&self, keys: &[&[u8]], expire: bool) -> Vec<Fetch> {
+    fn fetch_many_inner(&self, keys: &[&[u8]], take: bool) -> Vec<Fetch> {
         let mut results = vec![Fetch::Miss; keys.len()];
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, key) in keys.iter().enumerate() {
@@ -193,9 +221,13 @@ impl<C: Clock> Grid<C> {
                 indexes.iter().for_each(|&i| results[i] = Fetch::Skipped);
                 continue;
             }
-            let mut request = Vec::with_capacity(indexes.len() * 48);
+            let mut request = Vec::with_capacity(indexes.len() * if take { 96 } else { 48 });
             for (opaque, &i) in indexes.iter().enumerate() {
-                protocol::encode_get(&mut request, keys[i], expire, Some(opaque as u32));
+                if take {
+                    protocol::encode_take(&mut request, keys[i], Some(opaque as u32));
+                } else {
+                    protocol::encode_get(&mut request, keys[i], Some(opaque as u32));
+                }
             }
             protocol::encode_noop(&mut request);
             match node.begin(admission, &request) {
@@ -209,18 +241,26 @@ impl<C: Clock> Grid<C> {
             let mut server_error = false;
             let outcome = read_pipeline(&mut exchange, |reply| match reply {
                 Reply::Value { data, flags } => {
-                    // Replies come in request order: each opaque is a later one than the last.
-                    let opaque = protocol::flag(flags, b'O').and_then(protocol::parse_u32).map(|o| o as usize);
-                    match opaque {
-                        Some(o) if (next_opaque..indexes.len()).contains(&o) => {
+                    // Replies come in request order: a value answers a key after the last one answered.
+                    match opaque_of(flags) {
+                        Some(o) if (next_opaque..indexes.len()).contains(&o) && !answered[o] => {
                             answered[o] = true;
-                            next_opaque = o + 1;
+                            next_opaque = o; // its own delete's NF may follow (another client deleted it)
                             results[indexes[o]] = Fetch::Hit(data.to_vec());
                             Ok(true)
                         }
                         _ => Err(FaultKind::Protocol),
                     }
                 }
+                Reply::NotFound { flags } if take => match opaque_of(flags) {
+                    // The delete of a key the get found nothing for: a miss.
+                    Some(o) if (next_opaque..indexes.len()).contains(&o) => {
+                        answered[o] = true;
+                        next_opaque = o + 1;
+                        Ok(true)
+                    }
+                    _ => Err(FaultKind::Protocol),
+                },
                 Reply::End => Ok(true), // a miss, had quiet mode not hidden it
                 Reply::ServerError(_) => {
                     server_error = true;
@@ -397,6 +437,11 @@ fn read_pipeline<C: Clock>(
             Some(ok) => reusable &= ok,
         }
     }
+}
+
+/// The opaque (`O<i>`) a quiet pipeline's reply carries: which request it answers.
+fn opaque_of(flags: &[u8]) -> Option<usize> {
+    protocol::flag(flags, b'O').and_then(protocol::parse_u32).map(|o| o as usize)
 }
 
 /// Keys go into the protocol as they are: one with a space or a line break

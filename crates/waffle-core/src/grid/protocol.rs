@@ -162,26 +162,70 @@ pub fn is_valid_key(key: &[u8]) -> bool {
     !key.is_empty() && key.len() <= MAX_KEY_BYTES && key.iter().all(|&b| (0x21..=0x7e).contains(&b))
 }
 
-/// `mg <key> v [T-1] [q O<opaque>]`: the value; with `expire`, the item is left expired
-/// (a negative TTL), so a hit takes the item out of the grid in the same round trip.
-pub fn encode_get(out: &mut Vec<u8>, key: &[u8], expire: bool, quiet_opaque: Option<u32>) {
+/// `mg <key> v [q O<opaque>]`: the value, the item left as it is.
+pub fn encode_get(out: &mut Vec<u8>, key: &[u8], quiet_opaque: Option<u32>) {
     out.extend_from_slice(b"mg ");
     out.extend_from_slice(key);
     out.extend_from_slice(b" v");
-    if expire {
-        out.extend_from_slice(b" T-1");
-    }
-    if let Some(opaque) = quiet_opaque {
-        out.extend_from_slice(format!(" q O{opaque}").as_bytes());
-    }
+    push_quiet_opaque(out, quiet_opaque);
     out.extend_from_slice(b"\r\n");
+}
+
+/// `mg <key> v q [O<opaque>]` then `md <key> q [O<opaque>]`: the exclusive
+/// fetch, one write. A hit answers `VA` and the value, and the delete frees the
+/// item's memory at once (its `HD` is quiet); a miss answers only the delete's
+/// `NF` (the quiet `mg` says nothing). An expired item (`T-1`) would keep its
+/// slab chunk until the LRU reached it. The caller ends the pipeline with `mn`.
+pub fn encode_take(out: &mut Vec<u8>, key: &[u8], opaque: Option<u32>) {
+    out.extend_from_slice(b"mg ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" v q");
+    push_opaque(out, opaque);
+    out.extend_from_slice(b"\r\nmd ");
+    out.extend_from_slice(key);
+    out.extend_from_slice(b" q");
+    push_opaque(out, opaque);
+    out.extend_from_slice(b"\r\n");
+}
+
+fn push_quiet_opaque(out: &mut Vec<u8>, quiet_opaque: Option<u32>) {
+    if quiet_opaque.is_some() {
+        out.extend_from_slice(b" q");
+    }
+    push_opaque(out, quiet_opaque);
+}
+
+fn push_opaque(out: &mut Vec<u8>, opaque: Option<u32>) {
+    if let Some(o) = opaque {
+        out.extend_from_slice(b" O");
+        push_decimal(out, o as u64);
+    }
+}
+
+/// `n` in decimal, without a formatting allocation (the hot path encodes one per request).
+fn push_decimal(out: &mut Vec<u8>, mut n: u64) {
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// `ms <key> <len> T<ttl> q` and the data: a quiet set (only failures answer).
 pub fn encode_set(out: &mut Vec<u8>, key: &[u8], data: &[u8], ttl_s: u32) {
     out.extend_from_slice(b"ms ");
     out.extend_from_slice(key);
-    out.extend_from_slice(format!(" {} T{ttl_s} q\r\n", data.len()).as_bytes());
+    out.push(b' ');
+    push_decimal(out, data.len() as u64);
+    out.extend_from_slice(b" T");
+    push_decimal(out, ttl_s as u64);
+    out.extend_from_slice(b" q\r\n");
     out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
@@ -356,16 +400,18 @@ mod tests {
     #[test]
     fn encodes_requests() {
         let mut out = Vec::new();
-        encode_get(&mut out, b"k1", true, None);
-        encode_get(&mut out, b"k2", false, None);
-        encode_get(&mut out, b"k3", true, Some(9));
+        encode_take(&mut out, b"k1", None);
+        encode_get(&mut out, b"k2", None);
+        encode_take(&mut out, b"k3", Some(9));
+        encode_get(&mut out, b"k7", Some(4_294_967_295));
         encode_set(&mut out, b"k4", b"data", 0);
         encode_set(&mut out, b"k5", b"", 60);
         encode_delete(&mut out, b"k6");
         encode_noop(&mut out);
         assert_eq!(
-            out,
-            b"mg k1 v T-1\r\nmg k2 v\r\nmg k3 v T-1 q O9\r\nms k4 4 T0 q\r\ndata\r\nms k5 0 T60 q\r\n\r\nmd k6\r\nmn\r\n"
+            String::from_utf8(out).unwrap(),
+            "mg k1 v q\r\nmd k1 q\r\nmg k2 v\r\nmg k3 v q O9\r\nmd k3 q O9\r\nmg k7 v q O4294967295\r\n\
+             ms k4 4 T0 q\r\ndata\r\nms k5 0 T60 q\r\n\r\nmd k6\r\nmn\r\n"
         );
     }
 }
