@@ -24,6 +24,7 @@ use crate::backing::{Backing, PageId};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::pool::{Evicted, Pool};
+use crate::presence::Presence;
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
@@ -92,6 +93,8 @@ pub struct PageCache {
     cache_id: u64,
     pool: Pool,
     versions: Versions,
+    /// Pages the grid may hold (pushed, not taken back or outdated since).
+    presence: Arc<Presence>,
     grid: Arc<GridSlot>,
     seal_key: Option<Arc<SealKey>>,
     page_check: Option<Box<dyn PageCheck>>,
@@ -112,17 +115,22 @@ impl PageCache {
     pub fn new(opts: CacheOptions) -> PageCache {
         let stats = Arc::new(Stats::new());
         let grid = Arc::new(GridSlot::new(opts.grid));
+        let presence = Arc::new(Presence::new());
+        // A warm start: the grid may hold any page the saved versions name.
+        presence.insert_first(opts.saved.as_ref().map_or(0, |s| s.table.len() as u64));
         let pusher = Pusher::start(
             Arc::clone(&grid),
             Arc::clone(&stats),
             opts.cache_id,
             opts.push_queue_bytes,
             opts.seal_key.clone(),
+            Arc::clone(&presence),
         );
         PageCache {
             cache_id: opts.cache_id,
             pool: Pool::new(opts.local_bytes),
             versions: opts.saved.map(Versions::restore).unwrap_or_default(),
+            presence,
             grid,
             seal_key: opts.seal_key,
             page_check: opts.page_check,
@@ -226,11 +234,19 @@ impl PageCache {
             }
         }
 
-        if let Some(grid) = self.grid.get() {
+        let grid = self.grid.get();
+        if grid.is_some() && !self.presence.contains(page) {
+            // Never pushed at this version, or taken back since: the grid has nothing to give.
+            self.stats.l2_presence_skips.incr();
+        } else if let Some(grid) = grid {
             let t1 = Instant::now();
             let key = envelope::key(self.cache_id, page);
             let fetched = grid.take(key.as_bytes());
             self.stats.record(Tier::L2, t1.elapsed());
+            if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
+                // The take deleted whatever was there.
+                self.presence.remove(page);
+            }
             match fetched {
                 Fetch::Hit(value) => {
                     self.stats.l2_fetch_bytes.add(value.len() as u64);
@@ -246,7 +262,11 @@ impl PageCache {
                         Err(reject) => self.stats.reject(reject),
                     }
                 }
-                Fetch::Miss => self.stats.l2_misses.incr(),
+                Fetch::Miss => {
+                    self.stats.l2_misses.incr();
+                    self.stats.l2_presence_misses.incr();
+                    grid.note_presence_miss(key.as_bytes());
+                }
                 Fetch::Skipped => self.stats.l2_skipped.incr(),
                 Fetch::Fault(kind) => self.stats.fault(kind),
             }
@@ -322,13 +342,17 @@ impl PageCache {
         self.stats.read_ahead_windows.incr();
 
         if let Some(grid) = self.grid.get() {
-            if self.read_ahead_grid_skip.load(Ordering::Relaxed) == 0 {
-                let keys: Vec<String> = wanted.iter().map(|&p| envelope::key(self.cache_id, p)).collect();
+            // Only pages the grid may hold are asked for; none, no request.
+            let asked: Vec<usize> = (0..wanted.len()).filter(|&i| self.presence.contains(wanted[i])).collect();
+            if asked.is_empty() {
+                self.stats.read_ahead_presence_skips.incr();
+            } else if self.read_ahead_grid_skip.load(Ordering::Relaxed) == 0 {
+                let keys: Vec<String> = asked.iter().map(|&i| envelope::key(self.cache_id, wanted[i])).collect();
                 let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
                 let fetched = grid.get_many(&key_refs);
                 self.stats.read_ahead_grid_requests.incr();
                 let mut found = 0;
-                for (i, f) in fetched.into_iter().enumerate() {
+                for (&i, f) in asked.iter().zip(fetched) {
                     if let Fetch::Hit(value) = f {
                         self.stats.l2_fetch_bytes.add(value.len() as u64);
                         let expect = Identity { cache_id: self.cache_id, page: wanted[i], version: versions[i] };
@@ -412,6 +436,7 @@ impl PageCache {
         {
             let _g = self.stripe(page);
             let version = self.versions.bump(page);
+            self.presence.remove(page);
             self.discard_queued(page);
             self.pool.insert(page, version, Box::from(bytes), &mut evicted);
         }
@@ -427,6 +452,7 @@ impl PageCache {
         self.stats.partial_writes.incr();
         let _g = self.stripe(page);
         self.versions.bump(page);
+        self.presence.remove(page);
         self.discard_queued(page);
         self.pool.remove(page);
     }
@@ -456,6 +482,7 @@ impl PageCache {
         let gone = first_gone..((segment as u64 + 1) << versions::SEGMENT_BITS);
         let _all = self.all_stripes();
         self.versions.bump_from(first_gone);
+        self.presence.remove_from(first_gone);
         self.pool.remove_range(gone.clone());
         self.pusher.discard(|page| gone.contains(&page));
     }
@@ -474,6 +501,7 @@ impl PageCache {
         for &page in pages {
             let _g = self.stripe(page);
             self.versions.bump(page);
+            self.presence.remove(page);
             dropped += u64::from(self.pusher.take(page).is_some());
             dropped += u64::from(self.pool.remove(page));
         }
@@ -491,6 +519,7 @@ impl PageCache {
         let _all = self.all_stripes();
         let dropped = self.pool.len() as u64 + self.pusher.queued_pages() as u64;
         self.versions.reset();
+        self.presence.clear();
         self.pool.clear();
         self.pusher.discard(|_| true);
         self.stats.foreign_copies_dropped.add(dropped);
@@ -504,6 +533,7 @@ impl PageCache {
         self.stats.resets.incr();
         let _all = self.all_stripes();
         self.versions.reset();
+        self.presence.clear();
         self.pool.clear();
         self.pusher.discard(|_| true);
     }
@@ -555,6 +585,7 @@ impl PageCache {
         m.insert("push_queue_bytes".into(), json!(self.pusher.queued_bytes()));
         m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
+        m.insert("l2_presence_pages".into(), json!(self.presence.len()));
         m.insert("fused".into(), json!(*self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner())));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));

@@ -31,6 +31,7 @@ pub mod config;
 pub mod envelope;
 pub mod grid;
 pub mod pool;
+pub mod presence;
 pub mod pusher;
 pub mod seal;
 pub mod sidecar;

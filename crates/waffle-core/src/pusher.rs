@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::envelope::{self, Identity};
 use crate::grid::Grid;
 use crate::pool::Evicted;
+use crate::presence::Presence;
 use crate::seal::SealKey;
 use crate::stats::Stats;
 
@@ -90,6 +91,8 @@ struct Shared {
     grid: Arc<GridSlot>,
     stats: Arc<Stats>,
     seal_key: Option<Arc<SealKey>>,
+    /// Marked before each batch is sent: reads then ask the grid for these pages.
+    presence: Arc<Presence>,
 }
 
 pub struct Pusher {
@@ -104,6 +107,7 @@ impl Pusher {
         cache_id: u64,
         capacity_bytes: u64,
         seal_key: Option<Arc<SealKey>>,
+        presence: Arc<Presence>,
     ) -> Pusher {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -115,6 +119,7 @@ impl Pusher {
             grid,
             stats,
             seal_key,
+            presence,
         });
         let worker = Arc::clone(&shared);
         let thread = thread::Builder::new()
@@ -272,6 +277,11 @@ fn send(shared: &Shared, batch: &[Evicted]) {
         shared.stats.l2_push_failures.add(batch.len() as u64);
         return;
     };
+    // Marked before the store, so a read right after it asks the grid (a store
+    // that then fails costs that read a miss; a mark never makes a read wrong).
+    for e in batch {
+        shared.presence.insert(e.page);
+    }
     // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.
     let (keys, values): (Vec<String>, Vec<Vec<u8>>) = batch
         .iter()

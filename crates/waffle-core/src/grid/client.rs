@@ -408,6 +408,13 @@ impl<C: Clock> Grid<C> {
         }
     }
 
+    /// Counts, on `key`'s node, a miss of a page the cache had pushed there.
+    pub fn note_presence_miss(&self, key: &[u8]) {
+        if let Some(i) = self.node_index(key) {
+            self.nodes[i].note_presence_miss();
+        }
+    }
+
     pub fn node_status(&self) -> Vec<NodeStatus> {
         self.nodes.iter().map(Node::status).collect()
     }

@@ -32,6 +32,7 @@ struct Counters {
     failures: AtomicU64,
     timeouts: AtomicU64,
     marked_down: AtomicU64,
+    presence_misses: AtomicU64,
 }
 
 pub struct Node<C: Clock = SystemClock> {
@@ -126,6 +127,11 @@ impl<C: Clock> Node<C> {
         }
     }
 
+    /// A miss of a page the cache had pushed to this node.
+    pub fn note_presence_miss(&self) {
+        self.counters.presence_misses.fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn status(&self) -> NodeStatus {
         NodeStatus {
             addr: self.label.clone(),
@@ -134,6 +140,7 @@ impl<C: Clock> Node<C> {
             failures: self.counters.failures.load(Ordering::Relaxed),
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             marked_down: self.counters.marked_down.load(Ordering::Relaxed),
+            presence_misses: self.counters.presence_misses.load(Ordering::Relaxed),
         }
     }
 

@@ -74,4 +74,7 @@ pub struct NodeStatus {
     pub timeouts: u64,
     /// Times the node went from up to down.
     pub marked_down: u64,
+    /// Misses of pages the cache had pushed (it evicted them, or restarted
+    /// empty): more than a few say the node's memory is too small or it was lost.
+    pub presence_misses: u64,
 }
