@@ -3,25 +3,22 @@
 //! pages on the node they are looked for on. Only when the opener allowed it
 //! (`waffle_grid_change=on`): any SQL can reach a PRAGMA.
 
-mod support;
-
-use support::*;
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{key, mg, node_stat};
+use waffle_testkit::temp_dir::TempDir;
 
 #[test]
 fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     let nodes: Vec<_> = (0..4).map(|_| start_node(32)).collect();
-    let three = grid_of(&[&nodes[0], &nodes[1], &nodes[2]]);
-    let four = grid_of(&[&nodes[0], &nodes[1], &nodes[2], &nodes[3]]);
+    let three = grid_of(&nodes[..3]);
+    let four = grid_of(&nodes);
     let dir = TempDir::new("grid-change");
     let db = dir.join("g.db");
     let conn = open_waffle(&db, &[("waffle_grid", &three), ("waffle_local", "8KiB"), ("waffle_grid_change", "on")]);
-    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for i in 0..3000 {
-        tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 400)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 4, 0..3000, |id| pattern(id as u64, 400));
     let sum =
         |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
     let want = sum(&conn);

@@ -46,8 +46,6 @@
 //! Replay: `WAFFLE_MW_SEED=<seed> cargo test --release -p waffle-e2e --test multi_writer <name>`
 //! (the seed is printed in every failure); `WAFFLE_MW_ROUNDS` changes the rounds.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -57,9 +55,13 @@ use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode};
 use serde_json::{json, Value as Json};
-use support::workload::query;
-use support::writers::{from_peer, libwaffle, shell, sql_literal, to_peer, Peer, ShellOpen, ShellRun};
-use support::*;
+use waffle_testkit::artefact;
+use waffle_testkit::db::{n, open_plain, open_waffle, stats, waffle_uri};
+use waffle_testkit::nodes::{grid_of, start_node, Node};
+use waffle_testkit::soak::{soak_rounds, soak_seed};
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::workload::query;
+use waffle_testkit::writers::{from_peer, shell, sql_literal, to_peer, Peer, ShellOpen, ShellRun};
 
 /// Rounds per configuration (the 8 tests of this file take about 40 s on 2
 /// cores at 600; `WAFFLE_MW_ROUNDS` overrides, `scripts/soak` scales it).
@@ -1077,14 +1079,15 @@ fn run(test: &str, journal: &'static str, page_size: usize, waffle: bool, base_s
     let replay = format!("{SEED_ENV}={seed:#x} cargo test --release -p waffle-e2e --test multi_writer {test}");
 
     let nodes: Vec<Node> = if waffle { (0..3).map(|_| start_node(32)).collect() } else { Vec::new() };
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let grid = grid_of(&nodes);
     let dir = TempDir::new(&format!("mw-{journal}-{page_size}-{kind}"));
     let path = dir.join("app.db");
     // Checked before anything runs: a missing or stale library is not a test
     // result. Copied, so that a rebuild during the run cannot pull it away.
     let w_open = if waffle {
         let so = dir.join("libwaffle.so");
-        std::fs::copy(libwaffle(), &so).unwrap_or_else(|e| panic!("copy libwaffle.so to {}: {e}", so.display()));
+        std::fs::copy(artefact("libwaffle.so"), &so)
+            .unwrap_or_else(|e| panic!("copy libwaffle.so to {}: {e}", so.display()));
         ShellOpen::Waffle {
             so,
             uri: waffle_uri(&path, &[("waffle_grid", &grid), ("waffle_local", W_L1), ("waffle_timeout_ms", "1000")]),

@@ -21,16 +21,17 @@
 //! 4 rounds here. This is the regression test for that; the differential
 //! suite checks the same through SQLite (no reject without a fault).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::mem_file::MemFile;
-use support::*;
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache, Source};
+use waffle_testkit::db::n;
+use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{envelope_identity, ms};
 
 const PAGE: usize = 4096;
 const ROUNDS: u64 = 500;

@@ -8,15 +8,17 @@
 //! 3. Reopen: a new cache id, not one grid hit in a full scan although the
 //!    node still holds the child's copies; data correct; integrity ok.
 
-mod support;
-
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use rusqlite::params;
-use support::*;
 use waffle_testkit::artefact;
+use waffle_testkit::db::{cache_id, create_blob_table, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::process::spawn_until_ready;
+use waffle_testkit::raw_client::{key, mg, node_stat};
+use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::warm_restart::{after_child_commit, check_rows, params_for, value};
 
 /// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
@@ -85,12 +87,7 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
 /// What every crash test starts from: 200 rows, closed cleanly.
 fn create_closed(db: &Path, grid: &str) -> u64 {
     let conn = open_waffle(db, &params_for(grid));
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=200i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=200, |id| value(id, 1));
     cache_id(&conn)
 }
 
@@ -145,12 +142,7 @@ fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
     let params = [("waffle_grid", node.addr()), ("waffle_local", "4MiB".into()), ("waffle_push_queue", "64KiB".into())];
     let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=800i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=800, |id| value(id, 1));
     check_rows(&conn, |id| value(id, 1), 800);
     let s = stats(&conn);
     let l1_pages = n(&s, "l1.pages");
@@ -183,12 +175,7 @@ fn a_rolled_back_snapshot_never_reads_the_other_timelines_pages() {
     let grid = node.addr();
     let params = params_for(&grid);
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=100i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=100, |id| value(id, 1));
     drop(conn);
     // The snapshot: both files' bytes and the database's mtime.
     let snap_db = std::fs::read(&db).unwrap();
