@@ -14,36 +14,23 @@ use std::time::Instant;
 
 use waffle_testkit::db::n;
 use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::test_cases;
 use waffle_testkit::workload::{dump, Differential};
 
 const OPS: usize = 2500;
 
-#[test]
-fn delete_journal_4k() {
-    run("delete", 4096, 0xD1_4096);
+test_cases! { run;
+    delete_journal_4k: "delete", 4096, 0xD1_4096;
+    delete_journal_16k: "delete", 16384, 0xD1_16384;
+    wal_4k: "wal", 4096, 0x3A1_4096;
+    wal_16k: "wal", 16384, 0x3A1_16384;
 }
 
-#[test]
-fn delete_journal_16k() {
-    run("delete", 16384, 0xD1_16384);
-}
-
-#[test]
-fn wal_4k() {
-    run("wal", 4096, 0x3A1_4096);
-}
-
-#[test]
-fn wal_16k() {
-    run("wal", 16384, 0x3A1_16384);
-}
-
-fn run(journal: &str, page_size: usize, seed: u64) {
+fn run(name: &str, journal: &str, page_size: usize, seed: u64) {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64), start_node(64)];
     let grid = grid_of(&nodes);
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")];
-    let mut d = Differential::open(&format!("diff-{journal}-{page_size}"), journal, page_size, seed, &params);
+    let mut d = Differential::over_grid(&format!("diff-{name}"), journal, page_size, seed, &grid, 1000);
     d.run(OPS);
     d.commit();
     let tag = d.tag.clone();

@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 use serde_json::Value;
 use waffle_testkit::artefact;
 use waffle_testkit::db::{n, open_waffle, stats, waffle_uri};
-use waffle_testkit::nodes::start_node;
+use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::{run_with_input, spawn_until_ready, KillOnDrop};
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::writers::{python_with_apsw, sqlite3_shell, APSW_PRELUDE, CHILD_TIMEOUT};
@@ -51,16 +51,31 @@ fn py_holder(so: &Path, uri: &str) -> KillOnDrop {
     spawn_until_ready(&mut cmd, CHILD_TIMEOUT).0
 }
 
+/// What a host test starts from: the extension, a node, and the `waffle` URI (64 KiB L1 over
+/// that node) of a new database in a temp dir of its own.
+struct Host {
+    so: PathBuf,
+    node: Node,
+    db: PathBuf,
+    uri: String,
+    _dir: TempDir,
+}
+
+fn host(name: &str, file: &str) -> Host {
+    let so = libwaffle();
+    let node = start_node(32);
+    let dir = TempDir::new(name);
+    let db = dir.join(file);
+    let uri =
+        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    Host { so, node, db, uri, _dir: dir }
+}
+
 // ---------------------------------------------------------------- the tests
 
 #[test]
 fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
-    let so = libwaffle();
-    let node = start_node(32);
-    let dir = TempDir::new("ext-shell");
-    let db = dir.join("shell.db");
-    let uri =
-        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let Host { so, node, db, uri, _dir } = host("ext-shell", "shell.db");
     let script = format!(
         ".bail on\n.load {so}\n.open '{uri}'\n\
          PRAGMA cache_size = 10;\n\
@@ -96,12 +111,7 @@ fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
 
 #[test]
 fn python_apsw_loads_the_extension_and_caches_through_the_grid() {
-    let so = libwaffle();
-    let node = start_node(32);
-    let dir = TempDir::new("ext-apsw");
-    let db = dir.join("apsw.db");
-    let uri =
-        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let Host { so, node, uri, _dir, .. } = host("ext-apsw", "apsw.db");
     let script = format!(
         r#"{APSW_PRELUDE}
 c = apsw.Connection(uri, flags=flags)

@@ -59,8 +59,7 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
     let real = start_node(64);
     let grid = format!("{},{}", fake.addr(), real.addr());
     // Long enough that a stall of a loaded machine is not a timeout racing the injected fault.
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "500")];
-    let mut d = Differential::open("faults-fake", "delete", 4096, 0xFA_0004, &params);
+    let mut d = Differential::over_grid("faults-fake", "delete", 4096, 0xFA_0004, &grid, 500);
 
     // No fault: the fake node is a working grid node.
     d.run(500);

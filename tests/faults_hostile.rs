@@ -210,9 +210,7 @@ fn with(v: &[u8], at: usize, byte: u8) -> Vec<u8> {
 fn a_hostile_writer_during_the_workload_is_never_served() {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64)];
-    let grid = grid_of(&nodes);
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")];
-    let mut d = Differential::open("hostile-writer", "delete", 4096, 0xFA_0005, &params);
+    let mut d = Differential::over_grid("hostile-writer", "delete", 4096, 0xFA_0005, &grid_of(&nodes), 1000);
     d.run(300);
     let id = cache_id(&d.cached);
 

@@ -4,7 +4,7 @@
 //! Control: the same workload without a key leaves the rows readable in
 //! memcached, so the search below is able to find them.
 
-use waffle_testkit::db::{cache_id, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{key, mg, ms};
@@ -79,13 +79,8 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     let params =
         [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_key_file", key_file.to_str().unwrap())];
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    for i in 0..200 {
-        conn.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 300)]).unwrap();
-    }
-    let sum =
-        |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
-    let want = sum(&conn);
+    create_blob_table(&conn, 4, 0..200, |id| pattern(id as u64, 300));
+    let want = blob_total(&conn);
     flush(&conn);
     let id = cache_id(&conn);
     let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
@@ -106,7 +101,7 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
 
     let before = stats(&conn);
     drop_pager_cache(&conn);
-    assert_eq!(sum(&conn), want, "results must not change");
+    assert_eq!(blob_total(&conn), want, "results must not change");
     let after = stats(&conn);
     let rejected = n(&after, "l2_rejects_total") - n(&before, "l2_rejects_total");
     assert!(rejected >= 1, "the altered values were not even fetched: {after}");
@@ -120,7 +115,7 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     drop(conn);
     let conn = open_waffle(&db, &[("waffle_grid", grid.as_str()), ("waffle_local", "8KiB")]);
     conn.execute_batch("PRAGMA cache_size=4").unwrap();
-    assert_eq!(sum(&conn), want);
+    assert_eq!(blob_total(&conn), want);
     let s = stats(&conn);
     assert_eq!(n(&s, "l2_hits"), 0, "a sealed value was served without the key: {s}");
 }

@@ -90,7 +90,7 @@ fn newest_source(crates: &[&str]) -> (SystemTime, PathBuf) {
 /// A built binary of this crate (one of [`BINARIES`]), `libwaffle.so` or `libwaffle_preload.so`.
 ///
 /// The libraries' variables `WAFFLE_SO` and `WAFFLE_PRELOAD_SO` name the file to use. Otherwise it
-/// is the one built for the profile of the running test binary: in its target/<profile> (or in
+/// is the one built for the profile of the running test binary: in its `target/<profile>` (or in
 /// `deps/` there, where `cargo test` leaves a dependency's cdylib), never another profile's, so a
 /// test under `--profile checked` runs checked children. It must not be older than its sources.
 /// Missing or stale, the test fails and says what to build: `cargo test` builds a dependency's

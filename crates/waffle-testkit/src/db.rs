@@ -77,6 +77,12 @@ pub fn create_blob_table(
     tx.commit().expect("commit");
 }
 
+/// The bytes held in the blobs of [`create_blob_table`]'s table (`sum(length(v))`): reading them
+/// reads every page of the table.
+pub fn blob_total(conn: &Connection) -> i64 {
+    conn.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).expect("SELECT sum(length(v)) FROM t")
+}
+
 /// `PRAGMA waffle_stats` as JSON.
 pub fn stats(conn: &Connection) -> Value {
     let text: String = conn

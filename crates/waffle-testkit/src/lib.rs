@@ -9,16 +9,18 @@
 //! on the real disk, real memcached [`nodes`] (`waffle_nodes::Node`, killed on drop), a
 //! [`fake_node`] that injects the faults a real one cannot (and holds sets mid-batch), a
 //! [`raw_client`] that reads and writes a node's values as another client would, and child
-//! [`process`]es killed on drop. The databases: opening them plainly or through `waffle` and
-//! reading its stats ([`db`]), the page of the file that holds a row ([`db_file`]), an in-memory
-//! backing for tests of `PageCache` alone ([`mem_file`]), the shared differential [`workload`]
-//! (a seeded statement stream run on a plain and a `waffle` database, compared), and the
-//! [`writers`] outside the test's own connections (the `sqlite3` shell, a Python apsw peer).
+//! [`process`]es killed on drop. The databases: opening them plainly or through `waffle`,
+//! reading its stats, a table of blobs ([`db`]), the page of the file that holds a row
+//! ([`db_file`]), an in-memory backing for tests of `PageCache` alone ([`mem_file`]), the shared
+//! differential [`workload`] (a seeded statement stream run on a plain and a `waffle` database,
+//! compared), and the [`writers`] outside the test's own connections (the `sqlite3` shell, a
+//! Python apsw peer).
 //! What a child program shares with its test: the crash workload, the warm-restart rows, the
 //! configuration cases, InnoDB pages. And the plumbing: [`artefact`] finds a built binary or
 //! library of the profile the tests run under, [`wait_for`] polls a condition with a deadline
 //! instead of sleeping, [`soak`] scales fault tests under `scripts/soak`, [`pattern`] makes bytes
-//! a wrong page cannot hold by accident.
+//! a wrong page cannot hold by accident, and [`test_cases!`] writes one `#[test]` per case of a
+//! matrix.
 //!
 //! Every helper fails loudly (panics with what is missing and how to get it): an end-to-end test
 //! never skips.
@@ -37,6 +39,7 @@ pub mod process;
 pub mod raw_client;
 pub mod soak;
 pub mod temp_dir;
+mod test_cases;
 pub mod wait;
 pub mod warm_restart;
 pub mod workload;

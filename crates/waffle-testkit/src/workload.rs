@@ -376,6 +376,21 @@ impl Differential {
         }
     }
 
+    /// [`open`](Self::open) with the cache every differential test uses: a 16 KiB L1 (so nearly
+    /// every read goes below it) over `grid`, each request given `timeout_ms`.
+    pub fn over_grid(
+        name: &str,
+        journal: &str,
+        page_size: usize,
+        seed: u64,
+        grid: &str,
+        timeout_ms: u32,
+    ) -> Differential {
+        let timeout_ms = timeout_ms.to_string();
+        let params = [("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", timeout_ms.as_str())];
+        Differential::open(name, journal, page_size, seed, &params)
+    }
+
     /// Runs `op` on both databases and compares. Returns the time the `waffle` side took.
     pub fn step(&mut self, op: &Op) -> Duration {
         let a = apply(&self.plain, op);
