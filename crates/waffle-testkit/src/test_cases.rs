@@ -3,7 +3,7 @@
 
 /// One `#[test]` a case, named for it, calling `$run(name, args...)`:
 ///
-/// ```ignore
+/// ```text
 /// waffle_testkit::test_cases! { run;
 ///     delete_4k: "delete", 4096;
 ///     wal_4k: "wal", 4096;
