@@ -16,19 +16,19 @@
 //! at the end every page reads as the file holds it. A last phase cuts and
 //! regrows the file (`truncated`) and checks the tail reads as the file.
 
-mod support;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use support::fake_node::{FakeNode, SetPause};
-use support::mem_file::MemFile;
-use support::*;
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache};
+use waffle_testkit::db::n;
+use waffle_testkit::fake_node::{FakeNode, SetPause};
+use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::pattern;
 
 const PAGE: usize = 512;
 const PAGES: u64 = 192;

@@ -10,106 +10,57 @@
 //! changes, rollbacks (journal playback and spilled pages) and WAL
 //! checkpoints, for journal_mode DELETE and WAL at 4 KiB and 16 KiB pages.
 
-mod support;
-
 use std::time::Instant;
 
-use rusqlite::types::Value;
-use support::workload::*;
-use support::*;
+use waffle_testkit::db::n;
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::test_cases;
+use waffle_testkit::workload::{dump, Differential};
 
 const OPS: usize = 2500;
 
-#[test]
-fn delete_journal_4k() {
-    run("delete", 4096, 0xD1_4096);
+test_cases! { run;
+    delete_journal_4k: "delete", 4096, 0xD1_4096;
+    delete_journal_16k: "delete", 16384, 0xD1_16384;
+    wal_4k: "wal", 4096, 0x3A1_4096;
+    wal_16k: "wal", 16384, 0x3A1_16384;
 }
 
-#[test]
-fn delete_journal_16k() {
-    run("delete", 16384, 0xD1_16384);
-}
-
-#[test]
-fn wal_4k() {
-    run("wal", 4096, 0x3A1_4096);
-}
-
-#[test]
-fn wal_16k() {
-    run("wal", 16384, 0x3A1_16384);
-}
-
-fn run(journal: &str, page_size: usize, seed: u64) {
+fn run(name: &str, journal: &str, page_size: usize, seed: u64) {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64), start_node(64)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
-    let dir = TempDir::new(&format!("diff-{journal}-{page_size}"));
-    let plain_path = dir.join("plain.db");
-    let waffle_path = dir.join("waffle.db");
-    let tag = format!("[{journal} {page_size} seed {seed:#x}]");
-
-    let plain = open_plain(&plain_path);
-    let cached =
-        open_waffle(&waffle_path, &[("waffle_grid", &grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")]);
-    setup(&plain, journal, page_size);
-    setup(&cached, journal, page_size);
-
-    let mut w = Workload::new(seed, page_size);
-    let mut rows_compared = 0usize;
-    for i in 0..OPS {
-        let op = w.next();
-        let a = apply(&plain, &op);
-        let b = apply(&cached, &op);
-        if a != b {
-            let s = stats(&cached);
-            panic!(
-                "{tag} op {i} gave different results\nop: {}\nplain:  {}\nwaffle: {}\nstats: {s}",
-                describe(&op),
-                short(&a),
-                short(&b)
-            );
-        }
-        if let Outcome::Rows(r) = &a {
-            rows_compared += r.len();
-        }
-    }
-    if w.in_txn() {
-        for c in [&plain, &cached] {
-            c.execute_batch("COMMIT").unwrap();
-        }
-    }
-
-    let ok = vec![vec![Value::Text("ok".into())]];
-    assert_eq!(integrity(&plain), ok, "{tag} plain database integrity");
-    assert_eq!(integrity(&cached), ok, "{tag} waffle database integrity");
-    let (dump_plain, dump_cached) = (dump(&plain), dump(&cached));
+    let grid = grid_of(&nodes);
+    let mut d = Differential::over_grid(&format!("diff-{name}"), journal, page_size, seed, &grid, 1000);
+    d.run(OPS);
+    d.commit();
+    let tag = d.tag.clone();
     assert!(
-        dump_plain.iter().map(|(_, r)| r.len()).sum::<usize>() > 100,
+        dump(&d.plain).iter().map(|(_, r)| r.len()).sum::<usize>() > 100,
         "{tag} the workload left too little to compare"
     );
-    assert!(dump_plain == dump_cached, "{tag} final dumps differ");
+    // Integrity, equal dumps, then both closed and their files compared byte for byte.
+    let report = d.finish();
 
-    let s = stats(&cached);
+    let s = &report.stats;
     let ctx = format!("{tag} stats: {s}");
-    assert_eq!(n(&s, "page_bytes") as usize, page_size, "{ctx}");
-    assert!(n(&s, "l2_pushes") > 0, "the grid was never pushed to: {ctx}");
-    assert!(n(&s, "l2_hits") > 0, "the grid never answered a read: {ctx}");
+    assert_eq!(n(s, "page_bytes") as usize, page_size, "{ctx}");
+    assert!(n(s, "l2_pushes") > 0, "the grid was never pushed to: {ctx}");
+    assert!(n(s, "l2_hits") > 0, "the grid never answered a read: {ctx}");
     // Nearly every read went below L1 (tiny L1, tiny SQLite cache).
-    assert!(n(&s, "l1_misses") > n(&s, "l1_hits"), "L1 was not the bottleneck it should be here: {ctx}");
+    assert!(n(s, "l1_misses") > n(s, "l1_hits"), "L1 was not the bottleneck it should be here: {ctx}");
     // No fault is injected: every value a node returns is one we stored,
     // intact, and current. A page's newer bytes are always in L1, in the push
     // queue, in the batch being pushed, or already stored over the older copy;
     // a `version` reject means a read went to the grid while the newer version
     // was still in memory (see push_in_flight.rs).
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "a grid value was rejected with no fault injected: {ctx}");
+    assert_eq!(n(s, "l2_rejects_total"), 0, "a grid value was rejected with no fault injected: {ctx}");
     // Nobody else writes this file: our own commits, checkpoints and WAL
     // restarts must never look like another writer's.
-    assert_eq!(n(&s, "foreign_changes"), 0, "our own writes looked foreign: {ctx}");
+    assert_eq!(n(s, "foreign_changes"), 0, "our own writes looked foreign: {ctx}");
     // And with room on the nodes, nothing pushed is lost: a miss is a page
     // that was dropped or failed to push.
     assert!(
-        n(&s, "l2_misses") <= n(&s, "l2_push_drops") + n(&s, "l2_push_failures"),
+        n(s, "l2_misses") <= n(s, "l2_push_drops") + n(s, "l2_push_failures"),
         "pages pushed to the grid were not found again: {ctx}"
     );
     // Every node took part (keys spread by ketama over three nodes).
@@ -119,23 +70,21 @@ fn run(journal: &str, page_size: usize, seed: u64) {
         assert!(node["requests"].as_u64().unwrap() > 0, "a node was never asked: {ctx}");
     }
     eprintln!(
-        "{tag} {OPS} ops, {rows_compared} rows compared; l1_hits {} l1_misses {} push_queue_hits {} l2_hits {} \
+        "{tag} {} ops, {} rows compared; l1_hits {} l1_misses {} push_queue_hits {} l2_hits {} \
          l2_misses {} l2_rejects.version {} l2_pushes {} disk_reads {} disk_writes {} truncates {} faults {} in {:.1}s",
-        n(&s, "l1_hits"),
-        n(&s, "l1_misses"),
-        n(&s, "push_queue_hits"),
-        n(&s, "l2_hits"),
-        n(&s, "l2_misses"),
-        n(&s, "l2_rejects.version"),
-        n(&s, "l2_pushes"),
-        n(&s, "disk_reads"),
-        n(&s, "disk_writes"),
-        n(&s, "truncates"),
+        report.tally.ops,
+        report.tally.rows_compared,
+        n(s, "l1_hits"),
+        n(s, "l1_misses"),
+        n(s, "push_queue_hits"),
+        n(s, "l2_hits"),
+        n(s, "l2_misses"),
+        n(s, "l2_rejects.version"),
+        n(s, "l2_pushes"),
+        n(s, "disk_reads"),
+        n(s, "disk_writes"),
+        n(s, "truncates"),
         s["l2_faults"],
         started.elapsed().as_secs_f64()
     );
-
-    drop(plain);
-    drop(cached);
-    assert_same_files(&plain_path, &waffle_path, journal, page_size, &tag);
 }

@@ -7,10 +7,12 @@
 //! before the read, SQLite's read of the row is a grid hit, and afterwards the
 //! key is gone from every node. Evicting the page again puts it back.
 
-mod support;
-
-use rusqlite::params;
-use support::*;
+use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db_file::leaf_pages_by_rowid;
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{envelope_identity, key, mg};
+use waffle_testkit::temp_dir::TempDir;
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
 const ROWS: i64 = 100;
@@ -19,16 +21,10 @@ const X: i64 = 50;
 #[test]
 fn a_grid_hit_takes_the_page_out_of_the_grid() {
     let nodes = [start_node(32), start_node(32)];
-    let refs: Vec<&Node> = nodes.iter().collect();
     let dir = TempDir::new("exclusive");
     let path = dir.join("x.db");
-    let conn = open_waffle(&path, &[("waffle_grid", &grid_of(&refs)), ("waffle_local", "16KiB")]);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=ROWS {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, pattern(id as u64, ROW)]).unwrap();
-    }
-    tx.commit().unwrap();
+    let conn = open_waffle(&path, &[("waffle_grid", &grid_of(&nodes)), ("waffle_local", "16KiB")]);
+    create_blob_table(&conn, 10, 1..=ROWS, |id| pattern(id as u64, ROW));
 
     // Read other rows so that X's page leaves L1, then wait for the pushes.
     let read = |id: i64| -> Vec<u8> {
@@ -43,7 +39,7 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
     let id = cache_id(&conn);
     let page = *leaf_pages_by_rowid(&path, 4096).get(&X).expect("row X is on a leaf page");
     let key = key(id, page - 1);
-    let holders: Vec<String> = refs.iter().filter(|n| mg(&n.addr(), &key).is_some()).map(|n| n.addr()).collect();
+    let holders: Vec<String> = nodes.iter().filter(|n| mg(&n.addr(), &key).is_some()).map(|n| n.addr()).collect();
     assert_eq!(holders.len(), 1, "before the read, {key} (page {page}) should be on exactly one node: {holders:?}");
     let holder = holders[0].clone();
     let copy = mg(&holder, &key).unwrap();
@@ -61,7 +57,7 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
     let after = stats(&conn);
     assert!(n(&after, "l2_hits") > n(&before, "l2_hits"), "the read of row {X} was not a grid hit:\n{before}\n{after}");
     assert_eq!(n(&after, "disk_reads"), n(&before, "disk_reads"), "the read of row {X} went to the disk: {after}");
-    for node in &refs {
+    for node in &nodes {
         assert!(mg(&node.addr(), &key).is_none(), "{key} is still on {} after the grid hit", node.addr());
     }
 

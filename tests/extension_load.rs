@@ -8,26 +8,23 @@
 //! waffle-testkit's `artefact`), not older than the sources. None there, or
 //! only a stale one: the test fails and says how to build it.
 
-mod support;
-
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+use std::process::{Command, Output};
 
 use serde_json::Value;
-use support::writers::{python_with_apsw, run_with_input, sqlite3_shell};
-use support::*;
-
-const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
+use waffle_testkit::artefact;
+use waffle_testkit::db::{n, open_waffle, stats, waffle_uri};
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::process::{run_with_input, spawn_until_ready, KillOnDrop};
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::writers::{python_with_apsw, sqlite3_shell, APSW_PRELUDE, CHILD_TIMEOUT};
 
 // ---------------------------------------------------------------- finding things
 
-/// The extension to load (support/writers.rs: `WAFFLE_SO`, or the one built
-/// for this profile, not older than the sources).
+/// The extension to load: `WAFFLE_SO`, or the one built for this profile, not older than the
+/// sources (waffle-testkit's `artefact`).
 fn libwaffle() -> PathBuf {
-    let path = support::writers::libwaffle();
+    let path = artefact("libwaffle.so");
     eprintln!("using {}", path.display());
     path
 }
@@ -43,66 +40,42 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// A child process that holds a database open until dropped (or told to stop).
-struct Holder {
-    child: Child,
-}
-
-impl Drop for Holder {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-const PY_PRELUDE: &str = r#"
-import apsw, json, sys
-so, uri = sys.argv[1], sys.argv[2]
-boot = apsw.Connection(":memory:")
-# apsw 3.40 spells them enableloadextension/loadextension; newer ones also with underscores.
-(getattr(boot, "enable_load_extension", None) or boot.enableloadextension)(True)
-(getattr(boot, "load_extension", None) or boot.loadextension)(so)
-flags = apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-"#;
-
-fn py_holder(so: &Path, uri: &str) -> Holder {
+/// A Python process holding `uri` open (with the extension `so` loaded) until it is dropped.
+fn py_holder(so: &Path, uri: &str) -> KillOnDrop {
     let script = format!(
-        "{PY_PRELUDE}\nc = apsw.Connection(uri, flags=flags)\nc.cursor().execute('CREATE TABLE IF NOT EXISTS held(x)')\n\
-         print('ready', flush=True)\nsys.stdin.read()\nc.close()\n"
+        "{APSW_PRELUDE}\nc = apsw.Connection(uri, flags=flags)\nc.cursor().execute('CREATE TABLE IF NOT EXISTS held(x)')\n\
+         import signal\nprint('ready holding', flush=True)\nsignal.pause()\n"
     );
-    let mut child = Command::new(python_with_apsw())
-        .arg("-c")
-        .arg(script)
-        .arg(so)
-        .arg(uri)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn python");
-    let stdout = child.stdout.take().unwrap();
-    let holder = Holder { child };
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(CHILD_TIMEOUT).expect("python holder did not get ready");
-    assert_eq!(line.trim(), "ready", "python holder could not open {uri}");
-    holder
+    let mut cmd = Command::new(python_with_apsw());
+    cmd.arg("-c").arg(script).arg(so).arg(uri);
+    spawn_until_ready(&mut cmd, CHILD_TIMEOUT).0
+}
+
+/// What a host test starts from: the extension, a node, and the `waffle` URI (64 KiB L1 over
+/// that node) of a new database in a temp dir of its own.
+struct Host {
+    so: PathBuf,
+    node: Node,
+    db: PathBuf,
+    uri: String,
+    _dir: TempDir,
+}
+
+fn host(name: &str, file: &str) -> Host {
+    let so = libwaffle();
+    let node = start_node(32);
+    let dir = TempDir::new(name);
+    let db = dir.join(file);
+    let uri =
+        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    Host { so, node, db, uri, _dir: dir }
 }
 
 // ---------------------------------------------------------------- the tests
 
 #[test]
 fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
-    let so = libwaffle();
-    let node = start_node(32);
-    let dir = TempDir::new("ext-shell");
-    let db = dir.join("shell.db");
-    let uri =
-        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let Host { so, node, db, uri, _dir } = host("ext-shell", "shell.db");
     let script = format!(
         ".bail on\n.load {so}\n.open '{uri}'\n\
          PRAGMA cache_size = 10;\n\
@@ -138,14 +111,9 @@ fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
 
 #[test]
 fn python_apsw_loads_the_extension_and_caches_through_the_grid() {
-    let so = libwaffle();
-    let node = start_node(32);
-    let dir = TempDir::new("ext-apsw");
-    let db = dir.join("apsw.db");
-    let uri =
-        waffle_uri(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "64KiB"), ("waffle_timeout_ms", "1000")]);
+    let Host { so, node, uri, _dir, .. } = host("ext-apsw", "apsw.db");
     let script = format!(
-        r#"{PY_PRELUDE}
+        r#"{APSW_PRELUDE}
 c = apsw.Connection(uri, flags=flags)
 cur = c.cursor()
 cur.execute("PRAGMA cache_size = 10")
@@ -184,7 +152,7 @@ print(json.dumps({{"flushed": flushed, "rows": rows, "stats": stats, "vfs": vfs}
 fn several_processes_share_the_database_and_see_each_others_commits() {
     let so = libwaffle();
     let dir = TempDir::new("ext-shared");
-    let node = support::start_node(16);
+    let node = start_node(16);
     let grid = node.addr();
     let params = [("waffle_grid", grid.as_str()), ("waffle_local", "64KiB")];
 
@@ -204,7 +172,7 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
         c.query_row("SELECT count(*), sum(id) FROM t", [], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).unwrap()
     };
     assert_eq!(count(&conn), (300, 45150));
-    let ours = support::stats(&conn);
+    let ours = stats(&conn);
 
     let out = run(
         Command::new(sqlite3_shell()).arg(":memory:"),
@@ -227,8 +195,8 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
 
     // The shell's commit is foreign to this process's cache: seen, not served stale.
     assert_eq!(count(&conn), (201, 45150 - (3..=300).step_by(3).sum::<i64>() + 1000));
-    let after = support::stats(&conn);
-    assert!(support::n(&after, "foreign_changes") > support::n(&ours, "foreign_changes"), "{after}");
+    let after = stats(&conn);
+    assert!(n(&after, "foreign_changes") > n(&ours, "foreign_changes"), "{after}");
     drop(conn);
     drop(holder);
     let plain = rusqlite::Connection::open(&db).unwrap();
@@ -254,7 +222,7 @@ fn a_bad_uri_value_fails_the_open_and_names_the_parameter() {
     let db = dir.join("bad2.db");
     let uri = waffle_uri(&db, &[("waffle_timeout_ms", "0")]);
     let script = format!(
-        "{PY_PRELUDE}\ntry:\n    apsw.Connection(uri, flags=flags)\n    print('opened')\nexcept apsw.CantOpenError:\n    print('refused')\n"
+        "{APSW_PRELUDE}\ntry:\n    apsw.Connection(uri, flags=flags)\n    print('opened')\nexcept apsw.CantOpenError:\n    print('refused')\n"
     );
     let out = run(Command::new(python_with_apsw()).arg("-c").arg(script).arg(&so).arg(&uri), "");
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));

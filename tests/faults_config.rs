@@ -14,13 +14,11 @@
 //!
 //!     cargo test --release -p waffle-e2e --test faults_config
 
-mod support;
-
 use std::process::Command;
 
-use support::*;
 use waffle_testkit::artefact;
 use waffle_testkit::config_cases::{cases, Want};
+use waffle_testkit::temp_dir::TempDir;
 
 #[test]
 fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {

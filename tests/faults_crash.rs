@@ -26,17 +26,21 @@
 //!
 //!     cargo test --release -p waffle-e2e --test faults_crash
 
-mod support;
-
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use support::*;
 use waffle_testkit::artefact;
 use waffle_testkit::crash_workload::{expected, mix, params_for, transaction};
+use waffle_testkit::db::{cache_id, n, open_waffle, stats, try_open_waffle};
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::process::spawn_until_ready;
+use waffle_testkit::raw_client::{key, node_stat, RawClient};
+use waffle_testkit::soak::{soak_rounds, soak_seed};
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::{pattern, wait_for};
 
 fn rounds() -> u64 {
     soak_rounds(16, 3)

@@ -1,5 +1,5 @@
 //! Faults a real memcached cannot be made to produce, from an in-process fake
-//! node (`support/fake_node.rs`) that speaks the meta protocol and misbehaves
+//! node (`waffle_testkit::fake_node`) that speaks the meta protocol and misbehaves
 //! on command: `SERVER_ERROR`, the connection closed before a reply or in the
 //! middle of a value, a value truncated (then silence), a value whose
 //! announced length is wrong, a short but well-formed value, a corrupted byte,
@@ -17,16 +17,17 @@
 //!
 //!     cargo test --release -p waffle-e2e --test faults_fake
 
-mod support;
-
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::fake_node::{FakeNode, GetFault, SetFault};
-use support::workload::*;
-use support::*;
 use waffle_core::envelope::{self, Identity};
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
+use waffle_testkit::db::{flush, n, stats};
+use waffle_testkit::fake_node::{FakeNode, GetFault, SetFault};
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::soak::soak_rounds;
+use waffle_testkit::workload::Differential;
+use waffle_testkit::{pattern, wait_for};
 
 fn rounds() -> u64 {
     soak_rounds(1, 30)
@@ -57,10 +58,8 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
     let fake = FakeNode::start();
     let real = start_node(64);
     let grid = format!("{},{}", fake.addr(), real.addr());
-    let dir = TempDir::new("faults-fake");
     // Long enough that a stall of a loaded machine is not a timeout racing the injected fault.
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "500")];
-    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0004, &params);
+    let mut d = Differential::over_grid("faults-fake", "delete", 4096, 0xFA_0004, &grid, 500);
 
     // No fault: the fake node is a working grid node.
     d.run(500);

@@ -19,8 +19,6 @@
 //!
 //!     cargo test --release -p waffle-e2e --test faults_hostile
 
-mod support;
-
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -28,20 +26,21 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection};
 use serde_json::Value;
-use support::workload::*;
-use support::*;
 use waffle_core::envelope::{self, Identity, HEADER_BYTES};
+use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db_file::leaf_pages_by_rowid;
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{envelope_identity, key, RawClient};
+use waffle_testkit::soak::soak_rounds;
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::workload::Differential;
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
 const ROWS: i64 = 160;
 
 fn create(conn: &Connection) {
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=ROWS {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, pattern(id as u64, ROW)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(conn, 10, 1..=ROWS, |id| pattern(id as u64, ROW));
 }
 
 /// Reads row `id` through the VFS (SQLite's own cache dropped first).
@@ -90,7 +89,7 @@ fn payload_of(v: &[u8]) -> &[u8] {
 #[test]
 fn each_kind_of_foreign_value_is_rejected_for_its_reason() {
     let nodes = [start_node(64), start_node(64)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let grid = grid_of(&nodes);
     let mut clients: Vec<RawClient> = nodes.iter().map(|n| RawClient::connect(&n.addr())).collect();
     let dir = TempDir::new("hostile-kinds");
     let (a_path, b_path) = (dir.join("a.db"), dir.join("b.db"));
@@ -211,10 +210,7 @@ fn with(v: &[u8], at: usize, byte: u8) -> Vec<u8> {
 fn a_hostile_writer_during_the_workload_is_never_served() {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
-    let dir = TempDir::new("hostile-writer");
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")];
-    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0005, &params);
+    let mut d = Differential::over_grid("hostile-writer", "delete", 4096, 0xFA_0005, &grid_of(&nodes), 1000);
     d.run(300);
     let id = cache_id(&d.cached);
 

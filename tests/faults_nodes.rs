@@ -1,6 +1,6 @@
 //! Real memcached processes failing while the differential workload runs.
 //!
-//! Every test runs the seeded workload of `support/workload.rs` on a plain
+//! Every test runs the seeded workload of `waffle_testkit::workload` on a plain
 //! database and on one through `waffle` (16 KiB L1, 8-page SQLite cache, so
 //! nearly every page read goes to the grid) while a node is killed, hung
 //! (SIGSTOP), restarted empty, resumed with stale copies, or full and
@@ -13,13 +13,17 @@
 //!
 //! `WAFFLE_SOAK_SECONDS` (see `scripts/soak`) makes every phase longer.
 
-mod support;
-
 use std::time::{Duration, Instant};
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use support::workload::*;
-use support::*;
+use waffle_testkit::db::{flush, n, stats};
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::node_stat;
+use waffle_testkit::soak::soak_rounds;
+use waffle_testkit::workload::{Differential, Op};
 
 /// Rounds of each phase: 2 normally, one per 30 s of `WAFFLE_SOAK_SECONDS`.
 fn rounds() -> usize {
@@ -55,12 +59,10 @@ fn delta(after: &Value, before: &Value, path: &str) -> u64 {
 fn a_node_killed_mid_workload_then_restarted_empty() {
     let started = Instant::now();
     let mut nodes = [start_node(64), start_node(64), start_node(64)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
-    let dir = TempDir::new("faults-kill");
+    let grid = grid_of(&nodes);
     // A dead node refuses at once; a long deadline keeps a loaded machine's
     // stalls from passing for faults of the live nodes.
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "1000")];
-    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0001, &params);
+    let mut d = Differential::over_grid("faults-kill", "delete", 4096, 0xFA_0001, &grid, 1000);
     let victim = nodes[1].addr();
 
     for round in 0..rounds() {
@@ -137,11 +139,9 @@ fn waits_bound(d: Duration, deadline: Duration) -> u64 {
 fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejected() {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64), start_node(64)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
-    let dir = TempDir::new("faults-hang");
+    let grid = grid_of(&nodes);
     let deadline = Duration::from_millis(100);
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
-    let mut d = Differential::open(&dir, "wal", 4096, 0xFA_0002, &params);
+    let mut d = Differential::over_grid("faults-hang", "wal", 4096, 0xFA_0002, &grid, 100);
     let hung = nodes[0].addr();
     let slow = |took: &[Duration]| took.iter().filter(|t| **t >= deadline * 9 / 10).count();
 
@@ -234,10 +234,8 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     use rusqlite::types::Value as V;
     let started = Instant::now();
     let nodes = [start_node(4), start_node(4)];
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
-    let dir = TempDir::new("faults-full");
-    let params = [("waffle_grid", grid.as_str()), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "100")];
-    let mut d = Differential::open(&dir, "delete", 4096, 0xFA_0003, &params);
+    let grid = grid_of(&nodes);
+    let mut d = Differential::over_grid("faults-full", "delete", 4096, 0xFA_0003, &grid, 100);
 
     const ROWS: i64 = 5000; // one 3000-byte row per 4 KiB page: about 20 MB
     d.step(&Op::Exec("CREATE TABLE bulk(id INTEGER PRIMARY KEY, v BLOB)".into(), vec![]));
@@ -250,24 +248,18 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     }
     d.step(&Op::Exec("COMMIT".into(), vec![]));
     flush(&d.cached);
-    let mut rng_state = 0x5EED_u64;
-    let mut next = move || {
-        rng_state ^= rng_state << 13;
-        rng_state ^= rng_state >> 7;
-        rng_state ^= rng_state << 17;
-        rng_state
-    };
+    let mut rng = SmallRng::seed_from_u64(0x5EED);
     for round in 0..1 + rounds() {
         d.run(150);
         for _ in 0..300 {
-            let id = 1 + (next() % ROWS as u64) as i64;
+            let id = rng.gen_range(1..=ROWS);
             d.step(&Op::Query("SELECT id, v FROM bulk WHERE id = ?".into(), vec![V::Integer(id)]));
         }
         d.step(&Op::Query(
             "SELECT count(*), sum(length(v)), sum(unicode(substr(v, 1500, 1))) FROM bulk".into(),
             vec![],
         ));
-        let lo = 1 + (next() % ROWS as u64) as i64;
+        let lo = rng.gen_range(1..=ROWS);
         d.step(&Op::Exec(
             "UPDATE bulk SET v = zeroblob(3000) WHERE id BETWEEN ? AND ?".into(),
             vec![V::Integer(lo), V::Integer(lo + 50)],

@@ -3,28 +3,23 @@
 //! pages on the node they are looked for on. Only when the opener allowed it
 //! (`waffle_grid_change=on`): any SQL can reach a PRAGMA.
 
-mod support;
-
-use support::*;
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{key, mg, node_stat};
+use waffle_testkit::temp_dir::TempDir;
 
 #[test]
 fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     let nodes: Vec<_> = (0..4).map(|_| start_node(32)).collect();
-    let three = grid_of(&[&nodes[0], &nodes[1], &nodes[2]]);
-    let four = grid_of(&[&nodes[0], &nodes[1], &nodes[2], &nodes[3]]);
+    let three = grid_of(&nodes[..3]);
+    let four = grid_of(&nodes);
     let dir = TempDir::new("grid-change");
     let db = dir.join("g.db");
     let conn = open_waffle(&db, &[("waffle_grid", &three), ("waffle_local", "8KiB"), ("waffle_grid_change", "on")]);
-    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for i in 0..3000 {
-        tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 400)]).unwrap();
-    }
-    tx.commit().unwrap();
-    let sum =
-        |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
-    let want = sum(&conn);
+    create_blob_table(&conn, 4, 0..3000, |id| pattern(id as u64, 400));
+    let want = blob_total(&conn);
     flush(&conn);
 
     // Where every cached page is now (raw mg changes nothing).
@@ -58,7 +53,7 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     // And the reads find them: every reachable page is a grid hit on a full scan.
     let before = stats(&conn);
     drop_pager_cache(&conn);
-    assert_eq!(sum(&conn), want);
+    assert_eq!(blob_total(&conn), want);
     let after = stats(&conn);
     let hits = n(&after, "l2_hits") - n(&before, "l2_hits");
     assert!(hits as f64 >= 0.9 * reachable as f64, "{hits} grid hits for {reachable} reachable pages: {after}");
@@ -70,7 +65,7 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     assert_eq!(none, "");
     let before = stats(&conn);
     drop_pager_cache(&conn);
-    assert_eq!(sum(&conn), want);
+    assert_eq!(blob_total(&conn), want);
     let after = stats(&conn);
     assert_eq!(n(&after, "l2_hits"), n(&before, "l2_hits"));
     assert_eq!(n(&after, "l2_misses"), n(&before, "l2_misses"));

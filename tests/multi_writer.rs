@@ -46,8 +46,6 @@
 //! Replay: `WAFFLE_MW_SEED=<seed> cargo test --release -p waffle-e2e --test multi_writer <name>`
 //! (the seed is printed in every failure); `WAFFLE_MW_ROUNDS` changes the rounds.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -57,9 +55,13 @@ use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode};
 use serde_json::{json, Value as Json};
-use support::workload::query;
-use support::writers::{from_peer, libwaffle, shell, sql_literal, to_peer, Peer, ShellOpen, ShellRun};
-use support::*;
+use waffle_testkit::db::{n, open_plain, open_waffle, stats, waffle_uri};
+use waffle_testkit::nodes::{grid_of, start_node, Node};
+use waffle_testkit::soak::{soak_rounds, soak_seed};
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::workload::query;
+use waffle_testkit::writers::{from_peer, shell, sql_literal, to_peer, Peer, ShellOpen, ShellRun};
+use waffle_testkit::{artefact, test_cases};
 
 /// Rounds per configuration (the 8 tests of this file take about 40 s on 2
 /// cores at 600; `WAFFLE_MW_ROUNDS` overrides, `scripts/soak` scales it).
@@ -80,44 +82,17 @@ const INTEGRITY_EVERY: u64 = 25;
 const FEW_ROWS: usize = 60;
 const MANY_ROWS: usize = 220;
 
-#[test]
-fn delete_4k_waffle() {
-    run("delete_4k_waffle", "delete", 4096, true, 0x11D_4096);
-}
-
-#[test]
-fn delete_4k_control() {
-    run("delete_4k_control", "delete", 4096, false, 0x11D_4096);
-}
-
-#[test]
-fn delete_16k_waffle() {
-    run("delete_16k_waffle", "delete", 16384, true, 0x11D_16384);
-}
-
-#[test]
-fn delete_16k_control() {
-    run("delete_16k_control", "delete", 16384, false, 0x11D_16384);
-}
-
-#[test]
-fn wal_4k_waffle() {
-    run("wal_4k_waffle", "wal", 4096, true, 0x11A1_4096);
-}
-
-#[test]
-fn wal_4k_control() {
-    run("wal_4k_control", "wal", 4096, false, 0x11A1_4096);
-}
-
-#[test]
-fn wal_16k_waffle() {
-    run("wal_16k_waffle", "wal", 16384, true, 0x11A1_16384);
-}
-
-#[test]
-fn wal_16k_control() {
-    run("wal_16k_control", "wal", 16384, false, 0x11A1_16384);
+// One test per configuration, named for it: journal mode, page size, `waffle` or the control
+// (no `waffle` anywhere, same seed and schedule), seed.
+test_cases! { run;
+    delete_4k_waffle: "delete", 4096, true, 0x11D_4096;
+    delete_4k_control: "delete", 4096, false, 0x11D_4096;
+    delete_16k_waffle: "delete", 16384, true, 0x11D_16384;
+    delete_16k_control: "delete", 16384, false, 0x11D_16384;
+    wal_4k_waffle: "wal", 4096, true, 0x11A1_4096;
+    wal_4k_control: "wal", 4096, false, 0x11A1_4096;
+    wal_16k_waffle: "wal", 16384, true, 0x11A1_16384;
+    wal_16k_control: "wal", 16384, false, 0x11A1_16384;
 }
 
 // ---------------------------------------------------------------- the model
@@ -323,10 +298,9 @@ fn row_of(n: Value, v: Value) -> Row {
     }
 }
 
-fn read_all(conn: &Connection) -> rusqlite::Result<Vec<(i64, Row)>> {
-    let rows = query(conn, "SELECT id, n, v FROM t ORDER BY id", &[])?;
-    Ok(rows
-        .into_iter()
+/// The rows of `SELECT id, n, v FROM t ORDER BY id` as (id, row).
+fn table_of(rows: Vec<Vec<Value>>) -> Vec<(i64, Row)> {
+    rows.into_iter()
         .map(|r| {
             let mut it = r.into_iter();
             let id = match it.next() {
@@ -335,7 +309,11 @@ fn read_all(conn: &Connection) -> rusqlite::Result<Vec<(i64, Row)>> {
             };
             (id, row_of(it.next().unwrap(), it.next().unwrap()))
         })
-        .collect())
+        .collect()
+}
+
+fn read_all(conn: &Connection) -> rusqlite::Result<Vec<(i64, Row)>> {
+    query(conn, "SELECT id, n, v FROM t ORDER BY id", &[]).map(table_of)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -694,18 +672,7 @@ impl Run {
                 };
                 let changes = changes.iter().map(|c| c.as_u64().expect("changes() is a count") as usize).collect();
                 // X reads the whole table back.
-                let table = self.x_query("SELECT id, n, v FROM t ORDER BY id", BUSY_MS).map(|rows| {
-                    rows.into_iter()
-                        .map(|r| {
-                            let mut it = r.into_iter();
-                            let id = match it.next() {
-                                Some(Value::Integer(i)) => i,
-                                other => panic!("id {other:?}"),
-                            };
-                            (id, row_of(it.next().unwrap(), it.next().unwrap()))
-                        })
-                        .collect()
-                });
+                let table = self.x_query("SELECT id, n, v FROM t ORDER BY id", BUSY_MS).map(table_of);
                 Done { outcome: Outcome::Committed(changes), rows: None, table, stats: None, after_commit_error: None }
             }
         }
@@ -1077,14 +1044,15 @@ fn run(test: &str, journal: &'static str, page_size: usize, waffle: bool, base_s
     let replay = format!("{SEED_ENV}={seed:#x} cargo test --release -p waffle-e2e --test multi_writer {test}");
 
     let nodes: Vec<Node> = if waffle { (0..3).map(|_| start_node(32)).collect() } else { Vec::new() };
-    let grid = grid_of(&nodes.iter().collect::<Vec<_>>());
+    let grid = grid_of(&nodes);
     let dir = TempDir::new(&format!("mw-{journal}-{page_size}-{kind}"));
     let path = dir.join("app.db");
     // Checked before anything runs: a missing or stale library is not a test
     // result. Copied, so that a rebuild during the run cannot pull it away.
     let w_open = if waffle {
         let so = dir.join("libwaffle.so");
-        std::fs::copy(libwaffle(), &so).unwrap_or_else(|e| panic!("copy libwaffle.so to {}: {e}", so.display()));
+        std::fs::copy(artefact("libwaffle.so"), &so)
+            .unwrap_or_else(|e| panic!("copy libwaffle.so to {}: {e}", so.display()));
         ShellOpen::Waffle {
             so,
             uri: waffle_uri(&path, &[("waffle_grid", &grid), ("waffle_local", W_L1), ("waffle_timeout_ms", "1000")]),

@@ -21,38 +21,51 @@
 //! 4 rounds here. This is the regression test for that; the differential
 //! suite checks the same through SQLite (no reject without a fault).
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use support::mem_file::MemFile;
-use support::*;
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
-use waffle_core::{CacheOptions, PageCache, Source};
+use waffle_core::{CacheOptions, PageCache, PageCheck, Source};
+use waffle_testkit::db::n;
+use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{envelope_identity, ms};
 
 const PAGE: usize = 4096;
 const ROUNDS: u64 = 500;
 const FILLERS: u64 = 12;
 
-#[test]
-fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
-    let node = start_node(64);
+/// A grid of `node` alone (1 s deadline) and a `PageCache` of `PAGE`-byte pages over it: `cache_id`,
+/// `local_pages` of L1, a 1 MiB push queue, no sealing, the adapter's `page_check`.
+fn cache_on(
+    node: &Node,
+    cache_id: u64,
+    local_pages: u64,
+    page_check: Option<Box<dyn PageCheck>>,
+) -> (Arc<Grid>, PageCache) {
     let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
     let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
-    let pages = FILLERS + 1 + ROUNDS;
-    let file = Arc::new(Mutex::new(vec![0u8; pages as usize * PAGE]));
     let cache = PageCache::new(CacheOptions {
-        cache_id: 0xe2e,
+        cache_id,
         saved: None,
         page_bytes: PAGE,
-        local_bytes: 2 * PAGE as u64,
+        local_bytes: local_pages * PAGE as u64,
         push_queue_bytes: 1 << 20,
         grid: Some(Arc::clone(&grid)),
         seal_key: None,
-        page_check: None,
+        page_check,
     });
+    (grid, cache)
+}
+
+#[test]
+fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
+    let node = start_node(64);
+    let (grid, cache) = cache_on(&node, 0xe2e, 2, None);
+    let pages = FILLERS + 1 + ROUNDS;
+    let file = Arc::new(Mutex::new(vec![0u8; pages as usize * PAGE]));
     let write = |page: u64, bytes: &[u8]| {
         file.lock().unwrap()[page as usize * PAGE..][..PAGE].copy_from_slice(bytes);
         cache.wrote(page, bytes);
@@ -122,27 +135,16 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
 #[test]
 fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
     struct RefuseMarked;
-    impl waffle_core::PageCheck for RefuseMarked {
+    impl PageCheck for RefuseMarked {
         fn accepts(&self, _page: u64, bytes: &[u8]) -> bool {
             bytes[0] != 0xBA
         }
     }
     let node = start_node(16);
-    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
-    let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
+    let (_, cache) = cache_on(&node, 0xc4ec, 16, Some(Box::new(RefuseMarked)));
     let file = Arc::new(Mutex::new(vec![0u8; 4 * PAGE]));
     let truth = pattern(7, PAGE);
     file.lock().unwrap()[..PAGE].copy_from_slice(&truth);
-    let cache = PageCache::new(CacheOptions {
-        cache_id: 0xc4ec,
-        saved: None,
-        page_bytes: PAGE,
-        local_bytes: 16 * PAGE as u64,
-        push_queue_bytes: 1 << 20,
-        grid: Some(Arc::clone(&grid)),
-        seal_key: None,
-        page_check: Some(Box::new(RefuseMarked)),
-    });
     // A copy whose envelope is right (this cache, page 0, the version the file
     // holds) but whose bytes the adapter refuses.
     let mut bad = pattern(8, PAGE);

@@ -7,10 +7,12 @@
 //! SQLite's; it came in read-ahead windows; the scan's pages were dropped, not
 //! pushed; the grid still holds what it held; the hot rows are still L1 hits.
 
-mod support;
-
 use rusqlite::{params, Connection};
-use support::*;
+use waffle_testkit::db::{cache_id, drop_pager_cache, flush, n, open_plain, open_waffle, stats};
+use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{key, mg};
+use waffle_testkit::temp_dir::TempDir;
 
 const ROWS: i64 = 2000;
 const ROW_BYTES: usize = 3500; // about one row per 4 KiB page
@@ -46,7 +48,7 @@ fn hot_rows(conn: &Connection) {
 #[test]
 fn a_scan_reads_ahead_and_keeps_l1_and_the_grid() {
     let nodes = [start_node(64), start_node(64)];
-    let grid = grid_of(&[&nodes[0], &nodes[1]]);
+    let grid = grid_of(&nodes);
     let dir = TempDir::new("scan");
     let plain = open_plain(&dir.join("plain.db"));
     load(&plain);

@@ -4,15 +4,17 @@
 //! Control: the same workload without a key leaves the rows readable in
 //! memcached, so the search below is able to find them.
 
-mod support;
-
-use support::*;
+use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{key, mg, ms};
+use waffle_testkit::temp_dir::TempDir;
 
 const MARKER: &str = "waffle-secret-row-";
 
 /// Writes rows whose text is easy to find, pushes every page to the grid, and
 /// returns every grid value of the database (raw `mg`, which changes nothing).
-fn grid_values(params: &[(&str, &str)], node: &waffle_nodes::Node, dir: &TempDir) -> (u64, Vec<Vec<u8>>) {
+fn grid_values(params: &[(&str, &str)], node: &Node, dir: &TempDir) -> (u64, Vec<Vec<u8>>) {
     let db = dir.join("sealed.db");
     let conn = open_waffle(&db, params);
     conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);").unwrap();
@@ -77,13 +79,8 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     let params =
         [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_key_file", key_file.to_str().unwrap())];
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size=4; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    for i in 0..200 {
-        conn.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![i, pattern(i as u64, 300)]).unwrap();
-    }
-    let sum =
-        |c: &rusqlite::Connection| -> i64 { c.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).unwrap() };
-    let want = sum(&conn);
+    create_blob_table(&conn, 4, 0..200, |id| pattern(id as u64, 300));
+    let want = blob_total(&conn);
     flush(&conn);
     let id = cache_id(&conn);
     let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
@@ -104,7 +101,7 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
 
     let before = stats(&conn);
     drop_pager_cache(&conn);
-    assert_eq!(sum(&conn), want, "results must not change");
+    assert_eq!(blob_total(&conn), want, "results must not change");
     let after = stats(&conn);
     let rejected = n(&after, "l2_rejects_total") - n(&before, "l2_rejects_total");
     assert!(rejected >= 1, "the altered values were not even fetched: {after}");
@@ -118,20 +115,7 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     drop(conn);
     let conn = open_waffle(&db, &[("waffle_grid", grid.as_str()), ("waffle_local", "8KiB")]);
     conn.execute_batch("PRAGMA cache_size=4").unwrap();
-    assert_eq!(sum(&conn), want);
+    assert_eq!(blob_total(&conn), want);
     let s = stats(&conn);
     assert_eq!(n(&s, "l2_hits"), 0, "a sealed value was served without the key: {s}");
-}
-
-/// `ms <key> <len>` on a fresh connection; asserts it was stored.
-fn ms(addr: &str, key: &str, value: &[u8]) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(std::time::Duration::from_secs(5))).unwrap();
-    s.write_all(format!("ms {key} {}\r\n", value.len()).as_bytes()).unwrap();
-    s.write_all(value).unwrap();
-    s.write_all(b"\r\n").unwrap();
-    let mut reply = [0u8; 4];
-    s.read_exact(&mut reply).unwrap();
-    assert_eq!(&reply, b"HD\r\n", "ms {key}");
 }

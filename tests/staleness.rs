@@ -18,13 +18,16 @@
 //! 2. A node killed and restarted empty while the database keeps working: no
 //!    error, every result correct, the grid used again afterwards.
 
-mod support;
-
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection};
-use support::*;
+use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_plain, open_waffle, stats};
+use waffle_testkit::db_file::leaf_pages_by_rowid;
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::raw_client::{envelope_identity, key, mg, node_stat};
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::{pattern, wait_for, wait_until};
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
 const A_ROWS: i64 = 40;
@@ -217,15 +220,8 @@ fn a_node_killed_and_restarted_empty_changes_no_result() {
     let path = dir.join("k.db");
     let addr = node.addr();
     let conn = open_waffle(&path, &[("waffle_grid", &addr), ("waffle_local", "16KiB"), ("waffle_timeout_ms", "200")]);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let mut expect: BTreeMap<i64, Vec<u8>> = BTreeMap::new();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=300i64 {
-        let v = pattern(id as u64, ROW);
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, v]).unwrap();
-        expect.insert(id, v);
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=300, |id| pattern(id as u64, ROW));
+    let mut expect: BTreeMap<i64, Vec<u8>> = (1..=300).map(|id| (id, pattern(id as u64, ROW))).collect();
     flush(&conn);
     check(&conn, &expect, "before the kill");
     let s0 = stats(&conn);

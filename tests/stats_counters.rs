@@ -12,11 +12,12 @@
 //!   (a sequential reader's miss starts a read-ahead window, counted apart)
 //!   latency.l1.count = l1_hits, latency.disk.count = disk_reads
 
-mod support;
-
 use rusqlite::{params, Connection};
 use serde_json::Value;
-use support::*;
+use waffle_testkit::db::{drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::pattern;
+use waffle_testkit::temp_dir::TempDir;
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
 

@@ -8,15 +8,17 @@
 //! 3. Reopen: a new cache id, not one grid hit in a full scan although the
 //!    node still holds the child's copies; data correct; integrity ok.
 
-mod support;
-
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use rusqlite::params;
-use support::*;
+use rusqlite::{params, Connection};
 use waffle_testkit::artefact;
+use waffle_testkit::db::{cache_id, create_blob_table, flush, n, open_waffle, stats};
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::process::spawn_until_ready;
+use waffle_testkit::raw_client::{key, mg, node_stat};
+use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::warm_restart::{after_child_commit, check_rows, params_for, value};
 
 /// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
@@ -39,18 +41,12 @@ fn crash_child(db: &Path, grid: &str, mode: &str) -> u64 {
 
 #[test]
 fn a_clean_close_is_warm_and_a_crash_is_cold() {
-    let node = start_node(64);
-    let addr = node.addr();
-    let dir = TempDir::new("warm");
-    let db = dir.join("w.db");
-
     // Session 1: create, close cleanly (L1 goes to the grid, versions saved).
-    let first_id = create_closed(&db, &addr);
+    let Closed { _node, addr, dir: _dir, db, first_id } = closed("warm");
 
     // Session 2: warm. Same identity; the pages come from the grid.
     {
-        let conn = open_waffle(&db, &params_for(&addr));
-        conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+        let conn = reopen(&db, &addr);
         assert_eq!(cache_id(&conn), first_id, "a clean close followed by a reopen must be warm (same cache id)");
         check_rows(&conn, |id| value(id, 1), 200);
         let s = stats(&conn);
@@ -62,13 +58,11 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     // Session 3: a child process opens it (warm), writes, pushes, and is killed.
     let child_id = crash_child(&db, &addr, "committed");
     assert_eq!(child_id, first_id, "the child's open after a clean close is warm too");
-    let pages = std::fs::metadata(&db).unwrap().len() / 4096;
-    let before_crash: Vec<String> = (0..pages).map(|p| key(child_id, p)).filter(|k| mg(&addr, k).is_some()).collect();
-    assert!(before_crash.len() > 50, "the child's pages should be in the grid: only {} of {pages}", before_crash.len());
+    let before_crash = keys_in_grid(&db, &addr, child_id);
+    assert!(before_crash.len() > 50, "the child's pages should be in the grid: only {}", before_crash.len());
 
     // Session 4: cold. A new identity; nothing from before is asked for.
-    let conn = open_waffle(&db, &params_for(&addr));
-    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    let conn = reopen(&db, &addr);
     let new_id = cache_id(&conn);
     assert_ne!(new_id, child_id, "after a crash the reopen must take a new cache id");
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
@@ -82,16 +76,38 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     assert_eq!(r, "ok");
 }
 
-/// What every crash test starts from: 200 rows, closed cleanly.
-fn create_closed(db: &Path, grid: &str) -> u64 {
+/// What every crash test starts from: a node, and 200 rows in `t.db` in a temp dir of its own,
+/// written through `waffle` on that node and closed cleanly (with cache id `first_id`).
+struct Closed {
+    _node: Node,
+    addr: String,
+    dir: TempDir,
+    db: PathBuf,
+    first_id: u64,
+}
+
+fn closed(name: &str) -> Closed {
+    let node = start_node(64);
+    let addr = node.addr();
+    let dir = TempDir::new(name);
+    let db = dir.join("t.db");
+    let conn = open_waffle(&db, &params_for(&addr));
+    create_blob_table(&conn, 10, 1..=200, |id| value(id, 1));
+    let first_id = cache_id(&conn);
+    Closed { _node: node, addr, dir, db, first_id }
+}
+
+/// The keys under `id` of the pages of `db` that the node at `addr` holds (raw `mg`).
+fn keys_in_grid(db: &Path, addr: &str, id: u64) -> Vec<String> {
+    let pages = std::fs::metadata(db).unwrap().len() / 4096;
+    (0..pages).map(|p| key(id, p)).filter(|k| mg(addr, k).is_some()).collect()
+}
+
+/// Opens the database again, as a crash test's next session (SQLite's own cache small).
+fn reopen(db: &Path, grid: &str) -> Connection {
     let conn = open_waffle(db, &params_for(grid));
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=200i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
-    cache_id(&conn)
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    conn
 }
 
 /// A crash with a transaction open and its pages already in the file: the
@@ -100,26 +116,20 @@ fn create_closed(db: &Path, grid: &str) -> u64 {
 /// transaction, and nothing from the grid copies made before the crash.
 #[test]
 fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
-    let node = start_node(64);
-    let addr = node.addr();
-    let dir = TempDir::new("crash-txn");
-    let db = dir.join("c.db");
-    let first_id = create_closed(&db, &addr);
+    let Closed { _node, addr, dir, db, first_id } = closed("crash-txn");
     let child_id = crash_child(&db, &addr, "in_transaction");
     assert_eq!(child_id, first_id, "the child's open after a clean close is warm");
-    let journal = dir.join("c.db-journal");
+    let journal = dir.join("t.db-journal");
     assert!(journal.exists(), "the killed child should leave a hot journal behind");
     // The lost transaction's bytes really are in the file (spilled): the reopen must undo them.
     let lost: std::collections::HashSet<Vec<u8>> = (100..=250i64).map(|id| value(id, 3)[..16].to_vec()).collect();
     let file = std::fs::read(&db).unwrap();
     let spilled = file.windows(16).filter(|w| lost.contains(*w)).count();
     assert!(spilled > 0, "no uncommitted row reached the file before the kill: the test proves nothing");
-    let pages = std::fs::metadata(&db).unwrap().len() / 4096;
-    let old_keys: Vec<String> = (0..pages).map(|p| key(child_id, p)).filter(|k| mg(&addr, k).is_some()).collect();
+    let old_keys = keys_in_grid(&db, &addr, child_id);
     assert!(old_keys.len() > 50, "the child's pages (some from the lost transaction) should be in the grid");
 
-    let conn = open_waffle(&db, &params_for(&addr));
-    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    let conn = reopen(&db, &addr);
     assert_ne!(cache_id(&conn), child_id, "after a crash the reopen must take a new cache id");
     // The committed state: generation 2 for 1..=50 and 201..=300, 1 otherwise; never 3.
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
@@ -145,12 +155,7 @@ fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
     let params = [("waffle_grid", node.addr()), ("waffle_local", "4MiB".into()), ("waffle_push_queue", "64KiB".into())];
     let params: Vec<(&str, &str)> = params.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=800i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=800, |id| value(id, 1));
     check_rows(&conn, |id| value(id, 1), 800);
     let s = stats(&conn);
     let l1_pages = n(&s, "l1.pages");
@@ -183,12 +188,7 @@ fn a_rolled_back_snapshot_never_reads_the_other_timelines_pages() {
     let grid = node.addr();
     let params = params_for(&grid);
     let conn = open_waffle(&db, &params);
-    conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)").unwrap();
-    let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=100i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap();
-    }
-    tx.commit().unwrap();
+    create_blob_table(&conn, 10, 1..=100, |id| value(id, 1));
     drop(conn);
     // The snapshot: both files' bytes and the database's mtime.
     let snap_db = std::fs::read(&db).unwrap();

@@ -663,6 +663,9 @@ mod tests {
     use super::*;
     use std::panic::AssertUnwindSafe;
 
+    // The same in-memory file as `waffle_testkit::mem_file::MemFile`, kept here: the testkit
+    // depends on this crate, so as a dev-dependency it would link a second copy of it, whose
+    // `Backing` is not the trait these unit tests (compiled with the crate itself) call.
     struct Mem(Arc<Mutex<Vec<u8>>>);
 
     impl Backing for Mem {

@@ -1,5 +1,5 @@
-//! Opening databases through `waffle` and reading its stats: used by the child programs and, through
-//! `tests/support`, by every end-to-end test.
+//! Opening databases, plainly or through `waffle`, and reading its stats: used by the child programs
+//! and by every end-to-end test.
 
 use std::path::Path;
 use std::sync::Once;
@@ -50,6 +50,37 @@ pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result
     let conn = Connection::open_with_flags(waffle_uri(path, &all), uri_flags())?;
     conn.busy_timeout(Duration::from_secs(10))?;
     Ok(conn)
+}
+
+/// A plain database: SQLite's default VFS, nothing of ours in the way.
+pub fn open_plain(path: &Path) -> Connection {
+    let conn = Connection::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn
+}
+
+/// `PRAGMA cache_size = {cache_pages}` (SQLite's own cache kept small, so reads reach the VFS) and
+/// a table `t(id INTEGER PRIMARY KEY, v BLOB)` holding `value(id)` for every id of `ids`, written
+/// in one transaction.
+pub fn create_blob_table(
+    conn: &Connection,
+    cache_pages: u32,
+    ids: impl IntoIterator<Item = i64>,
+    value: impl Fn(i64) -> Vec<u8>,
+) {
+    conn.execute_batch(&format!("PRAGMA cache_size = {cache_pages}; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);"))
+        .expect("create table t");
+    let tx = conn.unchecked_transaction().expect("begin");
+    for id in ids {
+        tx.execute("INSERT INTO t VALUES (?1, ?2)", rusqlite::params![id, value(id)]).expect("insert into t");
+    }
+    tx.commit().expect("commit");
+}
+
+/// The bytes held in the blobs of [`create_blob_table`]'s table (`sum(length(v))`): reading them
+/// reads every page of the table.
+pub fn blob_total(conn: &Connection) -> i64 {
+    conn.query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0)).expect("SELECT sum(length(v)) FROM t")
 }
 
 /// `PRAGMA waffle_stats` as JSON.

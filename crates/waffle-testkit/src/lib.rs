@@ -3,193 +3,49 @@
 //! its inputs as arguments: `crash-writer` (`faults_crash.rs`), `commit-then-hang`
 //! (`warm_restart.rs`), `open-config-cases` (`faults_config.rs`) and `preload-file-io`
 //! (`mysql_preload.rs`); they are programs rather than `#[test]` functions that return early
-//! unless an environment variable is set, so a test count counts tests. The library holds what a
-//! child shares with its test (opening a database through `waffle` and reading its stats in
-//! [`db`], the crash workload, the configuration cases, InnoDB pages), [`artefact`] to find a
-//! built binary or library of the profile the tests run under, and [`wait_for`] to poll a
-//! condition with a deadline instead of sleeping.
+//! unless an environment variable is set, so a test count counts tests.
+//!
+//! The library is what those tests and children share. The world a test runs in: a [`temp_dir`]
+//! on the real disk, real memcached [`nodes`] (`waffle_nodes::Node`, killed on drop), a
+//! [`fake_node`] that injects the faults a real one cannot (and holds sets mid-batch), a
+//! [`raw_client`] that reads and writes a node's values as another client would, and child
+//! [`process`]es killed on drop. The databases: opening them plainly or through `waffle`,
+//! reading its stats, a table of blobs ([`db`]), the page of the file that holds a row
+//! ([`db_file`]), an in-memory backing for tests of `PageCache` alone ([`mem_file`]), the shared
+//! differential [`workload`] (a seeded statement stream run on a plain and a `waffle` database,
+//! compared), and the [`writers`] outside the test's own connections (the `sqlite3` shell, a
+//! Python apsw peer).
+//! What a child program shares with its test: the crash workload, the warm-restart rows, the
+//! configuration cases, InnoDB pages. And the plumbing: [`artefact`] finds a built binary or
+//! library of the profile the tests run under, [`wait_for`] polls a condition with a deadline
+//! instead of sleeping, [`soak`] scales fault tests under `scripts/soak`, [`pattern`] makes bytes
+//! a wrong page cannot hold by accident, and [`test_cases!`] writes one `#[test]` per case of a
+//! matrix.
+//!
+//! Every helper fails loudly (panics with what is missing and how to get it): an end-to-end test
+//! never skips.
 
+mod artefact;
 pub mod config_cases;
 pub mod crash_workload;
 pub mod db;
+pub mod db_file;
+pub mod fake_node;
 pub mod innodb_page;
+pub mod mem_file;
+pub mod nodes;
+mod pattern;
+pub mod process;
+pub mod raw_client;
+pub mod soak;
+pub mod temp_dir;
+mod test_cases;
+pub mod wait;
 pub mod warm_restart;
+pub mod workload;
+pub mod writers;
 
-use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
-
-// ---------------------------------------------------------------- finding built artefacts
-
-/// The child programs of this crate (`src/bin/`).
-pub const BINARIES: [&str; 4] = ["crash-writer", "commit-then-hang", "open-config-cases", "preload-file-io"];
-
-/// A file cargo builds apart from the test that uses it.
-struct Known {
-    file: &'static str,
-    /// An environment variable naming the file to use instead of searching.
-    env: Option<&'static str>,
-    /// The package that builds it (for the message saying what to build).
-    package: &'static str,
-    /// The crates it is built from: a file older than any of their sources is stale.
-    sources: &'static [&'static str],
-}
-
-fn known(file: &str) -> Known {
-    match file {
-        "libwaffle.so" => Known {
-            file: "libwaffle.so",
-            env: Some("WAFFLE_SO"),
-            package: "waffle-sqlite",
-            sources: &["crates/waffle-sqlite", "crates/waffle-core"],
-        },
-        "libwaffle_preload.so" => Known {
-            file: "libwaffle_preload.so",
-            env: Some("WAFFLE_PRELOAD_SO"),
-            package: "waffle-preload",
-            sources: &["crates/waffle-preload", "crates/waffle-core"],
-        },
-        _ => {
-            let Some(bin) = BINARIES.iter().find(|b| **b == file) else {
-                panic!(
-                    "artefact({file:?}): not one this crate knows ({BINARIES:?}, libwaffle.so, libwaffle_preload.so)"
-                )
-            };
-            Known {
-                file: bin,
-                env: None,
-                package: "waffle-testkit",
-                sources: &["crates/waffle-testkit", "crates/waffle-sqlite", "crates/waffle-core"],
-            }
-        }
-    }
-}
-
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).ancestors().nth(2).expect("crates/waffle-testkit is in the workspace").into()
-}
-
-/// target/<profile> of the running executable: a test binary is in its `deps/`.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("the path of the running executable");
-    let dir = exe.parent().expect("an executable is in a directory");
-    if dir.file_name() == Some("deps".as_ref()) { dir.parent().unwrap_or(dir) } else { dir }.to_path_buf()
-}
-
-/// The cargo command that builds `package` into the profile directory `dir`.
-fn build_command(dir: &Path, package: &str) -> String {
-    match dir.file_name().and_then(|n| n.to_str()) {
-        Some("debug") => format!("cargo build -p {package}"),
-        Some("release") | None => format!("cargo build --release -p {package}"),
-        Some(profile) => format!("cargo build --profile {profile} -p {package}"),
-    }
-}
-
-/// The newest file among the sources (src/ and Cargo.toml) of `crates`.
-fn newest_source(crates: &[&str]) -> (SystemTime, PathBuf) {
-    let mut newest = (SystemTime::UNIX_EPOCH, PathBuf::new());
-    let mut stack: Vec<PathBuf> =
-        crates.iter().flat_map(|c| [workspace().join(c).join("src"), workspace().join(c).join("Cargo.toml")]).collect();
-    while let Some(p) = stack.pop() {
-        let Ok(meta) = std::fs::metadata(&p) else { continue };
-        if meta.is_dir() {
-            stack.extend(std::fs::read_dir(&p).into_iter().flatten().flatten().map(|e| e.path()));
-        } else if let Ok(t) = meta.modified() {
-            if t > newest.0 {
-                newest = (t, p);
-            }
-        }
-    }
-    newest
-}
-
-/// A built binary of this crate (one of [`BINARIES`]), `libwaffle.so` or `libwaffle_preload.so`.
-///
-/// The libraries' variables `WAFFLE_SO` and `WAFFLE_PRELOAD_SO` name the file to use. Otherwise it
-/// is the one built for the profile of the running test binary: in its target/<profile> (or in
-/// `deps/` there, where `cargo test` leaves a dependency's cdylib), never another profile's, so a
-/// test under `--profile checked` runs checked children. It must not be older than its sources.
-/// Missing or stale, the test fails and says what to build: `cargo test` builds a dependency's
-/// library but not its binaries, so a run of one test file needs `cargo build --release` (or
-/// `-p waffle-testkit`) first; `cargo test --workspace` builds them (this crate's tests use them).
-#[track_caller]
-pub fn artefact(file: &str) -> PathBuf {
-    let known = known(file);
-    if let Some(var) = known.env {
-        if let Some(p) = std::env::var_os(var) {
-            let p = PathBuf::from(p);
-            assert!(p.is_file(), "{var}={} does not exist", p.display());
-            return p;
-        }
-    }
-    let dir = profile_dir();
-    let candidates = [dir.join(known.file), dir.join("deps").join(known.file)];
-    let Some((time, path)) = candidates
-        .iter()
-        .filter_map(|p| Some((std::fs::metadata(p).ok()?.modified().ok()?, p.clone())))
-        .max_by_key(|(t, _)| *t)
-    else {
-        panic!(
-            "{file} not found (looked for {candidates:?}, the profile these tests run under): build it with `{}`",
-            build_command(&dir, known.package)
-        )
-    };
-    let (src_time, src) = newest_source(known.sources);
-    assert!(
-        time >= src_time,
-        "{} is older than {}: rebuild it with `{}`",
-        path.display(),
-        src.display(),
-        build_command(&dir, known.package)
-    );
-    path
-}
-
-// ---------------------------------------------------------------- children
-
-/// A child program's arguments, exactly one per name in `names`; anything else prints a usage line
-/// and exits with status 2 (a child is run by its test, which passes them all).
-pub fn child_args<const N: usize>(program: &str, names: [&str; N]) -> [String; N] {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    args.try_into().unwrap_or_else(|_| {
-        let usage: Vec<String> = names.iter().map(|n| format!("<{n}>")).collect();
-        eprintln!("usage: {program} {} (run by the end-to-end tests, see tests/README.md)", usage.join(" "));
-        std::process::exit(2)
-    })
-}
-
-// ---------------------------------------------------------------- time and bytes
-
-/// Polls `cond` every 10 ms until it holds or `timeout` passes; returns whether it held.
-pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// [`wait_until`] that fails the test: panics naming `what` (what did not
-/// happen, e.g. "the node to be marked down") if it does not within `timeout`.
-#[track_caller]
-pub fn wait_for(timeout: Duration, what: &str, cond: impl FnMut() -> bool) {
-    assert!(wait_until(timeout, cond), "timed out after {timeout:?} waiting for {what}");
-}
-
-/// Deterministic pseudo-random bytes (a page-sized row that does not compress
-/// or repeat, so a wrong page is never the right bytes by accident).
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
+pub use artefact::{artefact, BINARIES};
+pub use pattern::pattern;
+pub use process::child_args;
+pub use wait::{wait_for, wait_until};

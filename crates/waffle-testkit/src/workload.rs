@@ -16,7 +16,9 @@ use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::{open_plain, open_waffle, soak_seed, stats, TempDir};
+use crate::db::{drop_pager_cache, open_plain, open_waffle, stats};
+use crate::soak::soak_seed;
+use crate::temp_dir::TempDir;
 
 /// One statement of the workload.
 #[derive(Debug, Clone)]
@@ -110,7 +112,7 @@ impl Workload {
         Value::Integer(self.rng.gen_range(0..max))
     }
 
-    pub fn next(&mut self) -> Op {
+    pub fn next_op(&mut self) -> Op {
         use Op::*;
         let roll = self.rng.gen_range(0..1000);
         match roll {
@@ -310,7 +312,8 @@ pub fn short(o: &Outcome) -> String {
 
 /// A plain database and a `waffle` one running the same workload, compared
 /// statement by statement. Panics (with the statement, both outcomes and the
-/// cache's stats) at the first difference.
+/// cache's stats) at the first difference. Both files are in a temp dir of
+/// its own, removed when it is dropped.
 pub struct Differential {
     pub plain: Connection,
     pub cached: Connection,
@@ -320,7 +323,15 @@ pub struct Differential {
     pub journal: String,
     pub plain_path: PathBuf,
     pub waffle_path: PathBuf,
-    /// Statements run so far.
+    pub tally: Tally,
+    /// Holds both files; declared last, so it is removed after they are closed.
+    dir: TempDir,
+}
+
+/// What a differential run did so far.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Statements run.
     pub ops: usize,
     /// Rows returned by queries and compared.
     pub rows_compared: usize,
@@ -338,11 +349,13 @@ pub struct Differential {
 }
 
 impl Differential {
-    /// Opens `plain.db` and `waffle.db` in `dir` (the latter through `waffle`
-    /// with `params`) and creates the workload's table in `journal` mode.
-    /// The seed is varied by `WAFFLE_SOAK_SEED` (see [`soak_seed`]).
-    pub fn open(dir: &TempDir, journal: &str, page_size: usize, seed: u64, params: &[(&str, &str)]) -> Differential {
+    /// Opens `plain.db` and `waffle.db` in a new temp dir named after `name`
+    /// (the latter through `waffle` with `params`) and creates the workload's
+    /// table in `journal` mode. The seed is varied by `WAFFLE_SOAK_SEED` (see
+    /// [`soak_seed`]).
+    pub fn open(name: &str, journal: &str, page_size: usize, seed: u64, params: &[(&str, &str)]) -> Differential {
         let seed = soak_seed(seed);
+        let dir = TempDir::new(name);
         let plain_path = dir.join("plain.db");
         let waffle_path = dir.join("waffle.db");
         let plain = open_plain(&plain_path);
@@ -358,14 +371,24 @@ impl Differential {
             journal: journal.to_string(),
             plain_path,
             waffle_path,
-            ops: 0,
-            rows_compared: 0,
-            errors: 0,
-            checks: 0,
-            slowest: Duration::ZERO,
-            slowest_op: String::new(),
-            error_kinds: Default::default(),
+            tally: Tally::default(),
+            dir,
         }
+    }
+
+    /// [`open`](Self::open) with the cache every differential test uses: a 16 KiB L1 (so nearly
+    /// every read goes below it) over `grid`, each request given `timeout_ms`.
+    pub fn over_grid(
+        name: &str,
+        journal: &str,
+        page_size: usize,
+        seed: u64,
+        grid: &str,
+        timeout_ms: u32,
+    ) -> Differential {
+        let timeout_ms = timeout_ms.to_string();
+        let params = [("waffle_grid", grid), ("waffle_local", "16KiB"), ("waffle_timeout_ms", timeout_ms.as_str())];
+        Differential::open(name, journal, page_size, seed, &params)
     }
 
     /// Runs `op` on both databases and compares. Returns the time the `waffle` side took.
@@ -374,37 +397,37 @@ impl Differential {
         let t0 = Instant::now();
         let b = apply(&self.cached, op);
         let took = t0.elapsed();
-        if took > self.slowest {
-            self.slowest = took;
-            self.slowest_op = describe(op);
+        if took > self.tally.slowest {
+            self.tally.slowest = took;
+            self.tally.slowest_op = describe(op);
         }
         if a != b {
             let s = stats(&self.cached);
             panic!(
                 "{} op {} gave different results\nop: {}\nplain:  {}\nwaffle: {}\nstats: {s}",
                 self.tag,
-                self.ops,
+                self.tally.ops,
                 describe(op),
                 short(&a),
                 short(&b)
             );
         }
         match &a {
-            Outcome::Rows(r) => self.rows_compared += r.len(),
+            Outcome::Rows(r) => self.tally.rows_compared += r.len(),
             Outcome::Error(e) => {
-                self.errors += 1;
-                *self.error_kinds.entry(e.clone()).or_default() += 1;
+                self.tally.errors += 1;
+                *self.tally.error_kinds.entry(e.clone()).or_default() += 1;
             }
             Outcome::Changed(_) => {}
         }
-        self.ops += 1;
+        self.tally.ops += 1;
         took
     }
 
     /// Runs `n` statements of the workload.
     pub fn run(&mut self, n: usize) {
         for _ in 0..n {
-            let op = self.work.next();
+            let op = self.work.next_op();
             self.step(&op);
         }
     }
@@ -414,7 +437,7 @@ impl Differential {
     pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut Differential) -> bool) -> bool {
         let end = Instant::now() + limit;
         loop {
-            let op = self.work.next();
+            let op = self.work.next_op();
             self.step(&op);
             if done(self) {
                 return true;
@@ -430,7 +453,7 @@ impl Differential {
         let end = Instant::now() + d;
         let mut took = Vec::new();
         while Instant::now() < end {
-            let op = self.work.next();
+            let op = self.work.next_op();
             took.push(self.step(&op));
         }
         took
@@ -451,14 +474,14 @@ impl Differential {
     pub fn check(&mut self) {
         self.commit();
         let ok = vec![vec![Value::Text("ok".into())]];
-        super::drop_pager_cache(&self.cached);
+        drop_pager_cache(&self.cached);
         assert_eq!(integrity(&self.plain), ok, "{} plain database integrity", self.tag);
         let got = integrity(&self.cached);
         assert_eq!(got, ok, "{} waffle database integrity; stats: {}", self.tag, stats(&self.cached));
-        super::drop_pager_cache(&self.cached);
+        drop_pager_cache(&self.cached);
         let (dump_plain, dump_cached) = (dump(&self.plain), dump(&self.cached));
         assert!(dump_plain == dump_cached, "{} dumps differ; stats: {}", self.tag, stats(&self.cached));
-        self.checks += 1;
+        self.tally.checks += 1;
     }
 
     /// A final [`check`](Self::check), then both closed and their files
@@ -467,21 +490,12 @@ impl Differential {
     pub fn finish(mut self) -> FinalReport {
         self.check();
         let s = stats(&self.cached);
-        let report = FinalReport {
-            tag: self.tag.clone(),
-            ops: self.ops,
-            rows_compared: self.rows_compared,
-            errors: self.errors,
-            checks: self.checks,
-            slowest: self.slowest,
-            slowest_op: self.slowest_op.clone(),
-            error_kinds: self.error_kinds.clone(),
-            stats: s,
-        };
-        let Differential { plain, cached, plain_path, waffle_path, journal, page_size, tag, .. } = self;
+        let report = FinalReport { tag: self.tag.clone(), tally: self.tally.clone(), stats: s };
+        let Differential { plain, cached, plain_path, waffle_path, journal, page_size, tag, dir, .. } = self;
         drop(plain);
         drop(cached);
         assert_same_files(&plain_path, &waffle_path, &journal, page_size, &tag);
+        drop(dir);
         report
     }
 }
@@ -514,13 +528,7 @@ pub fn assert_same_files(plain: &Path, waffle: &Path, journal: &str, page_size: 
 /// What a finished differential run did.
 pub struct FinalReport {
     pub tag: String,
-    pub ops: usize,
-    pub rows_compared: usize,
-    pub errors: usize,
-    pub checks: usize,
-    pub slowest: Duration,
-    pub slowest_op: String,
-    pub error_kinds: std::collections::BTreeMap<String, usize>,
+    pub tally: Tally,
     /// The `waffle` database's stats just before it was closed.
     pub stats: serde_json::Value,
 }
@@ -528,25 +536,25 @@ pub struct FinalReport {
 impl FinalReport {
     /// One line for the test's output (and docs/reliability.md).
     pub fn line(&self) -> String {
-        let s = &self.stats;
+        let (s, t) = (&self.stats, &self.tally);
         format!(
             "{} {} ops, {} rows compared, {} full checks, wrong results 0, errors only from the cache 0 \
              (SQL errors both sides returned alike: {} {:?}); \
              l2_hits {} l2_misses {} l2_skipped {} rejects {} faults {} push_failures {} slowest op {:?} ({})",
             self.tag,
-            self.ops,
-            self.rows_compared,
-            self.checks,
-            self.errors,
-            self.error_kinds,
+            t.ops,
+            t.rows_compared,
+            t.checks,
+            t.errors,
+            t.error_kinds,
             s["l2_hits"],
             s["l2_misses"],
             s["l2_skipped"],
             s["l2_rejects"],
             s["l2_faults"],
             s["l2_push_failures"],
-            self.slowest,
-            self.slowest_op.chars().take(80).collect::<String>()
+            t.slowest,
+            t.slowest_op.chars().take(80).collect::<String>()
         )
     }
 }

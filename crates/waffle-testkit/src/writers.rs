@@ -1,32 +1,28 @@
 //! Writers from outside the test's own connections: Debian's `sqlite3` shell
 //! (3.40) as a child process per transaction, and a long-lived Python apsw
 //! process ([`Peer`]) taking requests over a pipe; each on the plain file or
-//! with `libwaffle.so` loaded and the database opened through `waffle`. And
-//! how to find that library.
+//! with `libwaffle.so` loaded and the database opened through `waffle`.
 //!
 //! Used by `multi_writer.rs` (other processes committing to a database a
-//! `waffle` connection holds open). Every helper fails loudly: a missing
-//! shell or a missing or stale `libwaffle.so` says what to install or build.
+//! `waffle` connection holds open) and `extension_load.rs` (the extension in
+//! hosts we did not build). Every helper fails loudly: a missing shell or
+//! apsw says what to install.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use rusqlite::types::Value;
 
+use crate::process::{run_with_input, KillOnDrop};
+use crate::wait::wait_for;
+
 /// How long one child may take before it is killed and the test fails.
 pub const CHILD_TIMEOUT: Duration = Duration::from_secs(60);
 
-// ---------------------------------------------------------------- finding things
-
-/// The extension to load: `WAFFLE_SO`, or the `libwaffle.so` built for the
-/// profile these tests run under, not older than its sources (waffle-testkit's
-/// `artefact`); none, or only a stale one, fails and says how to build it.
-pub fn libwaffle() -> PathBuf {
-    waffle_testkit::artefact("libwaffle.so")
-}
+// ---------------------------------------------------------------- finding the hosts
 
 pub fn sqlite3_shell() -> PathBuf {
     let p = PathBuf::from("/usr/bin/sqlite3");
@@ -34,40 +30,19 @@ pub fn sqlite3_shell() -> PathBuf {
     p
 }
 
-// ---------------------------------------------------------------- running children
-
-/// Runs `cmd` with `input` on stdin (written by another thread, so a child
-/// that answers while it reads cannot block on a full pipe); kills it and
-/// fails if it takes longer than `limit`.
-pub fn run_with_input(cmd: &mut Command, input: &str, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
-    let mut stdin = child.stdin.take().unwrap();
-    let input = input.as_bytes().to_vec();
-    let feeder = std::thread::spawn(move || {
-        // A child that exits early (.bail on) closes the pipe: not our error.
-        let _ = stdin.write_all(&input);
-    });
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let out = match rx.recv_timeout(limit) {
-        Ok(out) => out.expect("wait for child"),
-        Err(_) => {
-            // SAFETY: kill(2) on our own child, which has not been reaped (its waiter is still blocked).
-            unsafe { libc::kill(pid as libc::pid_t, libc::SIGKILL) };
-            panic!("{cmd:?} did not finish in {limit:?}");
-        }
-    };
-    let _ = feeder.join();
-    out
+pub fn python_with_apsw() -> PathBuf {
+    let p = PathBuf::from("/usr/bin/python3");
+    assert!(p.is_file(), "/usr/bin/python3 is missing: apt-get install python3 python3-apsw");
+    let out = Command::new(&p).args(["-c", "import apsw"]).output().expect("run /usr/bin/python3");
+    assert!(
+        out.status.success(),
+        "/usr/bin/python3 cannot import apsw: apt-get install python3-apsw\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    p
 }
+
+// ---------------------------------------------------------------- the sqlite3 shell as a writer
 
 /// An SQL literal for `v` (blobs as X'..', text quoted).
 pub fn sql_literal(v: &Value) -> String {
@@ -87,8 +62,6 @@ pub fn sql_literal(v: &Value) -> String {
         }
     }
 }
-
-// ---------------------------------------------------------------- the sqlite3 shell as a writer
 
 /// How a shell opens the database.
 #[derive(Clone, Debug)]
@@ -178,22 +151,27 @@ pub fn shell(db: &Path, open: &ShellOpen, busy_ms: u32, sql: &str) -> ShellRun {
 
 // ---------------------------------------------------------------- a long-lived peer process (Python apsw)
 
-/// The peer's program: one JSON request per stdin line, one JSON answer per
-/// stdout line. Values: integers and text as JSON, blobs as {"x": hex}.
-const PEER_PY: &str = r#"
+/// The start of a Python program run as `python3 -c <program> <so> <uri>`: loads the
+/// extension `so` (unless it is empty) and sets `flags` for opening `uri` (SQLITE_OPEN_URI,
+/// read-write, create).
+pub const APSW_PRELUDE: &str = r#"
 import apsw, json, sys
 so, uri = sys.argv[1], sys.argv[2]
 flags = apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE
-
-def out(o):
-    sys.stdout.write(json.dumps(o) + "\n")
-    sys.stdout.flush()
-
 if so:
     boot = apsw.Connection(":memory:")
     # apsw 3.40 spells them enableloadextension/loadextension; newer ones also with underscores.
     (getattr(boot, "enable_load_extension", None) or boot.enableloadextension)(True)
     (getattr(boot, "load_extension", None) or boot.loadextension)(so)
+"#;
+
+/// The peer's program after [`APSW_PRELUDE`]: one JSON request per stdin line, one JSON answer
+/// per stdout line. Values: integers and text as JSON, blobs as {"x": hex}.
+const PEER_PY: &str = r#"
+def out(o):
+    sys.stdout.write(json.dumps(o) + "\n")
+    sys.stdout.flush()
+
 try:
     c = apsw.Connection(uri, flags=flags)
     list(c.cursor().execute("SELECT count(*) FROM sqlite_schema"))
@@ -245,24 +223,12 @@ c.close()
 /// stays open across the test's rounds, so its caches live through other
 /// writers' commits. Killed when dropped; [`Peer::close`] closes it cleanly.
 pub struct Peer {
-    child: Option<super::KillOnDrop>,
+    child: Option<KillOnDrop>,
     stdin: Option<std::process::ChildStdin>,
     lines: mpsc::Receiver<String>,
     stderr: std::sync::Arc<std::sync::Mutex<String>>,
     /// Why the open failed (the peer then exited), or None if it is ready.
     pub open_error: Option<String>,
-}
-
-pub fn python_with_apsw() -> PathBuf {
-    let p = PathBuf::from("/usr/bin/python3");
-    assert!(p.is_file(), "/usr/bin/python3 is missing: apt-get install python3 python3-apsw");
-    let out = Command::new(&p).args(["-c", "import apsw"]).output().expect("run /usr/bin/python3");
-    assert!(
-        out.status.success(),
-        "/usr/bin/python3 cannot import apsw: apt-get install python3-apsw\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    p
 }
 
 impl Peer {
@@ -272,7 +238,7 @@ impl Peer {
         use std::io::{BufRead, BufReader, Read};
         let mut child = Command::new(python_with_apsw())
             .arg("-c")
-            .arg(PEER_PY)
+            .arg(format!("{APSW_PRELUDE}{PEER_PY}"))
             .arg(so.map(|p| p.as_os_str().to_owned()).unwrap_or_default())
             .arg(uri)
             .stdin(Stdio::piped())
@@ -303,7 +269,7 @@ impl Peer {
                 sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
             }
         });
-        let mut peer = Peer { child: Some(super::KillOnDrop(child)), stdin, lines, stderr, open_error: None };
+        let mut peer = Peer { child: Some(KillOnDrop(child)), stdin, lines, stderr, open_error: None };
         let first = peer.answer();
         if let Some(e) = first.get("open_error") {
             peer.open_error = Some(format!("{}; stderr: {}", e.as_str().unwrap_or_default(), peer.stderr().trim()));
@@ -342,7 +308,7 @@ impl Peer {
         drop(self.stdin.take());
         let mut child = self.child.take().expect("not closed twice");
         let mut status = None;
-        super::wait_for(CHILD_TIMEOUT, "the apsw peer to exit after its stdin closed", || {
+        wait_for(CHILD_TIMEOUT, "the apsw peer to exit after its stdin closed", || {
             status = child.0.try_wait().expect("wait for apsw peer");
             status.is_some()
         });
