@@ -142,17 +142,23 @@ fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
     }
     let node = start_node(16);
     let (_, cache) = cache_on(&node, 0xc4ec, 16, Some(Box::new(RefuseMarked)));
-    let file = Arc::new(Mutex::new(vec![0u8; 4 * PAGE]));
+    let file = Arc::new(Mutex::new(vec![0u8; 40 * PAGE]));
     let truth = pattern(7, PAGE);
     file.lock().unwrap()[..PAGE].copy_from_slice(&truth);
-    // A copy whose envelope is right (this cache, page 0, the version the file
-    // holds) but whose bytes the adapter refuses.
+    let mut buf = vec![0u8; PAGE];
+    let disk = MemFile(Arc::clone(&file));
+    // The cache reads page 0 and pushes it (40 pages through a 16-page L1), so
+    // it asks the grid for it again.
+    for p in 0..40 {
+        cache.read(p, &mut buf, &disk).unwrap();
+    }
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    // Its copy replaced by one whose envelope is right (this cache, page 0, the
+    // version the file holds) but whose bytes the adapter refuses.
     let mut bad = pattern(8, PAGE);
     bad[0] = 0xBA;
     let id = waffle_core::envelope::Identity { cache_id: 0xc4ec, page: 0, version: 0 };
     ms(&node.addr(), &waffle_core::envelope::key(0xc4ec, 0), &waffle_core::envelope::seal(id, &bad));
-    let mut buf = vec![0u8; PAGE];
-    let disk = MemFile(Arc::clone(&file));
     let (_, source) = cache.read(0, &mut buf, &disk).unwrap();
     assert_eq!(source, Source::Disk, "the refused copy was not served");
     assert!(buf == truth);

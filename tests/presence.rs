@@ -1,0 +1,155 @@
+//! The presence set (`waffle_core::presence`): the cache asks the grid only
+//! for pages it pushed at their current version and has not taken back. Below
+//! SQLite (`PageCache` over a memory file, one real memcached): a push, a
+//! fetch, a write, an invalidation, a truncation and a node restart each
+//! leave the set right, checked against what memcached really holds
+//! (`curr_items`) and against the requests the node saw.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_core::{envelope, CacheOptions, PageCache, Source};
+use waffle_testkit::db::n;
+use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::nodes::start_node;
+use waffle_testkit::pattern;
+use waffle_testkit::raw_client::{mg, node_stat};
+
+const PAGE: usize = 4096;
+const PAGES: u64 = 32;
+const L1_PAGES: u64 = 4;
+
+fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
+    file.lock().unwrap()[p as usize * PAGE..][..PAGE].copy_from_slice(bytes);
+}
+
+fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
+    file.lock().unwrap()[p as usize * PAGE..][..PAGE].to_vec()
+}
+
+fn stats(cache: &PageCache) -> Value {
+    Value::Object(cache.stats_json())
+}
+
+#[test]
+fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart() {
+    let mut node = start_node(16);
+    let grid = Arc::new(Grid::new(
+        NodeSpec::parse_list(&node.addr()).unwrap(),
+        GridOptions { timeout_ms: 1000, ..GridOptions::default() },
+    ));
+    let cache = PageCache::new(CacheOptions {
+        cache_id: 0x9e5,
+        saved: None,
+        page_bytes: PAGE,
+        local_bytes: L1_PAGES * PAGE as u64,
+        push_queue_bytes: 1 << 20,
+        grid: Some(Arc::clone(&grid)),
+        seal_key: None,
+        page_check: None,
+    });
+    let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
+    for p in 0..PAGES {
+        set_page(&file, p, &pattern(p, PAGE));
+    }
+    let disk = MemFile(Arc::clone(&file));
+    let mut buf = vec![0u8; PAGE];
+    // Lookups that asked the grid (node requests also count the pusher's stores).
+    let requests = || {
+        let s = stats(&cache);
+        n(&s, "l2_hits") + n(&s, "l2_misses") + n(&s, "l2_rejects_total") + n(&s, "l2_skipped")
+    };
+    let read = |p: u64, buf: &mut Vec<u8>| {
+        let (len, source) = cache.read(p, buf, &disk).unwrap();
+        assert_eq!(len, PAGE);
+        assert!(*buf == page_of(&file, p), "page {p} read other bytes than the file's (from {source:?})");
+        source
+    };
+
+    // Cold: nothing was pushed, so no read asks the grid.
+    for p in 0..PAGES {
+        assert_eq!(read(p, &mut buf), Source::Disk);
+    }
+    let s = stats(&cache);
+    assert_eq!(n(&s, "l2_presence_skips"), PAGES, "{s}");
+    assert_eq!(n(&s, "l2_misses") + n(&s, "l2_hits"), 0, "{s}");
+
+    // Pushes: the evicted pages are in the set, and memcached holds exactly those.
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    let s = stats(&cache);
+    let pushed = n(&s, "l2_presence_pages");
+    assert_eq!(pushed, n(&s, "l2_pushes"), "one mark per pushed page: {s}");
+    assert!(pushed >= PAGES - L1_PAGES, "{s}");
+    assert_eq!(node_stat(&node.addr(), "curr_items"), pushed, "memcached holds what the set says");
+
+    // A fetch takes the page back: out of memcached and out of the set (the
+    // page it evicts from L1 goes in: the count stays, and still matches memcached's).
+    let before = requests();
+    assert_eq!(read(0, &mut buf), Source::L2);
+    assert_eq!(requests(), before + 1);
+    assert!(mg(&node.addr(), &envelope::key(0x9e5, 0)).is_none(), "the fetched item is gone from memcached");
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    assert_eq!(n(&stats(&cache), "l2_presence_pages"), pushed);
+    assert_eq!(node_stat(&node.addr(), "curr_items"), pushed);
+
+    // A write and an invalidation: the grid's copies are of another version, so they are not asked for.
+    let new = pattern(1000, PAGE);
+    set_page(&file, 1, &new);
+    cache.wrote(1, &new);
+    let mut partial = page_of(&file, 2);
+    partial[9] ^= 0xFF;
+    set_page(&file, 2, &partial);
+    cache.invalidate(2);
+    // Push page 1's new version out of L1 again, then read 2 (never asked) and 1 (its new copy).
+    for p in 10..10 + L1_PAGES {
+        read(p, &mut buf);
+    }
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    let before = requests();
+    let skips = n(&stats(&cache), "l2_presence_skips");
+    assert_eq!(read(2, &mut buf), Source::Disk);
+    assert_eq!((requests(), n(&stats(&cache), "l2_presence_skips")), (before, skips + 1), "page 2 asked nothing");
+    assert_eq!(read(1, &mut buf), Source::L2, "page 1's new version was pushed and comes back");
+    assert_eq!(n(&stats(&cache), "l2_rejects_total"), 0);
+
+    // A truncation: the pages past the cut leave the set; regrown, they read from the disk only.
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    let cut = 20;
+    file.lock().unwrap().truncate(cut as usize * PAGE);
+    cache.truncated(cut);
+    for p in cut..PAGES {
+        file.lock().unwrap().extend_from_slice(&pattern(5000 + p, PAGE));
+    }
+    let before = requests();
+    for p in cut..PAGES {
+        assert_eq!(read(p, &mut buf), Source::Disk, "page {p} after the cut");
+    }
+    assert_eq!(requests(), before, "no page past the cut was asked for");
+
+    // A node restarted empty: pages the set still holds are asked for and missed, counted per node.
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    let marked: Vec<u64> = (3..cut).filter(|&p| p != 10 && p != 11 && p != 12 && p != 13).collect();
+    node.restart().unwrap();
+    let mut missed = 0;
+    for &p in &marked {
+        if read(p, &mut buf) == Source::Disk {
+            missed += 1;
+        }
+    }
+    let s = stats(&cache);
+    assert!(missed > 0, "{s}");
+    assert!(n(&s, "l2_presence_misses") > 0, "pushed pages the node lost are presence misses: {s}");
+    assert_eq!(
+        s["nodes"][0]["presence_misses"].as_u64().unwrap(),
+        n(&s, "l2_presence_misses"),
+        "counted on the node: {s}"
+    );
+    // Each miss took the page out of the set: read again, they ask nothing.
+    let before = requests();
+    for &p in &marked {
+        read(p, &mut buf);
+    }
+    assert!(requests() - before <= L1_PAGES, "the missed pages are not asked for again: {}", stats(&cache));
+}
