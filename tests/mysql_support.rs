@@ -1,7 +1,7 @@
 //! Helpers of the MySQL/MariaDB tests (`tests/mysql_*.rs`, each includes this
 //! file with `#[path = "mysql_support.rs"] mod mysql_support;`).
 //!
-//! Servers are `waffle_cli::mysql::server::Server`s: a throwaway datadir (a
+//! Servers are `waffle_testkit::mariadb::Server`s: a throwaway datadir (a
 //! copy of one template made once per MariaDB version under the target dir),
 //! their own socket and loopback port, killed when dropped. Nothing is
 //! skipped: a missing MariaDB, sysbench, memcached or preload library fails
@@ -14,8 +14,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
-pub use waffle_cli::mysql::server::{self, Preload, Server, ServerOptions, Tools};
 pub use waffle_nodes::Node;
+pub use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, Tools};
 
 /// The test servers' InnoDB buffer pool: the smallest MariaDB takes, so pages really go through the cache.
 pub const POOL: u64 = 6 << 20;

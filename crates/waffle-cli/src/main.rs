@@ -4,11 +4,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use waffle_cli::bench::configs::Amount;
-use waffle_cli::bench::oltp::Dist;
-use waffle_cli::bench::{self, BenchOptions, SweepOptions};
-use waffle_cli::demo::{self, DemoOptions};
-use waffle_cli::probe::{self, ProbeOptions};
+use waffle_bench::bench::configs::Amount;
+use waffle_bench::bench::oltp::Dist;
+use waffle_bench::bench::{self, BenchOptions, SweepOptions};
+use waffle_bench::demo::{self, DemoOptions};
+use waffle_bench::probe::{self, ProbeOptions};
 use waffle_core::config::parse_size;
 use waffle_emulation::LinkProfile;
 
@@ -58,7 +58,7 @@ enum Command {
     /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
     Probe(ProbeArgs),
     /// Pretty-print a stats file (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output).
-    Stats(waffle_cli::mysql::stats::StatsArgs),
+    Stats(waffle_bench::mysql::stats::StatsArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -92,7 +92,7 @@ enum BenchSub {
         charts: PathBuf,
     },
     /// MariaDB stock and under libwaffle_preload.so: the real sysbench, side by side (docs/benchmarks.md).
-    Mysql(waffle_cli::mysql::bench::MysqlArgs),
+    Mysql(waffle_bench::mysql::bench::MysqlArgs),
 }
 
 #[derive(Args, Clone)]
@@ -261,7 +261,7 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
 fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
-        Some(BenchSub::Mysql(m)) => waffle_cli::mysql::bench::run(&m).map(|_| ()),
+        Some(BenchSub::Mysql(m)) => waffle_bench::mysql::bench::run(&m).map(|_| ()),
         Some(BenchSub::Replot { json, charts }) => {
             let text = std::fs::read_to_string(&json).map_err(|e| format!("cannot read {}: {e}", json.display()))?;
             let report: serde_json::Value =
@@ -355,7 +355,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => run_bench(*cmd),
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
-        Command::Stats(a) => waffle_cli::mysql::stats::run_args(&a),
+        Command::Stats(a) => waffle_bench::mysql::stats::run_args(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

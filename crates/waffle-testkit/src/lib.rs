@@ -16,11 +16,12 @@
 //! compared), and the [`writers`] outside the test's own connections (the `sqlite3` shell, a
 //! Python apsw peer).
 //! What a child program shares with its test: the crash workload, the warm-restart rows, the
-//! configuration cases, InnoDB pages. And the plumbing: [`artefact`] finds a built binary or
-//! library of the profile the tests run under, [`wait_for`] polls a condition with a deadline
-//! instead of sleeping, [`soak`] scales fault tests under `scripts/soak`, [`pattern`] makes bytes
-//! a wrong page cannot hold by accident, and [`test_cases!`] writes one `#[test]` per case of a
-//! matrix.
+//! configuration cases, InnoDB pages. Throwaway MariaDB servers and sysbench ([`mariadb`]), for
+//! the MySQL tests and for `waffle bench mysql` (waffle-bench). And the plumbing: [`artefact`]
+//! finds a built binary or library of the profile the tests run under, [`wait_for`] polls a
+//! condition with a deadline instead of sleeping, [`soak`] scales fault tests under
+//! `scripts/soak`, [`pattern`] makes bytes a wrong page cannot hold by accident, and
+//! [`test_cases!`] writes one `#[test]` per case of a matrix.
 //!
 //! Every helper fails loudly (panics with what is missing and how to get it): an end-to-end test
 //! never skips.
@@ -32,6 +33,7 @@ pub mod db;
 pub mod db_file;
 pub mod fake_node;
 pub mod innodb_page;
+pub mod mariadb;
 pub mod mem_file;
 pub mod nodes;
 mod pattern;

@@ -498,28 +498,6 @@ pub fn parse_sysbench(text: &str) -> SysbenchResult {
     }
 }
 
-/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, else next to the running
-/// program (target/release/waffle), else in target/release or target/debug.
-pub fn find_preload() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("WAFFLE_PRELOAD_SO") {
-        let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(format!("WAFFLE_PRELOAD_SO={} does not exist", p.display())) };
-    }
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        candidates.push(dir.join("libwaffle_preload.so"));
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join("libwaffle_preload.so"));
-        }
-    }
-    candidates.push(PathBuf::from("target/release/libwaffle_preload.so"));
-    candidates.push(PathBuf::from("target/debug/libwaffle_preload.so"));
-    candidates.into_iter().find(|c| c.is_file()).map(|c| c.canonicalize().unwrap_or(c)).ok_or_else(|| {
-        "libwaffle_preload.so not found: build it with `cargo build --release -p waffle-preload` (or set WAFFLE_PRELOAD_SO)"
-            .to_string()
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,8 +26,8 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use serde_json::{json, Value};
 use waffle_nodes::Node;
+use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SysbenchResult, Tools};
 
-use super::server::{self, Preload, Server, ServerOptions, SysbenchResult, Tools};
 use crate::mysql::stats;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
@@ -223,7 +223,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     let preload = match (kinds.contains(&Kind::Waffle) || emulated, &a.preload) {
         (false, _) => None,
         (true, Some(p)) => Some(p.clone()),
-        (true, None) => Some(server::find_preload()?),
+        (true, None) => Some(find_preload()?),
     };
     let budget = a.budget.max(server::MIN_BUFFER_POOL);
     let data_bytes = a.data.unwrap_or(budget * 4);
@@ -251,6 +251,28 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
         eprintln!("waffle bench mysql: results in {}", path.display());
     }
     Ok(results)
+}
+
+/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, else next to the running
+/// program (target/release/waffle), else in target/release or target/debug.
+fn find_preload() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("WAFFLE_PRELOAD_SO") {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(format!("WAFFLE_PRELOAD_SO={} does not exist", p.display())) };
+    }
+    let mut candidates = Vec::new();
+    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
+        candidates.push(dir.join("libwaffle_preload.so"));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join("libwaffle_preload.so"));
+        }
+    }
+    candidates.push(PathBuf::from("target/release/libwaffle_preload.so"));
+    candidates.push(PathBuf::from("target/debug/libwaffle_preload.so"));
+    candidates.into_iter().find(|c| c.is_file()).map(|c| c.canonicalize().unwrap_or(c)).ok_or_else(|| {
+        "libwaffle_preload.so not found: build it with `cargo build --release -p waffle-preload` (or set WAFFLE_PRELOAD_SO)"
+            .to_string()
+    })
 }
 
 fn run_config(
