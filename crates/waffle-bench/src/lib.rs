@@ -10,6 +10,7 @@
 //! and a measured period ([`bench::runner`]); the results become a table on stdout, a JSON report
 //! and PNG charts ([`bench::report`], [`bench::chart`]).
 //!
+//! - [`args`]: the flags several commands share, and the parsers of flag values.
 //! - [`demo`]: `waffle demo`: two local memcached nodes, one database several times larger
 //!   than L1, the same read workload with the grid off and on.
 //! - [`bench`]: `waffle bench` and `waffle bench sweep`, the seeds' experiments.
@@ -17,6 +18,7 @@
 //! - [`mysql`]: `waffle bench mysql` (MariaDB under the preload, real sysbench; the servers are
 //!   `waffle_testkit::mariadb`'s) and `waffle stats`.
 
+pub mod args;
 pub mod bench;
 pub mod dataset;
 pub mod demo;

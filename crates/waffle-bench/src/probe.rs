@@ -31,7 +31,8 @@ use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
 use waffle_emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile};
 use waffle_nodes::Node;
 
-use crate::bench::{chart, report};
+use crate::bench::chart;
+use crate::bench::report::{self, Output};
 
 #[derive(Clone, Debug)]
 pub struct ProbeOptions {
@@ -44,8 +45,7 @@ pub struct ProbeOptions {
     pub dir: PathBuf,
     pub device: Option<String>,
     pub link: Option<LinkProfile>,
-    pub json: Option<PathBuf>,
-    pub charts: Option<PathBuf>,
+    pub output: Output,
 }
 
 impl Default for ProbeOptions {
@@ -59,8 +59,7 @@ impl Default for ProbeOptions {
             dir: PathBuf::from("waffle-bench"),
             device: None,
             link: None,
-            json: None,
-            charts: None,
+            output: Output::default(),
         }
     }
 }
@@ -318,30 +317,13 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     if errors > 0 {
         println!("  {errors} operations failed (not in the latencies)");
     }
-    let mut notes = Vec::new();
-    if let Some(p) = device {
-        notes.push(format!(
-            "device {} EMULATED: {} server(s), {} us per random read ({})",
-            p.name, p.servers, p.random_us, p.source
-        ));
-    }
-    if let Some(l) = o.link {
-        notes.push(format!(
-            "link {} EMULATED: {} us round trip + bytes at {} Mb/s, shared ({})",
-            l.name,
-            l.rtt_us,
-            l.bits_per_s / 1_000_000,
-            l.source
-        ));
-    }
+    let notes = report::emulation_notes(device.as_slice(), o.link.as_slice());
     for n in &notes {
         println!("{n}");
     }
     println!("host load average {:.2} at the end", report::load_average());
 
-    let mut charts = Vec::new();
-    if let Some(dir) = &o.charts {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let draw = |_: &Value, dir: &Path| {
         let file = dir.join("probe.png");
         let mut series = Vec::new();
         for (i, (name, pts)) in results.iter().enumerate() {
@@ -372,12 +354,11 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
             true,
             true,
         )?;
-        println!("chart: {}", file.display());
-        charts.push(file.display().to_string());
-    }
-    let report = json!({
+        Ok(file)
+    };
+    let mut report = json!({
         "command": "probe",
-        "invocation": std::env::args().collect::<Vec<_>>().join(" "),
+        "invocation": report::invocation(),
         "value_bytes": o.value_bytes,
         "file_bytes": o.file_bytes,
         "o_direct": direct,
@@ -388,11 +369,7 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         "series": results.iter().map(|(n, p)| json!({ "name": n, "points": p })).collect::<Vec<_>>(),
         "grid_hit_over_bare_mg": ratios,
         "host": { "cores": report::cores(), "load_end": report::load_average() },
-        "charts": charts,
     });
-    if let Some(path) = &o.json {
-        report::write_json(path, &report)?;
-        println!("json: {}", path.display());
-    }
+    o.output.write(&mut report, draw)?;
     Ok(report)
 }

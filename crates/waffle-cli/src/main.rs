@@ -1,15 +1,18 @@
-//! `waffle`: the demo, local grid nodes, benchmarks and the latency probe.
+//! `waffle`: the demo, local grid nodes, benchmarks and the latency probe. This file parses the
+//! command line and calls the library crates (waffle-bench, waffle-nodes) that do the work.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
+use waffle_bench::args::{device, link, size, GridTimeout, PageSize};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
+use waffle_bench::bench::report::Output;
 use waffle_bench::bench::{self, BenchOptions, SweepOptions};
 use waffle_bench::demo::{self, DemoOptions};
+use waffle_bench::mysql;
 use waffle_bench::probe::{self, ProbeOptions};
-use waffle_core::config::parse_size;
 use waffle_emulation::LinkProfile;
 
 #[derive(Parser)]
@@ -38,12 +41,10 @@ enum Command {
         /// Measured seconds per configuration.
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
         seconds: u64,
-        /// SQLite page size.
-        #[arg(long, default_value_t = 4096, value_parser = page_size)]
-        page_size: u32,
-        /// Deadline of one grid request.
-        #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
-        timeout_ms: u64,
+        #[command(flatten)]
+        page: PageSize,
+        #[command(flatten)]
+        timeout: GridTimeout,
         /// Backing devices to run on, comma-separated: real (this machine's disk)
         /// and EMULATED profiles hdd-10k, ssd-2009, nvme, cloud-block (docs/benchmarks.md).
         #[arg(long, default_value = "real,hdd-10k", value_delimiter = ',', value_parser = device)]
@@ -58,7 +59,7 @@ enum Command {
     /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
     Probe(ProbeArgs),
     /// Pretty-print a stats file (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output).
-    Stats(waffle_bench::mysql::stats::StatsArgs),
+    Stats(mysql::stats::StatsArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -92,7 +93,7 @@ enum BenchSub {
         charts: PathBuf,
     },
     /// MariaDB stock and under libwaffle_preload.so: the real sysbench, side by side (docs/benchmarks.md).
-    Mysql(waffle_bench::mysql::bench::MysqlArgs),
+    Mysql(mysql::bench::MysqlArgs),
 }
 
 #[derive(Args, Clone)]
@@ -125,9 +126,8 @@ struct BenchArgs {
     /// Measured seconds per configuration (default 30; sweep 10).
     #[arg(long)]
     duration: Option<f64>,
-    /// SQLite page size.
-    #[arg(long, default_value_t = 4096, value_parser = page_size)]
-    page_size: u32,
+    #[command(flatten)]
+    page: PageSize,
     /// Key distribution of oltp-read-only: uniform, pareto[:h] (sysbench, h=0.2), zipf[:theta].
     #[arg(long, default_value = "uniform", value_parser = Dist::parse)]
     dist: Dist,
@@ -146,18 +146,13 @@ struct BenchArgs {
     /// EMULATED link of the grid configurations: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
     #[arg(long, default_value = "loopback", value_parser = link)]
     link: String,
-    /// Deadline of one grid request.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
-    timeout_ms: u64,
+    #[command(flatten)]
+    timeout: GridTimeout,
     /// Where datasets go (reused while their parameters match).
     #[arg(long, default_value = "waffle-bench")]
     dir: PathBuf,
-    /// Also write the results as JSON to this file.
-    #[arg(long)]
-    json: Option<PathBuf>,
-    /// Write PNG charts into this directory.
-    #[arg(long)]
-    charts: Option<PathBuf>,
+    #[command(flatten)]
+    output: Output,
     /// Seed of the workload's random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -206,14 +201,8 @@ struct ProbeArgs {
     /// Where the probe file goes.
     #[arg(long, default_value = "waffle-bench")]
     dir: PathBuf,
-    #[arg(long)]
-    json: Option<PathBuf>,
-    #[arg(long)]
-    charts: Option<PathBuf>,
-}
-
-fn link(s: &str) -> Result<String, String> {
-    LinkProfile::by_name(s.trim()).map(|_| s.trim().to_string())
+    #[command(flatten)]
+    output: Output,
 }
 
 fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
@@ -241,17 +230,16 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         threads: a.threads.map(|t| t as usize),
         warmup_s: seconds(a.warmup, if sweep { 5.0 } else { 10.0 }, "warmup")?,
         duration_s: seconds(a.duration, if sweep { 10.0 } else { 30.0 }, "duration")?,
-        page_bytes: a.page_size,
+        page_bytes: a.page.page_size,
         dist: a.dist.clone(),
         warehouses: a.warehouses,
         items: a.items,
         customers: a.customers,
         device: (a.device != "real").then(|| a.device.clone()),
         link: LinkProfile::by_name(&a.link)?,
-        timeout_ms: a.timeout_ms,
+        timeout_ms: a.timeout.timeout_ms,
         dir: a.dir.clone(),
-        json: a.json.clone(),
-        charts: a.charts.clone(),
+        output: a.output.clone(),
         seed: a.seed,
         rounds: a.rounds as usize,
         writer_gate: !a.no_writer_gate,
@@ -261,15 +249,9 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
 fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
-        Some(BenchSub::Mysql(m)) => waffle_bench::mysql::bench::run(&m).map(|_| ()),
+        Some(BenchSub::Mysql(m)) => mysql::bench::run(&m).map(|_| ()),
         Some(BenchSub::Replot { json, charts }) => {
-            let text = std::fs::read_to_string(&json).map_err(|e| format!("cannot read {}: {e}", json.display()))?;
-            let report: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
-            if report["command"] != "bench" {
-                return Err(format!("{} is not a `waffle bench` report", json.display()));
-            }
-            let file = bench::bench_chart(&report, &charts)?;
+            let file = bench::replot(&json, &charts)?;
             println!("chart: {}", file.display());
             Ok(())
         }
@@ -307,32 +289,15 @@ fn run_probe(a: ProbeArgs) -> Result<(), String> {
         dir: a.dir,
         device: (a.device != "real").then_some(a.device),
         link: LinkProfile::by_name(&a.link)?,
-        json: a.json,
-        charts: a.charts,
+        output: a.output,
     })
     .map(|_| ())
-}
-
-fn size(s: &str) -> Result<u64, String> {
-    parse_size(s)
-}
-
-fn device(s: &str) -> Result<String, String> {
-    waffle_emulation::DeviceProfile::by_name(s.trim()).map(|_| s.trim().to_string())
-}
-
-fn page_size(s: &str) -> Result<u32, String> {
-    let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if !(512..=65536).contains(&n) || !n.is_power_of_two() {
-        return Err(format!("'{s}' is not a SQLite page size (a power of two from 512 to 65536)"));
-    }
-    Ok(n)
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Demo { data, local, sqlite_cache_kib, threads, seconds, page_size, timeout_ms, devices, dir } => {
+        Command::Demo { data, local, sqlite_cache_kib, threads, seconds, page, timeout, devices, dir } => {
             if local >= data {
                 Err(format!(
                     "--local ({local} bytes) must be smaller than --data ({data} bytes) for the demo to mean anything"
@@ -345,8 +310,8 @@ fn main() -> ExitCode {
                     sqlite_cache_kib,
                     threads: threads as usize,
                     seconds,
-                    page_bytes: page_size,
-                    timeout_ms,
+                    page_bytes: page.page_size,
+                    timeout_ms: timeout.timeout_ms,
                     devices,
                 })
                 .map(|_| ())
@@ -355,7 +320,7 @@ fn main() -> ExitCode {
         Command::Bench(cmd) => run_bench(*cmd),
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
-        Command::Stats(a) => waffle_bench::mysql::stats::run_args(&a),
+        Command::Stats(a) => mysql::stats::run_args(&a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use waffle_emulation::{DeviceProfile, LinkProfile};
 
 use configs::{Amount, ConfigSpec, Kind, Plan};
-use report::ConfigResult;
+use report::{ConfigResult, Output};
 use runner::RunOptions;
 use workload::Workload;
 
@@ -61,8 +61,7 @@ pub struct BenchOptions {
     pub link: Option<LinkProfile>,
     pub timeout_ms: u64,
     pub dir: PathBuf,
-    pub json: Option<PathBuf>,
-    pub charts: Option<PathBuf>,
+    pub output: Output,
     pub seed: u64,
     /// Each configuration runs this many times, interleaved (local, grid, ..., local, grid, ...);
     /// the median round is reported. Evens out a shared machine's changing load.
@@ -92,8 +91,7 @@ impl Default for BenchOptions {
             link: None,
             timeout_ms: 50,
             dir: PathBuf::from("waffle-bench"),
-            json: None,
-            charts: None,
+            output: Output::default(),
             seed: 1,
             rounds: 1,
             writer_gate: true,
@@ -124,29 +122,12 @@ fn mib(b: u64) -> String {
 }
 
 fn emulation_notes(plans: &[Plan]) -> Vec<String> {
-    let mut notes = Vec::new();
-    let mut devices: Vec<&str> = plans.iter().filter_map(|p| p.device.as_deref()).collect();
+    let mut devices: Vec<DeviceProfile> =
+        plans.iter().filter_map(|p| DeviceProfile::by_name(p.device.as_deref()?).ok().flatten()).collect();
     devices.dedup();
-    for d in devices {
-        if let Ok(Some(p)) = DeviceProfile::by_name(d) {
-            notes.push(format!(
-                "device {} EMULATED: {} server(s), {} us per random read, {} us per sequential 4 KiB ({})",
-                p.name, p.servers, p.random_us, p.sequential_us_per_4k, p.source
-            ));
-        }
-    }
     let mut links: Vec<LinkProfile> = plans.iter().filter_map(|p| p.link).collect();
     links.dedup();
-    for l in links {
-        notes.push(format!(
-            "link {} EMULATED: {} us round trip + bytes at {} Mb/s on a shared link ({})",
-            l.name,
-            l.rtt_us,
-            l.bits_per_s / 1_000_000,
-            l.source
-        ));
-    }
-    notes
+    report::emulation_notes(&devices, &links)
 }
 
 /// Draws `waffle bench`'s bar chart from its JSON report into `dir`; returns the file.
@@ -194,6 +175,16 @@ pub fn bench_chart(report: &Value, dir: &Path) -> Result<PathBuf, String> {
     let file = dir.join(format!("bench-{workload}.png"));
     chart::bar_chart(&file, &format!("waffle bench {workload}: {unit} by configuration"), &subtitle, unit, &bars)?;
     Ok(file)
+}
+
+/// `waffle bench replot`: draws the chart of the `waffle bench` report `json` into `dir` again; returns the file.
+pub fn replot(json: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let text = std::fs::read_to_string(json).map_err(|e| format!("cannot read {}: {e}", json.display()))?;
+    let report: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", json.display()))?;
+    if report["command"] != "bench" {
+        return Err(format!("{} is not a `waffle bench` report", json.display()));
+    }
+    bench_chart(&report, dir)
 }
 
 /// A named check against a target from the benchmark issue.
@@ -256,10 +247,6 @@ pub fn print_checks(checks: &[Value]) {
             if c["met"].as_bool() == Some(true) { "met" } else { "MISSED" }
         );
     }
-}
-
-fn the_command() -> String {
-    std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ")
 }
 
 /// `waffle bench`: every configuration once; prints the table, returns the JSON report.
@@ -344,7 +331,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let (unit, _) = workload.unit();
     let report = json!({
         "command": "bench",
-        "invocation": the_command(),
+        "invocation": report::invocation(),
         "workload": workload.name(),
         "description": workload.describe(),
         "unit": unit,
@@ -368,15 +355,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
         "checks": checks,
     });
     let mut report = report;
-    if let Some(dir) = &o.charts {
-        let file = bench_chart(&report, dir)?;
-        println!("chart: {}", file.display());
-        report["charts"] = json!([file.display().to_string()]);
-    }
-    if let Some(path) = &o.json {
-        report::write_json(path, &report)?;
-        println!("json: {}", path.display());
-    }
+    o.output.write(&mut report, bench_chart)?;
     Ok(report)
 }
 
@@ -495,9 +474,7 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         println!("{n}");
     }
     println!("host load average {:.2} at the end", report::load_average());
-    let mut charts = Vec::new();
-    if let Some(dir) = &o.charts {
-        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let draw = |_: &Value, dir: &Path| {
         let file = dir.join(format!("sweep-{}.png", workload.name()));
         let series: Vec<chart::Series> = lines
             .iter()
@@ -515,12 +492,11 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
             false,
             false,
         )?;
-        println!("chart: {}", file.display());
-        charts.push(file.display().to_string());
-    }
-    let report = json!({
+        Ok(file)
+    };
+    let mut report = json!({
         "command": "bench sweep",
-        "invocation": the_command(),
+        "invocation": report::invocation(),
         "workload": workload.name(),
         "description": workload.describe(),
         "unit": unit,
@@ -528,12 +504,8 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         "params": { "threads": threads, "warmup_s": o.warmup_s, "duration_s": o.duration_s, "page_bytes": o.page_bytes, "points_pct": s.points },
         "emulated": notes,
         "points": rows,
-        "charts": charts,
     });
-    if let Some(path) = &o.json {
-        report::write_json(path, &report)?;
-        println!("json: {}", path.display());
-    }
+    o.output.write(&mut report, draw)?;
     Ok(report)
 }
 

@@ -1,7 +1,13 @@
 //! What a benchmark reports: one result per configuration, ratios against
-//! `local`, `all-local` and `stock`, a table on stdout and the same as JSON.
+//! `local`, `all-local` and `stock`, a table on stdout and the same as JSON;
+//! and what every report has (`waffle bench`, `bench sweep`, `probe`): the
+//! EMULATED notes, the invocation, and [`Output`], its JSON file and charts.
+
+use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use serde_json::{json, Value};
+use waffle_emulation::{DeviceProfile, LinkProfile};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Latency {
@@ -274,12 +280,74 @@ pub fn print_table(results: &[ConfigResult]) {
 }
 
 /// Writes `value` as pretty JSON to `path`.
-pub fn write_json(path: &std::path::Path, value: &serde_json::Value) -> Result<(), String> {
+pub fn write_json(path: &Path, value: &Value) -> Result<(), String> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     }
     let text = serde_json::to_string_pretty(value).expect("serializable");
     std::fs::write(path, text + "\n").map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Where a report goes besides stdout: `--json FILE`, `--charts DIR`.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct Output {
+    /// Also write the results as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write PNG charts into this directory.
+    #[arg(long)]
+    pub charts: Option<PathBuf>,
+}
+
+impl Output {
+    /// With `--charts`, draws the report's chart there (`draw(report, dir)` returns its file);
+    /// lists the charts drawn under the report's `charts`; with `--json`, writes the report.
+    /// Prints each file written.
+    pub fn write(
+        &self,
+        report: &mut Value,
+        draw: impl FnOnce(&Value, &Path) -> Result<PathBuf, String>,
+    ) -> Result<(), String> {
+        let mut charts = Vec::new();
+        if let Some(dir) = &self.charts {
+            std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let file = draw(report, dir)?;
+            println!("chart: {}", file.display());
+            charts.push(file.display().to_string());
+        }
+        report["charts"] = json!(charts);
+        if let Some(path) = &self.json {
+            write_json(path, report)?;
+            println!("json: {}", path.display());
+        }
+        Ok(())
+    }
+}
+
+/// One line per EMULATED device and link in use: what is emulated, and whose figures (the
+/// report's `emulated`; the same lines on stdout).
+pub fn emulation_notes(devices: &[DeviceProfile], links: &[LinkProfile]) -> Vec<String> {
+    let devices = devices.iter().map(|p| {
+        format!(
+            "device {} EMULATED: {} server(s), {} us per random read, {} us per sequential 4 KiB ({})",
+            p.name, p.servers, p.random_us, p.sequential_us_per_4k, p.source
+        )
+    });
+    let links = links.iter().map(|l| {
+        format!(
+            "link {} EMULATED: {} us round trip + bytes at {} Mb/s on a shared link ({})",
+            l.name,
+            l.rtt_us,
+            l.bits_per_s / 1_000_000,
+            l.source
+        )
+    });
+    devices.chain(links).collect()
+}
+
+/// The command line that made a report, quoted where an argument has a space.
+pub fn invocation() -> String {
+    std::env::args().map(|a| if a.contains(' ') { format!("'{a}'") } else { a }).collect::<Vec<_>>().join(" ")
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ use serde_json::{json, Value};
 use waffle_nodes::Node;
 use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SysbenchResult, Tools};
 
+use crate::args::{size, GridTimeout};
+use crate::bench::report;
 use crate::mysql::stats;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
@@ -65,9 +67,8 @@ pub struct MysqlArgs {
     /// InnoDB buffer pool of the waffle configuration. Default: B/8, at least 6 MiB.
     #[arg(long, value_parser = size)]
     pub waffle_pool: Option<u64>,
-    /// Deadline of one grid request.
-    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u64).range(1..=60000))]
-    pub timeout_ms: u64,
+    #[command(flatten)]
+    pub timeout: GridTimeout,
     /// EMULATED link to the grid: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
     #[arg(long, default_value = "loopback")]
     pub link: String,
@@ -88,10 +89,6 @@ pub struct MysqlArgs {
     /// libwaffle_preload.so (default: next to this program, or target/release).
     #[arg(long)]
     pub preload: Option<PathBuf>,
-}
-
-fn size(s: &str) -> Result<u64, String> {
-    waffle_core::config::parse_size(s)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -245,9 +242,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     }
     print!("{}", table(&results, budget, data_bytes, &a, ds.table_size, small));
     if let Some(path) = &a.json {
-        let v = to_json(&results, &a, budget, data_bytes, ds.table_size, small);
-        std::fs::write(path, serde_json::to_string_pretty(&v).unwrap_or_default() + "\n")
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        report::write_json(path, &to_json(&results, &a, budget, data_bytes, ds.table_size, small))?;
         eprintln!("waffle bench mysql: results in {}", path.display());
     }
     Ok(results)
@@ -321,7 +316,7 @@ fn run_config(
             let env = vec![
                 ("WAFFLE_GRID".to_string(), grid),
                 ("WAFFLE_LOCAL".to_string(), (budget - small).to_string()),
-                ("WAFFLE_TIMEOUT_MS".to_string(), a.timeout_ms.to_string()),
+                ("WAFFLE_TIMEOUT_MS".to_string(), a.timeout.timeout_ms.to_string()),
                 ("WAFFLE_LINK".to_string(), a.link.trim().to_string()),
                 ("WAFFLE_STATS_INTERVAL_MS".to_string(), "200".to_string()),
                 ("WAFFLE_DEVICE".to_string(), device.clone()),
@@ -485,7 +480,7 @@ fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_siz
 fn to_json(results: &[RunResult], a: &MysqlArgs, budget: u64, data: u64, table_size: u64, small: u64) -> Value {
     json!({
         "benchmark": "mysql",
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "command": report::invocation(),
         "budget_bytes": budget,
         "data_bytes": data,
         "tables": a.tables,
