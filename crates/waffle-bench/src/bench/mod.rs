@@ -117,6 +117,18 @@ fn threads_for(o: &BenchOptions, w: &dyn Workload) -> usize {
     o.threads.unwrap_or(if w.name() == "scan" { 1 } else { 16 }).max(1)
 }
 
+/// What the runner needs of the options for one configuration at the memory budget `budget_bytes`.
+fn run_options(o: &BenchOptions, threads: usize, budget_bytes: u64, seed: u64) -> RunOptions {
+    RunOptions {
+        threads,
+        warmup: Duration::from_secs_f64(o.warmup_s),
+        duration: Duration::from_secs_f64(o.duration_s),
+        timeout_ms: o.timeout_ms,
+        budget_bytes,
+        seed,
+    }
+}
+
 fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
@@ -296,14 +308,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let mut per_plan: Vec<Vec<ConfigResult>> = vec![Vec::new(); plans.len()];
     for round in 0..rounds {
         for (i, plan) in plans.iter().enumerate() {
-            let ropts = RunOptions {
-                threads,
-                warmup: Duration::from_secs_f64(o.warmup_s),
-                duration: Duration::from_secs_f64(o.duration_s),
-                timeout_ms: o.timeout_ms,
-                budget_bytes: budget,
-                seed: o.seed + round as u64,
-            };
+            let ropts = run_options(o, threads, budget, o.seed + round as u64);
             if rounds > 1 {
                 eprintln!("waffle bench: round {} of {rounds}", round + 1);
             }
@@ -418,14 +423,7 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
                     o.link,
                     device.clone(),
                 );
-                let ropts = RunOptions {
-                    threads,
-                    warmup: Duration::from_secs_f64(o.warmup_s),
-                    duration: Duration::from_secs_f64(o.duration_s),
-                    timeout_ms: o.timeout_ms,
-                    budget_bytes: budget,
-                    seed: o.seed,
-                };
+                let ropts = run_options(o, threads, budget, o.seed);
                 eprintln!("waffle bench sweep: budget {pct}% ({}), {}", mib(budget), runner::device_label(device));
                 let r = runner::run_config(workload.as_ref(), &ds, &plan, &ropts)?;
                 let line = format!("{} on {}", r.name, runner::device_label(&plan.device));
