@@ -16,9 +16,9 @@
 //! at the end every page reads as the file holds it. A last phase cuts and
 //! regrows the file (`truncated`) and checks the tail reads as the file.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -35,6 +35,9 @@ const PAGES: u64 = 192;
 const WORKERS: u64 = 3;
 const OPS_PER_WORKER: u64 = 20_000;
 const SEED: u64 = 0xCAC4E;
+/// Conductor moves the workers wait for (bounded by MAX_RUN).
+const MIN_MOVES: u64 = 30;
+const MAX_RUN: Duration = Duration::from_secs(20);
 
 fn grid(addr: &str) -> Arc<Grid> {
     let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
@@ -70,8 +73,12 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
     }));
 
     let done = Arc::new(AtomicBool::new(false));
+    // The conductor's moves so far: workers go on past OPS_PER_WORKER until it
+    // made enough of them (the presence set makes the workers fast).
+    let moved = Arc::new(AtomicU64::new(0));
     let conductor = {
         let (cache, done, grids, fake) = (Arc::clone(&cache), Arc::clone(&done), grids.clone(), Arc::clone(&fake));
+        let moved = Arc::clone(&moved);
         std::thread::spawn(move || {
             let mut rng = SmallRng::seed_from_u64(SEED ^ 0xC0);
             let mut moves = 0u64;
@@ -94,6 +101,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
                     }
                 }
                 moves += 1;
+                moved.store(moves, Ordering::Release);
                 std::thread::yield_now();
             }
             moves
@@ -102,14 +110,20 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
 
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
-            let (cache, file) = (Arc::clone(&cache), Arc::clone(&file));
+            let (cache, file, moved, fake) =
+                (Arc::clone(&cache), Arc::clone(&file), Arc::clone(&moved), Arc::clone(&fake));
             std::thread::spawn(move || {
                 let mut rng = SmallRng::seed_from_u64(SEED + w);
                 let mine: Vec<u64> = (0..PAGES).filter(|p| p % WORKERS == w).collect();
                 let mut buf = vec![0u8; PAGE];
                 let disk = MemFile(Arc::clone(&file));
                 let mut generation = 0u64;
-                for op in 0..OPS_PER_WORKER {
+                let started = Instant::now();
+                for op in 0.. {
+                    let conducted = moved.load(Ordering::Acquire) >= MIN_MOVES && fake.paused_sets() > 0;
+                    if op >= OPS_PER_WORKER && (conducted || started.elapsed() > MAX_RUN) {
+                        break;
+                    }
                     let p = mine[rng.gen_range(0..mine.len())];
                     match rng.gen_range(0..20) {
                         0..=9 => {
@@ -148,7 +162,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
     }
     done.store(true, Ordering::Release);
     let moves = conductor.join().unwrap();
-    assert!(moves > 10, "the conductor moved the grid while the workers ran ({moves} moves)");
+    assert!(moves >= MIN_MOVES, "the conductor moved the grid while the workers ran ({moves} moves)");
     assert!(fake.paused_sets() > 0, "the pusher was held mid-batch at least once");
     let (gets, hits) = fake.gets();
     eprintln!(

@@ -108,9 +108,10 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     let spaces = &v["tablespaces"];
     let of = |t: &str, k: &str| spaces[format!("m/{t}")][k].as_u64().unwrap_or(0);
     let high: Vec<String> = (1..=BIG).map(big).filter(|t| of(t, "segment") >= WRAPPED_FROM).collect();
+    // InnoDB may close and reopen some files meanwhile (their segments are then reused, lower numbers).
     assert!(
-        high.len() >= BIG as usize / 2,
-        "at least half the big tables got a segment past {}: {} did ({:?})",
+        high.len() >= 10,
+        "at least 10 of the big tables got a segment past {}: {} did ({:?})",
         WRAPPED_FROM - 1,
         high.len(),
         (1..=BIG).map(|i| of(&big(i), "segment")).collect::<Vec<_>>()
