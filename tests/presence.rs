@@ -9,10 +9,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
-use waffle_core::grid::{Grid, GridOptions, NodeSpec};
-use waffle_core::{envelope, CacheOptions, PageCache, Source};
+use waffle_core::{envelope, PageCache, Source};
 use waffle_testkit::db::n;
-use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::mem_file::{cache_on, MemFile};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{mg, node_stat};
@@ -36,20 +35,7 @@ fn stats(cache: &PageCache) -> Value {
 #[test]
 fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart() {
     let mut node = start_node(16);
-    let grid = Arc::new(Grid::new(
-        NodeSpec::parse_list(&node.addr()).unwrap(),
-        GridOptions { timeout_ms: 1000, ..GridOptions::default() },
-    ));
-    let cache = PageCache::new(CacheOptions {
-        cache_id: 0x9e5,
-        saved: None,
-        page_bytes: PAGE,
-        local_bytes: L1_PAGES * PAGE as u64,
-        push_queue_bytes: 1 << 20,
-        grid: Some(Arc::clone(&grid)),
-        seal_key: None,
-        page_check: None,
-    });
+    let (_grid, cache) = cache_on(&node.addr(), 0x9e5, PAGE, L1_PAGES, None);
     let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
     for p in 0..PAGES {
         set_page(&file, p, &pattern(p, PAGE));

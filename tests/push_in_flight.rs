@@ -25,11 +25,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
-use waffle_core::{CacheOptions, PageCache, PageCheck, Source};
+use waffle_core::grid::Fetch;
+use waffle_core::{PageCheck, Source};
 use waffle_testkit::db::n;
-use waffle_testkit::mem_file::MemFile;
-use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::mem_file::{cache_on, MemFile};
+use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{envelope_identity, ms};
 
@@ -39,31 +39,11 @@ const FILLERS: u64 = 12;
 
 /// A grid of `node` alone (1 s deadline) and a `PageCache` of `PAGE`-byte pages over it: `cache_id`,
 /// `local_pages` of L1, a 1 MiB push queue, no sealing, the adapter's `page_check`.
-fn cache_on(
-    node: &Node,
-    cache_id: u64,
-    local_pages: u64,
-    page_check: Option<Box<dyn PageCheck>>,
-) -> (Arc<Grid>, PageCache) {
-    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
-    let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
-    let cache = PageCache::new(CacheOptions {
-        cache_id,
-        saved: None,
-        page_bytes: PAGE,
-        local_bytes: local_pages * PAGE as u64,
-        push_queue_bytes: 1 << 20,
-        grid: Some(Arc::clone(&grid)),
-        seal_key: None,
-        page_check,
-    });
-    (grid, cache)
-}
 
 #[test]
 fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
     let node = start_node(64);
-    let (grid, cache) = cache_on(&node, 0xe2e, 2, None);
+    let (grid, cache) = cache_on(&node.addr(), 0xe2e, PAGE, 2, None);
     let pages = FILLERS + 1 + ROUNDS;
     let file = Arc::new(Mutex::new(vec![0u8; pages as usize * PAGE]));
     let write = |page: u64, bytes: &[u8]| {
@@ -141,7 +121,7 @@ fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
         }
     }
     let node = start_node(16);
-    let (_, cache) = cache_on(&node, 0xc4ec, 16, Some(Box::new(RefuseMarked)));
+    let (_, cache) = cache_on(&node.addr(), 0xc4ec, PAGE, 16, Some(Box::new(RefuseMarked)));
     let file = Arc::new(Mutex::new(vec![0u8; 40 * PAGE]));
     let truth = pattern(7, PAGE);
     file.lock().unwrap()[..PAGE].copy_from_slice(&truth);

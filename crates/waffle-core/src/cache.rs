@@ -695,16 +695,19 @@ mod tests {
         PageCache::new(opts)
     }
 
+    /// A file of four 512-byte pages of 1s, the cache, and a page buffer.
+    fn four_pages_of_ones() -> (Arc<Mutex<Vec<u8>>>, Mem, PageCache, Vec<u8>) {
+        let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
+        (Arc::clone(&file), Mem(file), cache(), vec![0u8; 512])
+    }
+
     /// A write path that panics (here: a poisoned stripe lock, as a panic
     /// elsewhere under it leaves) cannot update L1, which still holds the old
     /// bytes at the version the file is believed to hold. Tripping the fuse
     /// sends every later read to the file.
     #[test]
     fn a_write_path_panic_trips_the_fuse_and_reads_go_to_the_file() {
-        let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
-        let m = Mem(Arc::clone(&file));
-        let c = cache();
-        let mut buf = vec![0u8; 512];
+        let (file, m, c, mut buf) = four_pages_of_ones();
         c.read(2, &mut buf, &m).unwrap();
         assert_eq!(c.read(2, &mut buf, &m).unwrap().1, Source::L1);
         // Poison page 2's stripe.
@@ -728,10 +731,7 @@ mod tests {
 
     #[test]
     fn an_l1_entry_at_a_version_the_file_has_left_is_never_served() {
-        let file = Arc::new(Mutex::new(vec![1u8; 4 * 512]));
-        let m = Mem(Arc::clone(&file));
-        let c = cache();
-        let mut buf = vec![0u8; 512];
+        let (file, m, c, mut buf) = four_pages_of_ones();
         c.read(1, &mut buf, &m).unwrap();
         // A path that bumps the version without removing the L1 entry.
         c.versions.bump(1);

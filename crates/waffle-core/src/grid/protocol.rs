@@ -164,11 +164,7 @@ pub fn is_valid_key(key: &[u8]) -> bool {
 
 /// `mg <key> v [q O<opaque>]`: the value, the item left as it is.
 pub fn encode_get(out: &mut Vec<u8>, key: &[u8], quiet_opaque: Option<u32>) {
-    out.extend_from_slice(b"mg ");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b" v");
-    push_quiet_opaque(out, quiet_opaque);
-    out.extend_from_slice(b"\r\n");
+    push_command(out, b"mg ", key, b" v", quiet_opaque.is_some(), quiet_opaque);
 }
 
 /// `mg <key> v q [O<opaque>]` then `md <key> q [O<opaque>]`: the exclusive
@@ -177,22 +173,20 @@ pub fn encode_get(out: &mut Vec<u8>, key: &[u8], quiet_opaque: Option<u32>) {
 /// `NF` (the quiet `mg` says nothing). An expired item (`T-1`) would keep its
 /// slab chunk until the LRU reached it. The caller ends the pipeline with `mn`.
 pub fn encode_take(out: &mut Vec<u8>, key: &[u8], opaque: Option<u32>) {
-    out.extend_from_slice(b"mg ");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b" v q");
-    push_opaque(out, opaque);
-    out.extend_from_slice(b"\r\nmd ");
-    out.extend_from_slice(key);
-    out.extend_from_slice(b" q");
-    push_opaque(out, opaque);
-    out.extend_from_slice(b"\r\n");
+    push_command(out, b"mg ", key, b" v", true, opaque);
+    push_command(out, b"md ", key, b"", true, opaque);
 }
 
-fn push_quiet_opaque(out: &mut Vec<u8>, quiet_opaque: Option<u32>) {
-    if quiet_opaque.is_some() {
+/// `<verb><key><flags>[ q][ O<opaque>]\r\n`.
+fn push_command(out: &mut Vec<u8>, verb: &[u8], key: &[u8], flags: &[u8], quiet: bool, opaque: Option<u32>) {
+    out.extend_from_slice(verb);
+    out.extend_from_slice(key);
+    out.extend_from_slice(flags);
+    if quiet {
         out.extend_from_slice(b" q");
     }
-    push_opaque(out, quiet_opaque);
+    push_opaque(out, opaque);
+    out.extend_from_slice(b"\r\n");
 }
 
 fn push_opaque(out: &mut Vec<u8>, opaque: Option<u32>) {
