@@ -240,7 +240,7 @@ impl PageCache {
             self.stats.l2_presence_skips.incr();
         } else if let Some(grid) = grid {
             let t1 = Instant::now();
-            let key = envelope::key(self.cache_id, page);
+            let key = envelope::GridKey::new(self.cache_id, page);
             let fetched = grid.take(key.as_bytes());
             self.stats.record(Tier::L2, t1.elapsed());
             if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {

@@ -108,7 +108,38 @@ impl Reject {
 /// The grid key of a page: short, ASCII, namespaced by the cache identity so
 /// that many databases (and incarnations of one) share a grid without meeting.
 pub fn key(cache_id: u64, page: u64) -> String {
-    format!("wf{cache_id:016x}.{page:x}")
+    String::from_utf8(GridKey::new(cache_id, page).as_bytes().to_vec()).expect("keys are ASCII")
+}
+
+/// [`key`] on the stack: `wf<cache_id:016x>.<page:x>`, at most 2 + 16 + 1 + 16
+/// bytes, built without an allocation (one per grid lookup on the read path).
+#[derive(Clone, Copy)]
+pub struct GridKey {
+    bytes: [u8; GridKey::MAX_BYTES],
+    len: u8,
+}
+
+impl GridKey {
+    const MAX_BYTES: usize = 35;
+
+    pub fn new(cache_id: u64, page: u64) -> GridKey {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut bytes = [0u8; GridKey::MAX_BYTES];
+        bytes[..2].copy_from_slice(b"wf");
+        for i in 0..16 {
+            bytes[2 + i] = HEX[(cache_id >> (60 - 4 * i) & 0xf) as usize];
+        }
+        bytes[18] = b'.';
+        let digits = ((64 - page.leading_zeros()).div_ceil(4)).max(1) as usize;
+        for i in 0..digits {
+            bytes[19 + i] = HEX[(page >> (4 * (digits - 1 - i)) & 0xf) as usize];
+        }
+        GridKey { bytes, len: (19 + digits) as u8 }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
+    }
 }
 
 /// Builds the envelope for `payload` into a new buffer.
@@ -355,6 +386,16 @@ mod tests {
                 w[byte] ^= 1 << bit;
                 assert!(open(&w, ID, 512).is_err(), "flip byte {byte} bit {bit}");
             }
+        }
+    }
+
+    #[test]
+    fn a_grid_key_on_the_stack_is_the_formatted_one() {
+        for (id, page) in [(0u64, 0u64), (1, 1), (u64::MAX, u64::MAX), (0xabc, 0x10), (0x1234_5678_9abc_def0, 1 << 40)]
+        {
+            let formatted = format!("wf{id:016x}.{page:x}");
+            assert_eq!(GridKey::new(id, page).as_bytes(), formatted.as_bytes());
+            assert_eq!(key(id, page), formatted);
         }
     }
 }
