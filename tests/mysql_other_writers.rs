@@ -20,10 +20,10 @@
 //! - Within one run: FLUSH TABLES ... FOR EXPORT, the file copied aside by
 //!   another program, every row rewritten (pushed), DISCARD TABLESPACE, the
 //!   copy put back, IMPORT TABLESPACE: the table is the exported one.
-//!   Control: the discarded file's copies, holding rewritten rows, are still on
-//!   the node after the import (the dropped segment's presence bits keep them
-//!   from being asked for under the imported file's pages, its segment number
-//!   reused), or were asked for and refused (`version`).
+//!   Control: the discarded file's copies, holding rewritten rows, are on the
+//!   node right before the DISCARD; the imported file reuses the segment
+//!   number, and they are never served (the drop cleared their presence bits;
+//!   one asked for would be refused by `version`).
 //! - Two servers on copies of one datadir (same tablespace ids, same page
 //!   numbers, very likely the same segment numbers), at the same time on one
 //!   node, each rewriting other rows: each reads exactly its own writes, and
@@ -448,17 +448,14 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
     // The imported file took the discarded file's segment number (the last one
-    // freed is the first reused). The old file's copies are never served: the
-    // segment's drop cleared their presence bits, so they are not even asked
-    // for (they stay on the node), and any that were would be refused by
-    // version. Control: they were there to be served, still on the node or
-    // refused.
+    // freed is the first reused). The old file's copies (the control above: on
+    // the node, holding rewritten rows, right before the DISCARD) are never
+    // served: the segment's drop cleared their presence bits, so they are not
+    // asked for, and any that were would be refused by version. What is left
+    // of them afterwards depends on timing: the imported file's own pushes
+    // overwrite the keys they share.
     let left =
         stale.iter().filter(|k| mc.get(k).is_some_and(|v| v.windows(upd.len()).any(|w| w == upd.as_bytes()))).count();
-    assert!(
-        left > 0 || stat(&v, "l2_rejects.version") > stat(&before, "l2_rejects.version"),
-        "control: the old file's copies were neither left on the node nor refused: {v}"
-    );
     eprintln!(
         "copies of the old file holding {upd:?}: {} before the import, {left} after; version rejects {} -> {}; \
          presence skips {} -> {}; segments dropped {} -> {}; total {:.1} s",
