@@ -40,23 +40,32 @@ impl Emulation {
     /// Resolves `waffle_device` and `waffle_link`; an unknown name is refused
     /// with an error that names the parameter, the value and the known names.
     pub fn from_config(c: &Config) -> Result<Emulation, ConfigError> {
-        let device = match c.device.as_deref() {
-            Some(name) => {
-                DeviceProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::DEVICE, name, why))?
-            }
-            None => None,
-        };
-        let link = match c.link.as_deref() {
-            Some(name) => LinkProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::LINK, name, why))?,
-            None => None,
-        };
+        let (device, link) = profiles(c)?;
         Ok(Emulation { device: device.map(EmulatedDevice::new), link: link.map(|p| Arc::new(Link::new(p))) })
+    }
+
+    /// As [`Emulation::from_config`]'s check of the names, building nothing
+    /// (every open checks; only the first open of a database builds).
+    pub fn check(c: &Config) -> Result<(), ConfigError> {
+        profiles(c).map(|_| ())
     }
 
     /// Whether anything is emulated.
     pub fn is_on(&self) -> bool {
         self.device.is_some() || self.link.is_some()
     }
+}
+
+fn profiles(c: &Config) -> Result<(Option<DeviceProfile>, Option<LinkProfile>), ConfigError> {
+    let device = match c.device.as_deref() {
+        Some(name) => DeviceProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::DEVICE, name, why))?,
+        None => None,
+    };
+    let link = match c.link.as_deref() {
+        Some(name) => LinkProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::LINK, name, why))?,
+        None => None,
+    };
+    Ok((device, link))
 }
 
 #[cfg(test)]
@@ -81,6 +90,8 @@ mod tests {
         for (param, value, known) in [("waffle_device", "floppy", "hdd-10k"), ("waffle_link", "carrier-pigeon", "1gbe")]
         {
             let msg = resolve(&[(param, value)]).err().expect("refused").to_string();
+            let config = Config::from_sources(|k| (k == param).then(|| value.to_string()), |_| None).unwrap();
+            assert_eq!(Emulation::check(&config).err().map(|e| e.to_string()), Some(msg.clone()));
             assert!(msg.contains(param) && msg.contains(value) && msg.contains(known), "{msg}");
         }
     }

@@ -96,7 +96,7 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
     })
     .map_err(|e| e.to_string())?;
     // Benchmarks' profile names are checked at every open, like every other value.
-    waffle_emulation::Emulation::from_config(&config).map_err(|e| e.to_string())?;
+    waffle_emulation::Emulation::check(&config).map_err(|e| e.to_string())?;
     Ok(config)
 }
 
