@@ -263,8 +263,8 @@ impl PageCache {
                     }
                 }
                 Fetch::Miss => {
+                    // Only marked pages are asked for: every miss is a presence miss.
                     self.stats.l2_misses.incr();
-                    self.stats.l2_presence_misses.incr();
                     grid.note_presence_miss(key.as_bytes());
                 }
                 Fetch::Skipped => self.stats.l2_skipped.incr(),

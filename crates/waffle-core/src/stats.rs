@@ -114,13 +114,12 @@ pub struct Stats {
     pub l2_hits: Counter,
     pub l2_misses: Counter,
     /// A miss because the page's node was marked down and not asked.
+    /// (Every `l2_misses` is of a page the presence set marked: only those
+    /// are asked for. So each is a page memcached evicted or a node lost.)
     pub l2_skipped: Counter,
     /// Lookups that did not ask the grid: this cache never pushed the page at
     /// its current version, or took it back since (the presence set).
     pub l2_presence_skips: Counter,
-    /// Grid misses of pages the presence set said were pushed: memcached
-    /// evicted them, or a node lost them (a restart, `flush_all`).
-    pub l2_presence_misses: Counter,
     /// Read-ahead windows that asked the grid nothing: no page of them may be there.
     pub read_ahead_presence_skips: Counter,
     pub l2_rejects: [Counter; Reject::ALL.len()],
@@ -179,7 +178,6 @@ impl Stats {
             l2_misses: Counter::default(),
             l2_skipped: Counter::default(),
             l2_presence_skips: Counter::default(),
-            l2_presence_misses: Counter::default(),
             read_ahead_presence_skips: Counter::default(),
             l2_rejects: Default::default(),
             l2_faults: Default::default(),
@@ -268,7 +266,6 @@ impl Stats {
         put("l2_misses", json!(self.l2_misses.get()));
         put("l2_skipped", json!(self.l2_skipped.get()));
         put("l2_presence_skips", json!(self.l2_presence_skips.get()));
-        put("l2_presence_misses", json!(self.l2_presence_misses.get()));
         put("read_ahead_presence_skips", json!(self.read_ahead_presence_skips.get()));
         put("l2_rejects", Value::Object(rejects));
         put("l2_rejects_total", json!(self.l2_rejects_total()));

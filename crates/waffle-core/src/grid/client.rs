@@ -62,11 +62,6 @@ impl<C: Clock> Grid<C> {
         self
     }
 
-    /// Whether requests wait for an EMULATED link.
-    pub fn has_link(&self) -> bool {
-        self.link.is_some()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
