@@ -310,6 +310,22 @@ pub fn short(o: &Outcome) -> String {
 
 // ---------------------------------------------------------------- the harness
 
+/// How long one statement took on the plain database and through `waffle`.
+#[derive(Clone, Copy, Debug)]
+pub struct Took {
+    pub plain: Duration,
+    pub waffle: Duration,
+}
+
+impl Took {
+    /// The time `waffle` added: what the cache cost this statement, with the
+    /// statement's own work (and most of a loaded machine's stalls, which hit
+    /// both sides alike) taken out.
+    pub fn added(&self) -> Duration {
+        self.waffle.saturating_sub(self.plain)
+    }
+}
+
 /// A plain database and a `waffle` one running the same workload, compared
 /// statement by statement. Panics (with the statement, both outcomes and the
 /// cache's stats) at the first difference. Both files are in a temp dir of
@@ -391,9 +407,11 @@ impl Differential {
         Differential::open(name, journal, page_size, seed, &params)
     }
 
-    /// Runs `op` on both databases and compares. Returns the time the `waffle` side took.
-    pub fn step(&mut self, op: &Op) -> Duration {
+    /// Runs `op` on both databases and compares. Returns the time each side took.
+    pub fn step(&mut self, op: &Op) -> Took {
+        let t0 = Instant::now();
         let a = apply(&self.plain, op);
+        let plain = t0.elapsed();
         let t0 = Instant::now();
         let b = apply(&self.cached, op);
         let took = t0.elapsed();
@@ -421,7 +439,7 @@ impl Differential {
             Outcome::Changed(_) => {}
         }
         self.tally.ops += 1;
-        took
+        Took { plain, waffle: took }
     }
 
     /// Runs `n` statements of the workload.
@@ -448,8 +466,8 @@ impl Differential {
         }
     }
 
-    /// Runs statements for `d`; returns how many and the durations of each.
-    pub fn run_for(&mut self, d: Duration) -> Vec<Duration> {
+    /// Runs statements for `d`; returns how long each took on either side.
+    pub fn run_for(&mut self, d: Duration) -> Vec<Took> {
         let end = Instant::now() + d;
         let mut took = Vec::new();
         while Instant::now() < end {
