@@ -40,7 +40,7 @@ const MIN_MOVES: u64 = 30;
 const MAX_RUN: Duration = Duration::from_secs(20);
 
 fn grid(addr: &str) -> Arc<Grid> {
-    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
+    let opts = GridOptions { timeout_ms: 1000, cost_backoff: false, ..GridOptions::default() };
     Arc::new(Grid::new(NodeSpec::parse_list(addr).unwrap(), opts))
 }
 

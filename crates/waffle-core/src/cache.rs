@@ -235,12 +235,15 @@ impl PageCache {
         }
 
         let grid = self.grid.get();
+        let key = envelope::GridKey::new(self.cache_id, page);
         if grid.is_some() && !self.presence.contains(page) {
             // Never pushed at this version, or taken back since: the grid has nothing to give.
             self.stats.l2_presence_skips.incr();
-        } else if let Some(grid) = grid {
+        } else if grid.as_ref().is_some_and(|g| !g.admits_lookup(key.as_bytes())) {
+            // The node costs more than the disk read it would save (grid::cost).
+            self.stats.l2_cost_skips.incr();
+        } else if let Some(grid) = &grid {
             let t1 = Instant::now();
-            let key = envelope::GridKey::new(self.cache_id, page);
             let fetched = grid.take(key.as_bytes());
             self.stats.record(Tier::L2, t1.elapsed());
             if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
@@ -274,7 +277,11 @@ impl PageCache {
 
         let t2 = Instant::now();
         let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
-        self.stats.record(Tier::Disk, t2.elapsed());
+        let took = t2.elapsed();
+        self.stats.record(Tier::Disk, took);
+        if let Some(grid) = &grid {
+            grid.note_disk_read(took);
+        }
         self.stats.disk_reads.incr();
         if n < buf.len() {
             // Past the end of the file: nothing to cache.

@@ -62,13 +62,18 @@ pub const GRID_CHANGE: Param = Param {
     env: "WAFFLE_GRID_CHANGE",
     help: "allow PRAGMA waffle_grid='...' to change the grid while open: on|off (default off)",
 };
+pub const GRID_BACKOFF: Param = Param {
+    name: "waffle_grid_backoff",
+    env: "WAFFLE_GRID_BACKOFF",
+    help: "back off a grid node whose lookups cost more than the disk reads they save: on|off (default on)",
+};
 
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 9] =
-    [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE, &GRID_CHANGE];
+pub const PARAMS: [&Param; 10] =
+    [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE, &GRID_CHANGE, &GRID_BACKOFF];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
 /// a misspelt `waffle_locl=1GiB` would otherwise run with defaults unnoticed.
@@ -107,6 +112,9 @@ pub struct Config {
     pub seal_key: Option<Arc<SealKey>>,
     /// Whether `PRAGMA waffle_grid='...'` may move the grid while open (the opener's choice).
     pub grid_change: bool,
+    /// Whether a node that costs more than the disk is backed off (grid::cost);
+    /// off asks every node always (tests of the grid path, an operator who knows better).
+    pub grid_backoff: bool,
 }
 
 impl Default for Config {
@@ -121,6 +129,7 @@ impl Default for Config {
             link: None,
             seal_key: None,
             grid_change: false,
+            grid_backoff: true,
         }
     }
 }
@@ -148,6 +157,15 @@ impl ConfigError {
 }
 
 impl Config {
+    /// The grid client's options for this configuration.
+    pub fn grid_options(&self) -> crate::grid::GridOptions {
+        crate::grid::GridOptions {
+            timeout_ms: self.timeout_ms,
+            cost_backoff: self.grid_backoff,
+            ..crate::grid::GridOptions::default()
+        }
+    }
+
     /// Reads every parameter through `uri` (by URI name), falling back to the environment.
     pub fn from_lookup(uri: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         Self::from_sources(uri, |name| std::env::var(name).ok())
@@ -179,6 +197,9 @@ impl Config {
         c.link = get(&LINK).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
         if let Some(v) = get(&GRID_CHANGE) {
             c.grid_change = parse_switch(&v).map_err(|reason| err(&GRID_CHANGE, &v, reason))?;
+        }
+        if let Some(v) = get(&GRID_BACKOFF) {
+            c.grid_backoff = parse_switch(&v).map_err(|reason| err(&GRID_BACKOFF, &v, reason))?;
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -279,6 +300,7 @@ mod tests {
             ("waffle_grid", "127.0.0.1"),
             ("waffle_grid", "127.0.0.1:99999"),
             ("waffle_grid_change", "sometimes"),
+            ("waffle_grid_backoff", "later"),
         ] {
             let e = parse(&[(param, value)]).unwrap_err();
             assert_eq!(e.param, param);

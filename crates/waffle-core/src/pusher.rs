@@ -277,9 +277,21 @@ fn send(shared: &Shared, batch: &[Evicted]) {
         shared.stats.l2_push_failures.add(batch.len() as u64);
         return;
     };
+    // A node that costs more than the disk read it would save takes only a
+    // sample of pages (grid::cost); the others are dropped, never marked.
+    let batch: Vec<&Evicted> = batch
+        .iter()
+        .filter(|e| {
+            let admitted = grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
+            if !admitted {
+                shared.stats.l2_push_cost_skips.incr();
+            }
+            admitted
+        })
+        .collect();
     // Marked before the store, so a read right after it asks the grid (a store
     // that then fails costs that read a miss; a mark never makes a read wrong).
-    for e in batch {
+    for e in &batch {
         shared.presence.insert(e.page);
     }
     // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.

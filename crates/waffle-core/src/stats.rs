@@ -120,6 +120,11 @@ pub struct Stats {
     /// Lookups that did not ask the grid: this cache never pushed the page at
     /// its current version, or took it back since (the presence set).
     pub l2_presence_skips: Counter,
+    /// Lookups that did not ask the grid: the page's node costs more than the
+    /// disk read it would save, and this lookup was not one of its samples.
+    pub l2_cost_skips: Counter,
+    /// Evicted pages not pushed for the same reason (dropped: the disk has them).
+    pub l2_push_cost_skips: Counter,
     /// Read-ahead windows that asked the grid nothing: no page of them may be there.
     pub read_ahead_presence_skips: Counter,
     pub l2_rejects: [Counter; Reject::ALL.len()],
@@ -178,6 +183,8 @@ impl Stats {
             l2_misses: Counter::default(),
             l2_skipped: Counter::default(),
             l2_presence_skips: Counter::default(),
+            l2_cost_skips: Counter::default(),
+            l2_push_cost_skips: Counter::default(),
             read_ahead_presence_skips: Counter::default(),
             l2_rejects: Default::default(),
             l2_faults: Default::default(),
@@ -266,6 +273,8 @@ impl Stats {
         put("l2_misses", json!(self.l2_misses.get()));
         put("l2_skipped", json!(self.l2_skipped.get()));
         put("l2_presence_skips", json!(self.l2_presence_skips.get()));
+        put("l2_cost_skips", json!(self.l2_cost_skips.get()));
+        put("l2_push_cost_skips", json!(self.l2_push_cost_skips.get()));
         put("read_ahead_presence_skips", json!(self.read_ahead_presence_skips.get()));
         put("l2_rejects", Value::Object(rejects));
         put("l2_rejects_total", json!(self.l2_rejects_total()));

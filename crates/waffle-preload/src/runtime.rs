@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 use waffle_core::backing::{Backing, PageId, DIRECT_ALIGN};
-use waffle_core::grid::{Grid, GridOptions, LinkModel};
+use waffle_core::grid::{Grid, LinkModel};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
 use waffle_core::{CacheOptions, Config, PageCache, Source};
@@ -224,8 +224,7 @@ impl Runtime {
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
         let Emulation { device, link } = Emulation::from_config(&config).map_err(|e| e.to_string())?;
         let grid = (!config.grid.is_empty()).then(|| {
-            let grid =
-                Grid::new(config.grid.clone(), GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() });
+            let grid = Grid::new(config.grid.clone(), config.grid_options());
             Arc::new(match &link {
                 Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn LinkModel>),
                 None => grid,

@@ -87,6 +87,7 @@ pub fn stats(db: &OpenDb) -> String {
             "device": db.emulation.device.as_ref().map_or("real".to_string(), |d| format!("{} (emulated)", d.profile().name)),
             "link": db.emulation.link.as_ref().map_or("loopback".to_string(), |l| format!("{} (emulated)", l.profile().name)),
             "grid_change": db.config.grid_change,
+            "grid_backoff": db.config.grid_backoff,
         }),
     );
     Value::Object(m).to_string()

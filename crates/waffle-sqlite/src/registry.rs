@@ -16,7 +16,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
-use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_core::grid::{Grid, NodeSpec};
 use waffle_core::sidecar::Sidecar;
 use waffle_core::{CacheOptions, Config, PageCache};
 use waffle_emulation::{Emulation, Link, OnDevice};
@@ -174,7 +174,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
 
 /// A grid client for `nodes` with the database's request settings (and its EMULATED link, if any).
 pub fn grid_for(config: &Config, link: Option<&Arc<Link>>, nodes: Vec<NodeSpec>) -> Arc<Grid> {
-    let grid = Grid::new(nodes, GridOptions { timeout_ms: config.timeout_ms, ..GridOptions::default() });
+    let grid = Grid::new(nodes, config.grid_options());
     Arc::new(match link {
         Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn waffle_core::grid::LinkModel>),
         None => grid,

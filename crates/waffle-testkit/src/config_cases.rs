@@ -81,6 +81,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         c.push(Case { uri: uri(&[("waffle_key_file", v)]), env: vec![], want: Refused("waffle_key_file", v) });
     }
     bad("waffle_grid_change", &["sometimes", "", "2"], &mut c);
+    bad("waffle_grid_backoff", &["later", "2"], &mut c);
     // A misspelt parameter of ours is refused (and the known ones named), not ignored.
     for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
         c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });

@@ -34,7 +34,10 @@ pub fn uri_flags() -> OpenFlags {
 
 /// Opens `path` through `waffle` with the given URI parameters. Parameters
 /// not given are pinned here (no grid, direct I/O on) so that a WAFFLE_*
-/// variable in the environment cannot change what a test measures.
+/// variable in the environment cannot change what a test measures. The cost
+/// back-off is pinned off: on a fast temp disk it would keep most requests
+/// from the grid path these tests exercise (the tests of the back-off itself
+/// turn it on).
 pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
     try_open_waffle(path, params).unwrap_or_else(|e| panic!("open {} through waffle: {e}", path.display()))
 }
@@ -42,7 +45,13 @@ pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
 pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result<Connection> {
     register();
     let mut all: Vec<(&str, &str)> = params.to_vec();
-    for (k, v) in [("waffle_grid", ""), ("waffle_local", "256MiB"), ("waffle_timeout_ms", "1000")] {
+    let pinned = [
+        ("waffle_grid", ""),
+        ("waffle_local", "256MiB"),
+        ("waffle_timeout_ms", "1000"),
+        ("waffle_grid_backoff", "off"),
+    ];
+    for (k, v) in pinned {
         if !all.iter().any(|(name, _)| *name == k) {
             all.push((k, v));
         }

@@ -99,6 +99,8 @@ struct Shared {
     pause: Mutex<Option<SetPause>>,
     resumed: Condvar,
     paused_sets: AtomicU64,
+    /// Every `mg` waits this long before it is answered (a loaded or distant node), µs.
+    get_delay_us: AtomicU64,
 }
 
 pub struct FakeNode {
@@ -180,6 +182,12 @@ impl FakeNode {
         self.shared.sets.load(Ordering::Relaxed)
     }
 
+    /// From now on every `mg` is answered `delay` late (zero: at once): a node
+    /// made slow (loaded, or far away) and fast again.
+    pub fn delay_gets(&self, delay: Duration) {
+        self.shared.get_delay_us.store(delay.as_micros() as u64, Ordering::Relaxed);
+    }
+
     pub fn items(&self) -> usize {
         self.shared.items.lock().unwrap().len()
     }
@@ -236,7 +244,13 @@ fn serve(stream: TcpStream, s: &Shared) -> io::Result<()> {
         let mut reply = Vec::new();
         let stop = match words.first().copied() {
             Some(b"ms") => handle_set(&words, &mut r, s, &mut reply)?,
-            Some(b"mg") => handle_get(&words, s, &mut reply),
+            Some(b"mg") => {
+                let delay_us = s.get_delay_us.load(Ordering::Relaxed);
+                if delay_us > 0 {
+                    std::thread::sleep(Duration::from_micros(delay_us));
+                }
+                handle_get(&words, s, &mut reply)
+            }
             Some(b"md") => {
                 // As memcached 1.6: quiet mode hides HD, not NF; both carry the opaque.
                 let quiet = words.iter().skip(2).any(|w| *w == b"q");

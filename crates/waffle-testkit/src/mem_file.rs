@@ -10,7 +10,8 @@ use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache, PageCheck};
 
 /// A cache of `page_bytes` pages over the node at `addr` (1 s deadlines), `local_pages` of L1,
-/// a 1 MiB push queue, no key; the grid is returned too, for direct requests.
+/// a 1 MiB push queue, no key, no cost back-off (a memory file is always cheaper than
+/// the grid); the grid is returned too, for direct requests.
 pub fn cache_on(
     addr: &str,
     cache_id: u64,
@@ -18,7 +19,7 @@ pub fn cache_on(
     local_pages: u64,
     page_check: Option<Box<dyn PageCheck>>,
 ) -> (Arc<Grid>, PageCache) {
-    let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
+    let opts = GridOptions { timeout_ms: 1000, cost_backoff: false, ..GridOptions::default() };
     let grid = Arc::new(Grid::new(NodeSpec::parse_list(addr).expect("a node address"), opts));
     let cache = PageCache::new(CacheOptions {
         cache_id,

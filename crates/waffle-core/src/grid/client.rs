@@ -6,6 +6,7 @@
 //! its keys are misses until it is back (the disk has every page).
 
 use super::clock::{Clock, SystemClock};
+use super::cost::DiskCost;
 use super::health::Admission;
 use super::ketama::Continuum;
 use super::link::LinkModel;
@@ -27,6 +28,8 @@ pub struct Grid<C: Clock = SystemClock> {
     opts: GridOptions,
     /// Benchmarks only: the EMULATED link every request also waits for ([`Grid::with_link`]).
     link: Option<Arc<dyn LinkModel>>,
+    /// The single-page disk reads of the cache this grid serves: what a hit saves.
+    disk: DiskCost,
 }
 
 /// How a pipeline's replies ended.
@@ -53,7 +56,7 @@ impl<C: Clock> Grid<C> {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
         let nodes = nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect();
-        Grid { nodes, continuum, opts, link: None }
+        Grid { nodes, continuum, opts, link: None, disk: DiskCost::default() }
     }
 
     /// Benchmarks only: every request also waits for `link` (an EMULATED link, waffle-emulation).
@@ -82,11 +85,31 @@ impl<C: Clock> Grid<C> {
     /// The exclusive fetch: `mg <key> v q` + `md <key> q` + `mn` in one write,
     /// one round trip; the value, and the item deleted (its memory freed), so
     /// a page that comes back to L1 leaves L2.
+    /// Its round trip (link included) is what a lookup of this node costs.
     pub fn take(&self, key: &[u8]) -> Fetch {
         let start = Instant::now();
         let fetch = self.fetch_one(key, true);
         self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
+        if let (Fetch::Hit(_) | Fetch::Miss, Some(i)) = (&fetch, self.node_index(key)) {
+            self.nodes[i].note_lookup(start.elapsed(), fetch.is_hit(), &self.disk);
+        }
         fetch
+    }
+
+    /// Whether a lookup of `key` should go to its node: false while the node
+    /// costs more than the disk read it would save (backed off, not sampled).
+    pub fn admits_lookup(&self, key: &[u8]) -> bool {
+        self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup())
+    }
+
+    /// Whether the evicted page of `key` should be pushed to its node (as for lookups).
+    pub fn admits_push(&self, key: &[u8]) -> bool {
+        self.node_index(key).is_none_or(|i| self.nodes[i].admits_push())
+    }
+
+    /// A single page read from the disk in `took`: what a grid hit saves.
+    pub fn note_disk_read(&self, took: std::time::Duration) {
+        self.disk.record(took);
     }
 
     /// `mg <key> v`: the value, the item left as it is.
@@ -411,7 +434,7 @@ impl<C: Clock> Grid<C> {
     }
 
     pub fn node_status(&self) -> Vec<NodeStatus> {
-        self.nodes.iter().map(Node::status).collect()
+        self.nodes.iter().map(|n| n.status(&self.disk)).collect()
     }
 
     /// Idle pooled connections per node (for tests and tools).

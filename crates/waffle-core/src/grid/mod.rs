@@ -10,7 +10,8 @@
 //! - `protocol`: requests and replies as pure functions over bytes.
 //! - `connection`: one socket, every wait bounded by the request's deadline.
 //! - `health`: up/down with backoff and a single half-open probe.
-//! - `node`: a node's pool, health and counters; `client`: [`Grid`].
+//! - `cost`: whether asking a node pays (its lookups against the disk's reads).
+//! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
 //! - `link`: the seam a benchmark plugs an EMULATED link into ([`LinkModel`]).
 //!
 //! The grid never fails the database: a fault, a timeout or a down node is a
@@ -19,6 +20,7 @@
 pub mod client;
 pub mod clock;
 mod connection;
+pub mod cost;
 mod health;
 pub mod ketama;
 pub mod link;
@@ -30,6 +32,7 @@ pub mod spec;
 
 pub use client::Grid;
 pub use clock::{Clock, SystemClock};
+pub use cost::{CostState, CostStatus};
 pub use link::LinkModel;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
+use super::cost::{CostState, DiskCost, NodeCost};
 use super::health::{Admission, Health};
 use super::options::GridOptions;
 use super::outcome::{FaultKind, NodeStatus};
@@ -45,6 +46,8 @@ pub struct Node<C: Clock = SystemClock> {
     connect_timeout: Duration,
     health: Health,
     counters: Counters,
+    /// Whether asking this node pays (its lookups against the disk's reads).
+    cost: NodeCost,
     clock: C,
 }
 
@@ -89,6 +92,7 @@ impl<C: Clock> Node<C> {
                 connect_timeout * 2 + Duration::from_secs(1),
             ),
             counters: Counters::default(),
+            cost: NodeCost::new(opts.cost_backoff),
             clock,
         }
     }
@@ -132,7 +136,30 @@ impl<C: Clock> Node<C> {
         self.counters.presence_misses.fetch_add(1, Ordering::Relaxed);
     }
 
-    pub fn status(&self) -> NodeStatus {
+    /// Whether a lookup goes to this node (see [`NodeCost`]).
+    pub fn admits_lookup(&self) -> bool {
+        self.cost.admits_lookup()
+    }
+
+    /// Whether an evicted page is pushed to this node (see [`NodeCost`]).
+    pub fn admits_push(&self) -> bool {
+        self.cost.admits_push()
+    }
+
+    /// A lookup this node answered in `took` (round trip, link included).
+    pub fn note_lookup(&self, took: Duration, hit: bool, disk: &DiskCost) {
+        if let Some(state) = self.cost.record_lookup(took, hit, disk) {
+            // One line per change of state: the figures are in the stats.
+            let status = self.cost.status(disk);
+            match state {
+                CostState::BackedOff => eprintln!("waffle: grid node {} backs off: {}", self.label, status.reason),
+                CostState::On => eprintln!("waffle: grid node {} pays again: {}", self.label, status.reason),
+                CostState::Measuring => {}
+            }
+        }
+    }
+
+    pub fn status(&self, disk: &DiskCost) -> NodeStatus {
         NodeStatus {
             addr: self.label.clone(),
             up: self.addr.is_some() && self.health.is_up(),
@@ -141,6 +168,7 @@ impl<C: Clock> Node<C> {
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             marked_down: self.counters.marked_down.load(Ordering::Relaxed),
             presence_misses: self.counters.presence_misses.load(Ordering::Relaxed),
+            cost: self.cost.status(disk),
         }
     }
 
@@ -257,7 +285,7 @@ mod tests {
 
         assert_eq!(node.admit(), Admission::Go);
         assert_eq!(node.begin(Admission::Go, b"mn\r\n").err(), Some(FaultKind::Io));
-        assert!(!node.status().up);
+        assert!(!node.status(&DiskCost::default()).up);
         // Skipped for as long as the clock stands still, whatever the real time.
         assert_eq!(node.admit(), Admission::Skip);
         clock.advance(99 * MS);
@@ -273,7 +301,7 @@ mod tests {
         clock.advance(MS);
         assert_eq!(node.admit(), Admission::Probe);
 
-        let status = node.status();
+        let status = node.status(&DiskCost::default());
         assert_eq!((status.requests, status.failures, status.marked_down), (2, 2, 1), "skips are no requests");
     }
 }

@@ -25,6 +25,10 @@ pub struct GridOptions {
     pub backoff_max_ms: u64,
     /// TTL of stored items in seconds, 0 = no expiry (memcached's LRU evicts). Default 0.
     pub ttl_s: u32,
+    /// Back off a node whose lookups cost more than the disk reads they save
+    /// (grid::cost): only a sample of lookups and pushes go to it. Default on;
+    /// off still measures and shows the costs, and asks every node always.
+    pub cost_backoff: bool,
 }
 
 impl Default for GridOptions {
@@ -36,6 +40,7 @@ impl Default for GridOptions {
             backoff_min_ms: 100,
             backoff_max_ms: 5000,
             ttl_s: 0,
+            cost_backoff: true,
         }
     }
 }
@@ -52,6 +57,7 @@ impl GridOptions {
             backoff_min_ms,
             backoff_max_ms: self.backoff_max_ms.max(backoff_min_ms),
             ttl_s: self.ttl_s,
+            cost_backoff: self.cost_backoff,
         }
     }
 }

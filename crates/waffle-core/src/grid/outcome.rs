@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use super::cost::CostStatus;
+
 /// The result of fetching one key. Everything but `Hit` means "read the disk".
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fetch {
@@ -77,4 +79,6 @@ pub struct NodeStatus {
     /// Misses of pages the cache had pushed (it evicted them, or restarted
     /// empty): more than a few say the node's memory is too small or it was lost.
     pub presence_misses: u64,
+    /// Whether asking it pays, with the figures the decision rests on.
+    pub cost: CostStatus,
 }

@@ -1,0 +1,169 @@
+//! The cost back-off (`waffle_core::grid::cost`): a node whose lookups cost
+//! more than the disk reads they save is backed off (one lookup and one push
+//! in SAMPLE_EVERY sent), and comes back when it gets cheap again. Below
+//! SQLite (`PageCache`) over a disk that takes 2 ms a read and a fake node
+//! made slow (20 ms a lookup), then fast again; every read is checked against
+//! the file. The control: the same phases with the back-off off send every
+//! lookup to the slow node.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use waffle_core::backing::{Backing, PageId};
+use waffle_core::grid::cost::SAMPLE_EVERY;
+use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_core::{CacheOptions, PageCache};
+use waffle_testkit::db::n;
+use waffle_testkit::fake_node::FakeNode;
+use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::pattern;
+
+const PAGE: usize = 4096;
+const PAGES: u64 = 48;
+const L1_PAGES: u64 = 4;
+const DISK_READ: Duration = Duration::from_millis(2);
+const SLOW_LOOKUP: Duration = Duration::from_millis(20);
+
+/// A disk that takes DISK_READ per read (a slow volume), over a memory file.
+struct SlowDisk(MemFile);
+
+impl Backing for SlowDisk {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        std::thread::sleep(DISK_READ);
+        self.0.read_pages(first, page_bytes, buf)
+    }
+    fn is_direct(&self) -> bool {
+        false
+    }
+}
+
+struct Rig {
+    node: FakeNode,
+    cache: PageCache,
+    disk: SlowDisk,
+    file: Arc<Mutex<Vec<u8>>>,
+    next: u64,
+}
+
+impl Rig {
+    fn new(backoff: bool) -> Rig {
+        let node = FakeNode::start();
+        let opts = GridOptions { timeout_ms: 1000, cost_backoff: backoff, ..GridOptions::default() };
+        let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
+        let cache = PageCache::new(CacheOptions {
+            cache_id: 0xc057,
+            saved: None,
+            page_bytes: PAGE,
+            local_bytes: L1_PAGES * PAGE as u64,
+            push_queue_bytes: 1 << 20,
+            grid: Some(grid),
+            seal_key: None,
+            page_check: None,
+        });
+        let file = Arc::new(Mutex::new((0..PAGES).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
+        let disk = SlowDisk(MemFile(Arc::clone(&file)));
+        Rig { node, cache, disk, file, next: 0 }
+    }
+
+    /// Reads `count` pages round the file (each checked), letting the pusher keep up.
+    fn read(&mut self, count: u64) {
+        let mut buf = vec![0u8; PAGE];
+        for _ in 0..count {
+            let p = self.next % PAGES;
+            self.next += 1;
+            self.cache.read(p, &mut buf, &self.disk).unwrap();
+            let want = &self.file.lock().unwrap()[p as usize * PAGE..][..PAGE];
+            assert!(buf == want, "page {p} read other bytes than the file's");
+            if self.next.is_multiple_of(L1_PAGES) {
+                assert!(self.cache.flush_pushes(Duration::from_secs(10)));
+            }
+        }
+    }
+
+    fn stats(&self) -> Value {
+        Value::Object(self.cache.stats_json())
+    }
+
+    fn state(&self) -> String {
+        self.stats()["nodes"][0]["cost"]["state"].as_str().unwrap().to_string()
+    }
+
+    /// Reads until the node's state is `want` (at most `max` reads); the reads it took.
+    fn read_until(&mut self, want: &str, max: u64) -> u64 {
+        let mut reads = 0;
+        while self.state() != want {
+            assert!(reads < max, "not {want} after {reads} reads: {}", self.stats()["nodes"][0]);
+            self.read(1);
+            reads += 1;
+        }
+        reads
+    }
+}
+
+#[test]
+fn a_slow_node_is_backed_off_and_comes_back_when_fast() {
+    let started = Instant::now();
+    let mut rig = Rig::new(true);
+
+    // Fast node, slow disk: the grid pays, every lookup goes.
+    rig.read(4 * PAGES);
+    let s = rig.stats();
+    assert_eq!(rig.state(), "on", "{}", s["nodes"][0]);
+    assert!(n(&s, "l2_hits") > PAGES, "{s}");
+    assert_eq!(n(&s, "l2_cost_skips") + n(&s, "l2_push_cost_skips"), 0, "{s}");
+
+    // The node slows down past the disk: backed off within a few lookups.
+    rig.node.delay_gets(SLOW_LOOKUP);
+    let took = rig.read_until("backed_off", 20);
+    let cost = rig.stats()["nodes"][0]["cost"].clone();
+    assert!(cost["lookup_us"].as_f64().unwrap() > cost["saved_us"].as_f64().unwrap(), "{cost}");
+    assert!(cost["reason"].as_str().unwrap().starts_with("backed off"), "{cost}");
+    eprintln!("backed off after {took} reads: {cost}");
+
+    // Backed off: about one lookup and one push in SAMPLE_EVERY go, the rest read the disk.
+    let before = rig.stats();
+    let (gets_before, _) = rig.node.gets();
+    rig.read(8 * PAGES);
+    let after = rig.stats();
+    let gets = rig.node.gets().0 - gets_before;
+    let declined = n(&after, "l2_cost_skips") - n(&before, "l2_cost_skips");
+    let pushes_declined = n(&after, "l2_push_cost_skips") - n(&before, "l2_push_cost_skips");
+    eprintln!("backed off: {gets} lookups sent, {declined} declined, {pushes_declined} pushes declined");
+    assert!(declined >= 4 * PAGES, "most lookups were declined: {after}");
+    assert!(gets >= 1 && gets <= declined / (SAMPLE_EVERY - 1) + 2, "{gets} lookups for {declined} declined");
+    assert!(pushes_declined > 0, "pushes back off too: {after}");
+    assert_eq!(rig.state(), "backed_off");
+
+    // Fast again: the sampled lookups notice, and it is on again.
+    rig.node.delay_gets(Duration::ZERO);
+    let took = rig.read_until("on", 100 * SAMPLE_EVERY);
+    eprintln!("on again after {took} reads: {}", rig.stats()["nodes"][0]["cost"]);
+    let before = n(&rig.stats(), "l2_hits");
+    rig.read(4 * PAGES);
+    assert!(n(&rig.stats(), "l2_hits") > before + PAGES, "the grid serves again: {}", rig.stats());
+    assert_eq!(n(&rig.stats(), "l2_rejects_total"), 0);
+    eprintln!("in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// The control: with the back-off off, the slow node gets every lookup (and
+/// the stats still say it would be backed off, and why).
+#[test]
+fn with_the_backoff_off_a_slow_node_gets_every_lookup() {
+    let mut rig = Rig::new(false);
+    rig.read(4 * PAGES);
+    rig.node.delay_gets(SLOW_LOOKUP);
+    rig.read(PAGES);
+    let (gets_before, _) = rig.node.gets();
+    let before = rig.stats();
+    rig.read(2 * PAGES);
+    let after = rig.stats();
+    let lookups = n(&after, "l2_hits") + n(&after, "l2_misses") - n(&before, "l2_hits") - n(&before, "l2_misses");
+    assert_eq!(rig.node.gets().0 - gets_before, lookups, "every lookup went to the node");
+    assert!(lookups >= PAGES, "{after}");
+    assert_eq!(n(&after, "l2_cost_skips") + n(&after, "l2_push_cost_skips"), 0, "{after}");
+    let cost = &after["nodes"][0]["cost"];
+    assert_eq!(cost["state"], "backed_off", "{cost}");
+    assert!(cost["reason"].as_str().unwrap().contains("waffle_grid_backoff=off"), "{cost}");
+}
