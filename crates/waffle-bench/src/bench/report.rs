@@ -74,6 +74,18 @@ pub struct GridTraffic {
     pub memcached_bytes: u64,
     pub memcached_limit_bytes: u64,
     pub memcached_evictions: u64,
+    /// Pages the cache believed the grid held at the end (its presence set):
+    /// against `memcached_items`, what memcached evicted that the cache still counts on.
+    pub presence_pages: u64,
+    /// Lookups not sent: the page was never pushed or was taken back (presence set) ...
+    pub presence_skips: u64,
+    /// ... or its node cost more than the disk read it would save (cost back-off).
+    pub cost_skips: u64,
+    /// Evicted pages not pushed because their node was backed off.
+    pub push_cost_skips: u64,
+    /// Each node's status at the end of the run: health, counters, and its
+    /// cost decision (`cost.state`, `cost.lookup_us`, `cost.saved_us`, `cost.reason`).
+    pub nodes: Vec<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -276,6 +288,17 @@ pub fn print_table(results: &[ConfigResult]) {
             mib(g.memcached_limit_bytes),
             g.memcached_evictions
         );
+        println!(
+            "  {}: the cache counts on {} pages in the grid; lookups skipped: {} never pushed or taken back, {} backed off; pushes backed off: {}",
+            r.name, g.presence_pages, g.presence_skips, g.cost_skips, g.push_cost_skips
+        );
+        for node in &g.nodes {
+            println!(
+                "    node {}: {}",
+                node["addr"].as_str().unwrap_or("?"),
+                node["cost"]["reason"].as_str().unwrap_or("no cost figures")
+            );
+        }
     }
 }
 

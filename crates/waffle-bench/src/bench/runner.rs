@@ -262,6 +262,11 @@ pub fn run_config(
             memcached_bytes: sum("bytes"),
             memcached_limit_bytes: sum("limit_maxbytes"),
             memcached_evictions: sum("evictions"),
+            presence_pages: after["l2_presence_pages"].as_u64().unwrap_or(0),
+            presence_skips: d("l2_presence_skips"),
+            cost_skips: d("l2_cost_skips"),
+            push_cost_skips: d("l2_push_cost_skips"),
+            nodes: after["nodes"].as_array().cloned().unwrap_or_default(),
         }
     });
     let kinds = workload.kinds();
