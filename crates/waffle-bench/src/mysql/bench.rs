@@ -367,11 +367,18 @@ fn run_config(
                     "disk_reads",
                     "l2_pushes",
                     "l2_rejects_total",
+                    "l2_presence_skips",
+                    "l2_cost_skips",
+                    "l2_push_cost_skips",
                     "disk_writes",
                 ] {
                     m.insert(k.into(), json!(delta(&after, b, k)));
                 }
                 m.insert("l2_latency_p95_us".into(), after["latency"]["l2"]["p95_us"].clone());
+                m.insert("disk_latency_p95_us".into(), after["latency"]["disk"]["p95_us"].clone());
+                // At the end: what the cache counts on in the grid, and each node's cost decision.
+                m.insert("l2_presence_pages".into(), after["l2_presence_pages"].clone());
+                m.insert("nodes".into(), after["nodes"].clone());
                 Value::Object(m)
             }),
             _ => None,

@@ -142,6 +142,9 @@ pub fn render(v: &Value, source: &str) -> String {
                 u(n, "timeouts"),
                 u(n, "marked_down")
             );
+            if let Some(reason) = n.get("cost").and_then(|c| c.get("reason")).and_then(Value::as_str) {
+                let _ = writeln!(o, "         cost: {reason}");
+            }
         }
     }
     if let Some(p) = v.get("preload") {
