@@ -244,19 +244,20 @@ impl PageCache {
             self.stats.l2_cost_skips.incr();
         } else if let Some(grid) = &grid {
             let t1 = Instant::now();
-            let fetched = grid.take(key.as_bytes());
+            let expect = Identity { cache_id: self.cache_id, page, version };
+            // The envelope is opened where the value lies in the connection's buffer, straight into `buf`.
+            let fetched = grid.take_with(key.as_bytes(), |value| {
+                (value.len(), envelope::open_into(value, expect, self.seal_key.as_deref(), buf))
+            });
             self.stats.record(Tier::L2, t1.elapsed());
             if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
                 // The take deleted whatever was there.
                 self.presence.remove(page);
             }
             match fetched {
-                Fetch::Hit(value) => {
-                    self.stats.l2_fetch_bytes.add(value.len() as u64);
-                    let expect = Identity { cache_id: self.cache_id, page, version };
-                    match envelope::open_into(&value, expect, self.seal_key.as_deref(), buf)
-                        .and_then(|()| self.check_page(page, buf))
-                    {
+                Fetch::Hit((value_bytes, opened)) => {
+                    self.stats.l2_fetch_bytes.add(value_bytes as u64);
+                    match opened.and_then(|()| self.check_page(page, buf)) {
                         Ok(()) => {
                             self.stats.l2_hits.incr();
                             self.fill(page, version, Box::from(&*buf));

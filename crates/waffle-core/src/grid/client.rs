@@ -87,9 +87,15 @@ impl<C: Clock> Grid<C> {
     /// a page that comes back to L1 leaves L2.
     /// Its round trip (link included) is what a lookup of this node costs.
     pub fn take(&self, key: &[u8]) -> Fetch {
+        self.take_with(key, <[u8]>::to_vec)
+    }
+
+    /// As [`Grid::take`], `open` given the value where it lies in the
+    /// connection's buffer (no copy, no allocation): a hit is what it returns.
+    pub fn take_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
         let start = Instant::now();
-        let fetch = self.fetch_one(key, true);
-        self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
+        let (fetch, value_bytes) = self.fetch_one(key, true, open);
+        self.emulate_one(start, key, &fetch, value_bytes);
         if let (Fetch::Hit(_) | Fetch::Miss, Some(i)) = (&fetch, self.node_index(key)) {
             self.nodes[i].note_lookup(start.elapsed(), fetch.is_hit(), &self.disk);
         }
@@ -115,37 +121,53 @@ impl<C: Clock> Grid<C> {
     /// `mg <key> v`: the value, the item left as it is.
     pub fn get(&self, key: &[u8]) -> Fetch {
         let start = Instant::now();
-        let fetch = self.fetch_one(key, false);
-        self.emulate_link(start, &[key], std::slice::from_ref(&fetch), &[]);
+        let (fetch, value_bytes) = self.fetch_one(key, false, <[u8]>::to_vec);
+        self.emulate_one(start, key, &fetch, value_bytes);
         fetch
+    }
+
+    /// [`Grid::emulate_link`] for one key whose value (if any) was `value_bytes` long.
+    fn emulate_one<R>(&self, start: Instant, key: &[u8], fetch: &Fetch<R>, value_bytes: usize) {
+        if !matches!(fetch, Fetch::Skipped) {
+            let rx = if fetch.is_hit() { value_bytes + 12 } else { 0 };
+            self.emulate_transfer(start, &[key], rx, &[]);
+        }
     }
 
     /// With an EMULATED link, waits until a request begun at `start` would be
     /// complete on it: the keys (and stored values) out, the fetched values back.
     /// Requests that were not sent (node skipped) cost nothing.
     fn emulate_link(&self, start: Instant, keys: &[&[u8]], fetched: &[Fetch], stored: &[&[u8]]) {
-        let Some(link) = &self.link else { return };
-        if !fetched.is_empty() && fetched.iter().all(|f| matches!(f, Fetch::Skipped)) {
+        if self.link.is_none() || (!fetched.is_empty() && fetched.iter().all(|f| matches!(f, Fetch::Skipped))) {
             return;
         }
+        let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>();
+        self.emulate_transfer(start, keys, rx, stored);
+    }
+
+    /// Waits for the EMULATED link: `keys` (and `stored` values) out, `rx_value_bytes` of values back.
+    fn emulate_transfer(&self, start: Instant, keys: &[&[u8]], rx_value_bytes: usize, stored: &[&[u8]]) {
+        let Some(link) = &self.link else { return };
         // Meta commands: `mg <key> v q\r\nmd <key> q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
         let tx =
             keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
-        let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>() + 4;
-        link.complete(start, tx, rx);
+        link.complete(start, tx, rx_value_bytes + 4);
     }
 
-    fn fetch_one(&self, key: &[u8], take: bool) -> Fetch {
+    /// One key's fetch, `open` run on the value in place; also the value's length.
+    fn fetch_one<R>(&self, key: &[u8], take: bool, open: impl FnOnce(&[u8]) -> R) -> (Fetch<R>, usize) {
         if !checked_key(key) {
-            return Fetch::Fault(FaultKind::Protocol);
+            return (Fetch::Fault(FaultKind::Protocol), 0);
         }
         let Some(node) = self.node_index(key).map(|i| &self.nodes[i]) else {
-            return Fetch::Skipped;
+            return (Fetch::Skipped, 0);
         };
         let admission = node.admit();
         if admission == Admission::Skip {
-            return Fetch::Skipped;
+            return (Fetch::Skipped, 0);
         }
+        let mut open = Some(open);
+        let mut value_bytes = 0;
         let mut request = Vec::with_capacity(2 * key.len() + 24);
         if take {
             protocol::encode_take(&mut request, key, None);
@@ -155,7 +177,7 @@ impl<C: Clock> Grid<C> {
         }
         let mut exchange = match node.begin(admission, &request) {
             Ok(exchange) => exchange,
-            Err(kind) => return Fetch::Fault(kind),
+            Err(kind) => return (Fetch::Fault(kind), 0),
         };
         if take {
             // `VA` and the value, or the delete's `NF`, then `MN`. A value and an
@@ -163,7 +185,9 @@ impl<C: Clock> Grid<C> {
             let mut fetch = Fetch::Miss;
             let outcome = read_pipeline(&mut exchange, |reply| match reply {
                 Reply::Value { data, .. } if matches!(fetch, Fetch::Miss) => {
-                    fetch = Fetch::Hit(data.to_vec());
+                    let open = open.take().expect("one value per take: later ones are refused above");
+                    value_bytes = data.len();
+                    fetch = Fetch::Hit(open(data));
                     Ok(true)
                 }
                 Reply::NotFound { .. } | Reply::End => Ok(true),
@@ -173,14 +197,18 @@ impl<C: Clock> Grid<C> {
             return match outcome {
                 Ok(end) => {
                     exchange.finish(end.reusable);
-                    fetch
+                    (fetch, value_bytes)
                 }
-                Err(kind) => Fetch::Fault(exchange.fail(kind)),
+                Err(kind) => (Fetch::Fault(exchange.fail(kind)), 0),
             };
         }
         let deadline = exchange.deadline;
         let reply = exchange.conn.next_reply(deadline, |reply| match reply {
-            Reply::Value { data, .. } => Ok(Fetch::Hit(data.to_vec())),
+            Reply::Value { data, .. } => {
+                let open = open.take().expect("one reply per get");
+                value_bytes = data.len();
+                Ok(Fetch::Hit(open(data)))
+            }
             Reply::End => Ok(Fetch::Miss),
             Reply::ServerError(_) | Reply::ClientError(_) | Reply::Error => Err(FaultKind::ServerError),
             _ => Err(FaultKind::Protocol),
@@ -188,9 +216,9 @@ impl<C: Clock> Grid<C> {
         match reply.and_then(|r| r) {
             Ok(fetch) => {
                 exchange.finish(true);
-                fetch
+                (fetch, value_bytes)
             }
-            Err(kind) => Fetch::Fault(exchange.fail(kind)),
+            Err(kind) => (Fetch::Fault(exchange.fail(kind)), 0),
         }
     }
 

@@ -5,16 +5,18 @@ use serde::Serialize;
 use super::cost::CostStatus;
 
 /// The result of fetching one key. Everything but `Hit` means "read the disk".
+/// `V` is what became of the value: its bytes, or what a caller's closure
+/// made of them while they were still in the connection's buffer ([`super::Grid::take_with`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Fetch {
-    Hit(Vec<u8>),
+pub enum Fetch<V = Vec<u8>> {
+    Hit(V),
     Miss,
     /// The key's node is down (in backoff), or the grid has no node: nothing was asked.
     Skipped,
     Fault(FaultKind),
 }
 
-impl Fetch {
+impl<V> Fetch<V> {
     pub fn is_hit(&self) -> bool {
         matches!(self, Fetch::Hit(_))
     }
