@@ -5,14 +5,17 @@
 //!
 //!   reads       = l1_hits + read_ahead_hits + l1_misses
 //!   l1_misses   = read_ahead_windows + push_queue_hits + l2_presence_skips
-//!                 + l2_cost_skips + grid attempts          (with a grid)
+//!                 + l2_aged_skips + l2_cost_skips + grid attempts
+//!                                                            (with a grid)
 //!   grid attempts = l2_hits + l2_misses + l2_skipped + l2_rejects_total + faults
 //!               = latency.l2.count
-//!   disk_reads  = l2_presence_skips + l2_cost_skips + grid attempts - l2_hits
+//!   disk_reads  = l2_presence_skips + l2_aged_skips + l2_cost_skips
+//!                 + grid attempts - l2_hits
 //!                                                            (with a grid)
 //!   (a presence skip: the cache never pushed the page at its version, or took
-//!   it back since, so the grid is not asked; a cost skip: the page's node
-//!   costs more than the disk read it would save, grid::cost)
+//!   it back since, so the grid is not asked; an aged skip: it was pushed
+//!   longer ago than the grid is seen to keep pages; a cost skip: the page's
+//!   node costs more than the disk read it would save, grid::cost)
 //!               = l1_misses - read_ahead_windows          (without)
 //!   (a sequential reader's miss starts a read-ahead window, counted apart)
 //!   latency.l1.count = l1_hits, latency.disk.count = disk_reads
@@ -46,13 +49,14 @@ fn check_identities(s: &Value, with_grid: bool) {
             n(s, "read_ahead_windows")
                 + n(s, "push_queue_hits")
                 + n(s, "l2_presence_skips")
+                + n(s, "l2_aged_skips")
                 + n(s, "l2_cost_skips")
                 + attempts,
             "each L1 miss goes to the queue, skips the grid, or asks it: {s}"
         );
         assert_eq!(
             n(s, "disk_reads"),
-            n(s, "l2_presence_skips") + n(s, "l2_cost_skips") + attempts - n(s, "l2_hits"),
+            n(s, "l2_presence_skips") + n(s, "l2_aged_skips") + n(s, "l2_cost_skips") + attempts - n(s, "l2_hits"),
             "each skip and each grid non-hit reads the disk: {s}"
         );
     } else {

@@ -24,7 +24,7 @@ use crate::backing::{Backing, PageId};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::pool::{Evicted, Pool};
-use crate::presence::Presence;
+use crate::presence::{Presence, Verdict};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
@@ -236,9 +236,13 @@ impl PageCache {
 
         let grid = self.grid.get();
         let key = envelope::GridKey::new(self.cache_id, page);
-        if grid.is_some() && !self.presence.contains(page) {
+        let verdict = if grid.is_some() { self.presence.verdict(page) } else { Verdict::Absent };
+        if grid.is_some() && verdict == Verdict::Absent {
             // Never pushed at this version, or taken back since: the grid has nothing to give.
             self.stats.l2_presence_skips.incr();
+        } else if matches!(verdict, Verdict::Aged { .. }) && !self.presence.sample_aged() {
+            // Pushed longer ago than the grid is seen to keep pages: most likely evicted.
+            self.stats.l2_aged_skips.incr();
         } else if grid.as_ref().is_some_and(|g| !g.admits_lookup(key.as_bytes())) {
             // The node costs more than the disk read it would save (grid::cost).
             self.stats.l2_cost_skips.incr();
@@ -249,10 +253,20 @@ impl PageCache {
             let fetched = grid.take_with(key.as_bytes(), |value| {
                 (value.len(), envelope::open_into(value, expect, self.seal_key.as_deref(), buf))
             });
-            self.stats.record(Tier::L2, t1.elapsed());
+            let took = t1.elapsed();
+            self.stats.record(Tier::L2, took);
             if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
                 // The take deleted whatever was there.
                 self.presence.remove(page);
+                match verdict {
+                    Verdict::Held { age } => {
+                        self.presence.learn(age, fetched.is_hit());
+                        grid.note_lookup(key.as_bytes(), took, fetched.is_hit());
+                    }
+                    // A sample of an aged page: it tells the reach, not what lookups cost.
+                    Verdict::Aged { age } => self.presence.learn(age, fetched.is_hit()),
+                    Verdict::Absent => {}
+                }
             }
             match fetched {
                 Fetch::Hit((value_bytes, opened)) => {
@@ -594,6 +608,7 @@ impl PageCache {
         m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
         m.insert("l2_presence_pages".into(), json!(self.presence.len()));
+        m.insert("l2_reach_pushes".into(), json!(self.presence.reach()));
         m.insert("fused".into(), json!(*self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner())));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));

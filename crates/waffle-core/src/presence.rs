@@ -1,30 +1,68 @@
-//! Which pages the grid may hold: one bit per page, set when the pusher sends
-//! the page and cleared when a read takes it back, when its version moves on
-//! (a write, an invalidation, another writer) or when its file is cut.
+//! Which pages the grid may hold, and how long ago they were pushed.
 //!
-//! A lookup for a page whose bit is clear goes straight to the disk: the grid
-//! cannot have a copy this cache would accept (it never pushed one at the
-//! page's current version, or it took it back). A set bit is only a "maybe":
+//! Each page has a push stamp: 0 when the grid cannot hold an acceptable copy,
+//! else the number of pushes this cache had made when it sent the page. It is
+//! set when the pusher sends the page and cleared when a read takes it back,
+//! when its version moves on (a write, an invalidation, another writer) or when
+//! its file is cut.
+//!
+//! A lookup for a page without a stamp goes straight to the disk: the grid
+//! cannot have a copy this cache would accept. A stamp is only a "maybe":
 //! memcached may have evicted the item, a node may have restarted empty (both
 //! counted as presence misses). Every mistake here costs time, never
 //! correctness: the envelope and version checks of a grid copy are unchanged,
-//! and a clear bit only sends a read to the file, which is always right.
+//! and a skipped lookup only sends a read to the file, which is always right.
 //!
-//! A warm restart (saved versions) sets the bits of every page the saved
-//! table covers: the grid may hold any of them.
+//! The age of a stamp (pushes since) says more: a grid of plain memcached
+//! nodes evicts in push order (a fetched item is deleted, never bumped), so a
+//! page pushed longer ago than the grid's *reach* is most likely gone. The
+//! reach is learnt from the lookups themselves ([`Presence::learn`]): a hit at
+//! age `a` shows the grid keeps at least `a` pushes; a miss younger than the
+//! reach pulls it down by an eighth of the gap. Until the first miss the reach
+//! is unknown and every stamped page is asked for. Pages older than the reach
+//! (with a margin) are [`Verdict::Aged`]: the cache asks for one in
+//! [`AGED_SAMPLE_EVERY`] of them, so a grid that grows is noticed.
 //!
-//! Memory: 1 bit per page up to the largest page a segment touched (32 KiB
-//! per GiB of database at 4 KiB pages), grown like the version table.
+//! A warm restart (saved versions) stamps every page the saved table covers
+//! at age 0: the grid may hold any of them.
+//!
+//! Memory: 4 bytes per page up to the largest page a segment touched (1 MiB
+//! per GiB of database at 4 KiB pages, half the version table), grown like it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::RwLock;
 
 use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
 
+/// One lookup in this many of an aged page goes to the grid anyway.
+pub const AGED_SAMPLE_EVERY: u64 = 16;
+/// A page is aged when older than the reach by more than a quarter.
+const AGED_MARGIN_DIVISOR: u32 = 4;
+/// A miss younger than the reach pulls it 1/8 of the way down to its age.
+const REACH_PULL_SHIFT: u32 = 3;
+
+/// What the presence set says of a page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Never pushed at its current version, or taken back since.
+    Absent,
+    /// Pushed `age` pushes ago, within the grid's reach (or the reach is not known yet).
+    Held { age: u32 },
+    /// Pushed `age` pushes ago, longer than the grid is seen to keep pages.
+    Aged { age: u32 },
+}
+
 #[derive(Default)]
 pub struct Presence {
-    /// Per segment, bit `i % 64` of word `i / 64` is page `i`.
-    segments: RwLock<Vec<Vec<AtomicU64>>>,
+    /// Per segment, page `i`'s push stamp (0: absent).
+    segments: RwLock<Vec<Vec<AtomicU32>>>,
+    /// Pushes so far (wrapping; a stamp never takes the value 0).
+    pushes: AtomicU32,
+    /// How many pushes back the grid is seen to keep pages; 0: not known yet.
+    reach: AtomicU32,
+    /// The oldest age seen to hit before the reach was known.
+    oldest_hit: AtomicU32,
+    aged_ticket: AtomicU64,
 }
 
 impl Presence {
@@ -34,77 +72,135 @@ impl Presence {
 
     /// Whether the grid may hold `page`.
     pub fn contains(&self, page: u64) -> bool {
-        let (seg, idx) = split(page);
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments.get(seg).and_then(|w| w.get(idx / 64)).is_some_and(|w| w.load(Ordering::Acquire) & bit(idx) != 0)
+        self.stamp(page) != 0
+    }
+
+    /// Whether `page` is worth a lookup, and its age.
+    pub fn verdict(&self, page: u64) -> Verdict {
+        let stamp = self.stamp(page);
+        if stamp == 0 {
+            return Verdict::Absent;
+        }
+        let age = self.pushes.load(Ordering::Relaxed).wrapping_sub(stamp);
+        let reach = self.reach.load(Ordering::Relaxed);
+        if reach != 0 && age > reach.saturating_add(reach / AGED_MARGIN_DIVISOR) {
+            Verdict::Aged { age }
+        } else {
+            Verdict::Held { age }
+        }
+    }
+
+    /// Whether this lookup of an aged page is one of the sampled ones.
+    pub fn sample_aged(&self) -> bool {
+        self.aged_ticket.fetch_add(1, Ordering::Relaxed).is_multiple_of(AGED_SAMPLE_EVERY)
+    }
+
+    /// A lookup of a page pushed `age` pushes ago found it (`hit`) or not: the reach moves.
+    pub fn learn(&self, age: u32, hit: bool) {
+        let reach = self.reach.load(Ordering::Relaxed);
+        if hit {
+            if reach == 0 {
+                self.oldest_hit.fetch_max(age, Ordering::Relaxed);
+            } else {
+                self.reach.fetch_max(age, Ordering::Relaxed);
+            }
+            return;
+        }
+        if reach == 0 {
+            // The first sign of eviction: the grid keeps at least what it was seen to keep.
+            let first = self.oldest_hit.load(Ordering::Relaxed).max(age).max(1);
+            let _ = self.reach.compare_exchange(0, first, Ordering::Relaxed, Ordering::Relaxed);
+        } else if age < reach {
+            let pulled = reach - ((reach - age) >> REACH_PULL_SHIFT).max(1);
+            let _ = self.reach.compare_exchange(reach, pulled.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        }
+    }
+
+    /// The grid's reach in pushes (0: not known yet), for stats.
+    pub fn reach(&self) -> u32 {
+        self.reach.load(Ordering::Relaxed)
     }
 
     /// The page was sent to the grid.
     pub fn insert(&self, page: u64) {
+        let stamp = self.next_stamp();
         let (seg, idx) = split(page);
         {
             let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(w) = segments.get(seg).and_then(|w| w.get(idx / 64)) {
-                w.fetch_or(bit(idx), Ordering::AcqRel);
+            if let Some(s) = segments.get(seg).and_then(|s| s.get(idx)) {
+                s.store(stamp, Ordering::Release);
                 return;
             }
         }
         self.grow(seg, idx);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments[seg][idx / 64].fetch_or(bit(idx), Ordering::AcqRel);
+        segments[seg][idx].store(stamp, Ordering::Release);
     }
 
-    /// The grid no longer holds an acceptable copy of `page`. Returns whether the bit was set.
+    /// The grid no longer holds an acceptable copy of `page`. Returns whether it was stamped.
     pub fn remove(&self, page: u64) -> bool {
         let (seg, idx) = split(page);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments
-            .get(seg)
-            .and_then(|w| w.get(idx / 64))
-            .is_some_and(|w| w.fetch_and(!bit(idx), Ordering::AcqRel) & bit(idx) != 0)
+        segments.get(seg).and_then(|s| s.get(idx)).is_some_and(|s| s.swap(0, Ordering::AcqRel) != 0)
     }
 
     /// Clears `page` and every later page of its segment (a truncation).
     pub fn remove_from(&self, page: u64) {
         let (seg, idx) = split(page);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        let Some(words) = segments.get(seg) else { return };
-        for (i, w) in words.iter().enumerate().skip(idx / 64) {
-            let keep = if i == idx / 64 { bit(idx) - 1 } else { 0 };
-            w.fetch_and(keep, Ordering::AcqRel);
+        let Some(stamps) = segments.get(seg) else { return };
+        for s in stamps.iter().skip(idx) {
+            s.store(0, Ordering::Release);
         }
     }
 
-    /// Clears every bit (a new epoch: no copy in the grid is acceptable any more).
+    /// Clears every stamp (a new epoch: no copy in the grid is acceptable any more).
     pub fn clear(&self) {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        for w in segments.iter().flatten() {
-            w.store(0, Ordering::Release);
+        for s in segments.iter().flatten() {
+            s.store(0, Ordering::Release);
         }
     }
 
-    /// Sets the bits of pages `0..pages` of segment 0 (a warm restart: the grid may hold any of them).
+    /// Stamps pages `0..pages` of segment 0 at age 0 (a warm restart: the grid may hold any of them).
     pub fn insert_first(&self, pages: u64) {
         if pages == 0 {
             return;
         }
         let last = (pages.min(MAX_PAGES) - 1) as usize;
         self.grow(0, last);
+        let stamp = self.next_stamp();
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        for (i, w) in segments[0].iter().enumerate().take(last / 64 + 1) {
-            let mask = if i == last / 64 { u64::MAX >> (63 - last % 64) } else { u64::MAX };
-            w.fetch_or(mask, Ordering::AcqRel);
+        for s in segments[0].iter().take(last + 1) {
+            let _ = s.compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Relaxed);
         }
     }
 
-    /// Pages whose bit is set (for stats; walks the whole set).
+    /// Stamped pages (for stats; walks the whole set).
     pub fn len(&self) -> u64 {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments.iter().flatten().map(|w| w.load(Ordering::Relaxed).count_ones() as u64).sum()
+        segments.iter().flatten().filter(|s| s.load(Ordering::Relaxed) != 0).count() as u64
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    fn stamp(&self, page: u64) -> u32 {
+        let (seg, idx) = split(page);
+        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        segments.get(seg).and_then(|s| s.get(idx)).map_or(0, |s| s.load(Ordering::Acquire))
+    }
+
+    /// The next push's stamp: never 0 (0 means absent).
+    fn next_stamp(&self) -> u32 {
+        // Bounded: at most one retry per wrap of the counter.
+        loop {
+            let stamp = self.pushes.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+            if stamp != 0 {
+                return stamp;
+            }
+        }
     }
 
     fn grow(&self, seg: usize, idx: usize) {
@@ -113,17 +209,13 @@ impl Presence {
         while segments.len() <= seg {
             segments.push(Vec::new());
         }
-        let words = &mut segments[seg];
+        let stamps = &mut segments[seg];
         // Grow by a quarter at least, so a file that grows page by page does not reallocate each time.
-        let want = (idx / 64 + 1).max(words.len() * 5 / 4).min(MAX_PAGES as usize / 64);
-        while words.len() < want {
-            words.push(AtomicU64::new(0));
+        let want = (idx + 1).max(stamps.len() * 5 / 4).min(MAX_PAGES as usize);
+        while stamps.len() < want {
+            stamps.push(AtomicU32::new(0));
         }
     }
-}
-
-fn bit(idx: usize) -> u64 {
-    1 << (idx % 64)
 }
 
 #[cfg(test)]
@@ -179,5 +271,37 @@ mod tests {
         assert_eq!(p.len(), 130);
         p.insert_first(64);
         assert_eq!(p.len(), 130);
+    }
+
+    /// A grid that keeps the last 1000 pushes (a FIFO, as memcached evicts
+    /// pages that are never read again): the reach is learnt from lookups,
+    /// and pages pushed longer ago are aged.
+    #[test]
+    fn the_reach_follows_what_the_grid_keeps() {
+        let p = Presence::new();
+        const KEEPS: u32 = 1000;
+        for page in 0..5000u64 {
+            p.insert(page);
+        }
+        assert_eq!(p.reach(), 0, "no miss yet: not known");
+        assert_eq!(p.verdict(0), Verdict::Held { age: 4999 }, "unknown reach: every stamped page is asked for");
+        assert_eq!(p.verdict(9999), Verdict::Absent);
+        // Lookups of every age: hits within what the grid keeps, misses beyond.
+        let mut x = 12345u64;
+        for _ in 0..4000 {
+            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let page = (x >> 33) % 5000;
+            let age = 4999 - page as u32;
+            p.learn(age, age < KEEPS);
+        }
+        let reach = p.reach();
+        assert!((KEEPS - KEEPS / 10..=KEEPS + KEEPS / 10).contains(&reach), "reach {reach} for a grid keeping {KEEPS}");
+        assert!(matches!(p.verdict(4999 - 900), Verdict::Held { .. }));
+        assert!(matches!(p.verdict(4999 - 2000), Verdict::Aged { age: 2000 }));
+        // The grid grows: a sampled old page that hits moves the reach at once.
+        p.learn(3000, true);
+        assert_eq!(p.reach(), 3000);
+        assert!(matches!(p.verdict(4999 - 2000), Verdict::Held { .. }));
+        assert_eq!((0..10 * AGED_SAMPLE_EVERY).filter(|_| p.sample_aged()).count() as u64, 10);
     }
 }

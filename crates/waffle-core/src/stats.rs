@@ -123,6 +123,9 @@ pub struct Stats {
     /// Lookups that did not ask the grid: the page's node costs more than the
     /// disk read it would save, and this lookup was not one of its samples.
     pub l2_cost_skips: Counter,
+    /// Lookups that did not ask the grid: the page was pushed longer ago than
+    /// the grid is seen to keep pages (its reach; one in 16 such lookups goes).
+    pub l2_aged_skips: Counter,
     /// Evicted pages not pushed for the same reason (dropped: the disk has them).
     pub l2_push_cost_skips: Counter,
     /// Read-ahead windows that asked the grid nothing: no page of them may be there.
@@ -184,6 +187,7 @@ impl Stats {
             l2_skipped: Counter::default(),
             l2_presence_skips: Counter::default(),
             l2_cost_skips: Counter::default(),
+            l2_aged_skips: Counter::default(),
             l2_push_cost_skips: Counter::default(),
             read_ahead_presence_skips: Counter::default(),
             l2_rejects: Default::default(),
@@ -274,6 +278,7 @@ impl Stats {
         put("l2_skipped", json!(self.l2_skipped.get()));
         put("l2_presence_skips", json!(self.l2_presence_skips.get()));
         put("l2_cost_skips", json!(self.l2_cost_skips.get()));
+        put("l2_aged_skips", json!(self.l2_aged_skips.get()));
         put("l2_push_cost_skips", json!(self.l2_push_cost_skips.get()));
         put("read_ahead_presence_skips", json!(self.read_ahead_presence_skips.get()));
         put("l2_rejects", Value::Object(rejects));

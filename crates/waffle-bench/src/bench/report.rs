@@ -79,8 +79,12 @@ pub struct GridTraffic {
     pub presence_pages: u64,
     /// Lookups not sent: the page was never pushed or was taken back (presence set) ...
     pub presence_skips: u64,
+    /// ... or it was pushed longer ago than the grid is seen to keep pages (its reach) ...
+    pub aged_skips: u64,
     /// ... or its node cost more than the disk read it would save (cost back-off).
     pub cost_skips: u64,
+    /// The grid's reach at the end: how many pushes back it is seen to keep pages (0: no eviction seen).
+    pub reach_pushes: u64,
     /// Evicted pages not pushed because their node was backed off.
     pub push_cost_skips: u64,
     /// Each node's status at the end of the run: health, counters, and its
@@ -289,8 +293,8 @@ pub fn print_table(results: &[ConfigResult]) {
             g.memcached_evictions
         );
         println!(
-            "  {}: the cache counts on {} pages in the grid; lookups skipped: {} never pushed or taken back, {} backed off; pushes backed off: {}",
-            r.name, g.presence_pages, g.presence_skips, g.cost_skips, g.push_cost_skips
+            "  {}: the cache counts on {} pages in the grid, reach {} pushes; lookups skipped: {} never pushed or taken back, {} pushed too long ago, {} backed off; pushes backed off: {}",
+            r.name, g.presence_pages, g.reach_pushes, g.presence_skips, g.aged_skips, g.cost_skips, g.push_cost_skips
         );
         for node in &g.nodes {
             println!(

@@ -264,7 +264,9 @@ pub fn run_config(
             memcached_evictions: sum("evictions"),
             presence_pages: after["l2_presence_pages"].as_u64().unwrap_or(0),
             presence_skips: d("l2_presence_skips"),
+            aged_skips: d("l2_aged_skips"),
             cost_skips: d("l2_cost_skips"),
+            reach_pushes: after["l2_reach_pushes"].as_u64().unwrap_or(0),
             push_cost_skips: d("l2_push_cost_skips"),
             nodes: after["nodes"].as_array().cloned().unwrap_or_default(),
         }

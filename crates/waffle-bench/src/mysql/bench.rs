@@ -368,6 +368,7 @@ fn run_config(
                     "l2_pushes",
                     "l2_rejects_total",
                     "l2_presence_skips",
+                    "l2_aged_skips",
                     "l2_cost_skips",
                     "l2_push_cost_skips",
                     "disk_writes",
@@ -378,6 +379,7 @@ fn run_config(
                 m.insert("disk_latency_p95_us".into(), after["latency"]["disk"]["p95_us"].clone());
                 // At the end: what the cache counts on in the grid, and each node's cost decision.
                 m.insert("l2_presence_pages".into(), after["l2_presence_pages"].clone());
+                m.insert("l2_reach_pushes".into(), after["l2_reach_pushes"].clone());
                 m.insert("nodes".into(), after["nodes"].clone());
                 Value::Object(m)
             }),

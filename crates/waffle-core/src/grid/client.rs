@@ -85,7 +85,6 @@ impl<C: Clock> Grid<C> {
     /// The exclusive fetch: `mg <key> v q` + `md <key> q` + `mn` in one write,
     /// one round trip; the value, and the item deleted (its memory freed), so
     /// a page that comes back to L1 leaves L2.
-    /// Its round trip (link included) is what a lookup of this node costs.
     pub fn take(&self, key: &[u8]) -> Fetch {
         self.take_with(key, <[u8]>::to_vec)
     }
@@ -96,10 +95,16 @@ impl<C: Clock> Grid<C> {
         let start = Instant::now();
         let (fetch, value_bytes) = self.fetch_one(key, true, open);
         self.emulate_one(start, key, &fetch, value_bytes);
-        if let (Fetch::Hit(_) | Fetch::Miss, Some(i)) = (&fetch, self.node_index(key)) {
-            self.nodes[i].note_lookup(start.elapsed(), fetch.is_hit(), &self.disk);
-        }
         fetch
+    }
+
+    /// A lookup of `key` answered (`hit` or not) in `took`, link included:
+    /// what asking its node costs (grid::cost). The caller says which lookups
+    /// count: those it would make anyway, not its exploratory samples.
+    pub fn note_lookup(&self, key: &[u8], took: std::time::Duration, hit: bool) {
+        if let Some(i) = self.node_index(key) {
+            self.nodes[i].note_lookup(took, hit, &self.disk);
+        }
     }
 
     /// Whether a lookup of `key` should go to its node: false while the node
