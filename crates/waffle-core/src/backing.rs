@@ -3,7 +3,8 @@
 //! Pages are read past the kernel's page cache (as InnoDB does with
 //! innodb_flush_method=O_DIRECT) so that the local memory a benchmark gives
 //! Waffle is really all the local memory the pages use. O_DIRECT needs aligned
-//! buffers and offsets: reads go through an aligned bounce buffer. Where the
+//! buffers and offsets: reads go through an aligned bounce buffer, one per
+//! thread kept between reads ([`with_bounce`]). Where the
 //! filesystem refuses O_DIRECT (tmpfs), reads fall back to buffered I/O after
 //! one warning. Writes never come here: the database writes through its own
 //! file handle, first, always.
@@ -16,6 +17,7 @@
 //! is kept between calls.
 
 use std::alloc::{self, Layout};
+use std::cell::Cell;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
@@ -107,20 +109,21 @@ impl DirectFile {
         let start = offset & !(DIRECT_ALIGN as u64 - 1);
         let lead = (offset - start) as usize;
         let span = (lead + buf.len()).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        let mut bounce = AlignedBuf::new(span);
-        let mut got = 0;
-        // Bounded: each pass either advances or ends (EOF / error).
-        while got < span {
-            match f.read_at(&mut bounce.as_mut()[got..], start + got as u64) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
+        with_bounce(span, |bounce| {
+            let mut got = 0;
+            // Bounded: each pass either advances or ends (EOF / error).
+            while got < span {
+                match f.read_at(&mut bounce[got..], start + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e),
+                }
             }
-        }
-        let useful = got.saturating_sub(lead).min(buf.len());
-        buf[..useful].copy_from_slice(&bounce.as_mut()[lead..lead + useful]);
-        Ok(useful)
+            let useful = got.saturating_sub(lead).min(buf.len());
+            buf[..useful].copy_from_slice(&bounce[lead..lead + useful]);
+            Ok(useful)
+        })
     }
 
     fn read_buffered(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
@@ -172,27 +175,97 @@ impl DirectFile {
     }
 }
 
-/// A heap buffer aligned for O_DIRECT.
+/// The largest bounce buffer a thread keeps between reads; a larger read
+/// gets a buffer of its own (64 pages of 16 KiB).
+pub const BOUNCE_KEEP_BYTES: usize = 1 << 20;
+
+/// This thread's bounce buffer: `Idle` between reads, `Lent` during one.
+enum Bounce {
+    Idle(Option<AlignedBuf>),
+    Lent,
+}
+
+thread_local! {
+    // `const` init: no lazy initialiser runs on first use (the MariaDB
+    // preload calls this inside the server's threads, from its hooks).
+    static BOUNCE: Cell<Bounce> = const { Cell::new(Bounce::Idle(None)) };
+}
+
+/// Calls `f` with `len` bytes aligned on [`DIRECT_ALIGN`] (at a multiple of
+/// it in memory; the bytes are initialised but hold whatever an earlier read
+/// left). The thread's buffer is reused, grown on demand up to
+/// [`BOUNCE_KEEP_BYTES`]; a larger `len`, a call from inside `f` (the buffer
+/// is lent) or one during the thread's exit get a buffer of their own, freed
+/// on return. Never panics; only running out of memory aborts, as any
+/// allocation does.
+pub fn with_bounce<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+    let size = len.max(1).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+    let kept = if size <= BOUNCE_KEEP_BYTES {
+        // Err: the thread is exiting and its slot is gone.
+        BOUNCE.try_with(|slot| slot.replace(Bounce::Lent)).ok()
+    } else {
+        None
+    };
+    match kept {
+        Some(Bounce::Idle(buf)) => {
+            let mut buf = match buf {
+                Some(buf) if buf.len() >= size => buf,
+                _ => AlignedBuf::new(size), // the smaller one is freed
+            };
+            let result = {
+                let _unwinding = Unlend;
+                f(&mut buf.as_mut()[..len])
+            };
+            let _ = BOUNCE.try_with(|slot| slot.set(Bounce::Idle(Some(buf))));
+            result
+        }
+        // Lent (a call from inside `f`; the slot stays lent to the outer call),
+        // too large, or the thread is exiting.
+        Some(Bounce::Lent) | None => f(&mut AlignedBuf::new(size).as_mut()[..len]),
+    }
+}
+
+/// Marks the slot idle again when dropped, so that a panic in `f` does not
+/// leave it lent for good (the buffer itself is freed by the unwinding).
+struct Unlend;
+
+impl Drop for Unlend {
+    fn drop(&mut self) {
+        let _ = BOUNCE.try_with(|slot| slot.set(Bounce::Idle(None)));
+    }
+}
+
+/// A zeroed heap buffer aligned for O_DIRECT.
 struct AlignedBuf {
     ptr: *mut u8,
     layout: Layout,
 }
 
 impl AlignedBuf {
+    /// `len` bytes rounded up to a non-zero multiple of DIRECT_ALIGN.
     fn new(len: usize) -> AlignedBuf {
-        assert!(len > 0 && len.is_multiple_of(DIRECT_ALIGN));
-        let layout = Layout::from_size_align(len, DIRECT_ALIGN).expect("valid layout");
-        // SAFETY: layout has non-zero size.
-        let ptr = unsafe { alloc::alloc(layout) };
+        let len = len.max(1).div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
+        let layout = match Layout::from_size_align(len, DIRECT_ALIGN) {
+            Ok(layout) => layout,
+            // Only past isize::MAX bytes, which no allocation could hold anyway.
+            Err(_) => alloc::handle_alloc_error(Layout::new::<u8>()),
+        };
+        // SAFETY: layout has non-zero size. Zeroed: a reused buffer is handed
+        // out whole as `&mut [u8]`, which must not cover uninitialised bytes.
+        let ptr = unsafe { alloc::alloc_zeroed(layout) };
         if ptr.is_null() {
             alloc::handle_alloc_error(layout);
         }
         AlignedBuf { ptr, layout }
     }
 
+    fn len(&self) -> usize {
+        self.layout.size()
+    }
+
     fn as_mut(&mut self) -> &mut [u8] {
-        // SAFETY: ptr is a live allocation of layout.size() bytes owned by self.
-        // Uninitialised bytes are only read after the kernel wrote them (got counts them).
+        // SAFETY: ptr is a live, initialised (zeroed in new) allocation of
+        // layout.size() bytes owned by self, borrowed mutably through self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.layout.size()) }
     }
 }
@@ -227,6 +300,44 @@ mod tests {
             }
         }
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_thread_reuses_its_bounce_buffer_and_a_reentrant_call_gets_its_own() {
+        // A fresh thread: its slot is empty whatever other tests did.
+        std::thread::spawn(|| {
+            let addr = |b: &mut [u8]| b.as_mut_ptr() as usize;
+            let first = with_bounce(16384, |b| {
+                assert_eq!(b.len(), 16384);
+                b.fill(7);
+                addr(b)
+            });
+            assert!(first.is_multiple_of(DIRECT_ALIGN));
+            assert_eq!(with_bounce(4096, addr), first, "the second call reuses the buffer");
+            let (outer, inner) = with_bounce(16384, |b| {
+                let inner = with_bounce(16384, |inner| {
+                    assert!(inner.iter().all(|&x| x == 0), "a one-off buffer is zeroed");
+                    addr(inner)
+                });
+                (addr(b), inner)
+            });
+            assert_eq!(outer, first);
+            assert_ne!(inner, first, "a re-entrant call gets a buffer of its own");
+            assert_eq!(with_bounce(100, |b| (b.len(), addr(b))), (100, first), "still kept after the re-entrant call");
+            let big = with_bounce(BOUNCE_KEEP_BYTES + 1, |b| (b.len(), addr(b)));
+            assert_eq!(big.0, BOUNCE_KEEP_BYTES + 1);
+            assert!(big.1 != first && big.1.is_multiple_of(DIRECT_ALIGN));
+            assert_eq!(with_bounce(4096, addr), first, "a one-off large buffer does not replace the kept one");
+            let grown = with_bounce(BOUNCE_KEEP_BYTES, |b| (b.len(), addr(b)));
+            assert_eq!(grown.0, BOUNCE_KEEP_BYTES);
+            assert_eq!(with_bounce(16384, addr), grown.1, "grown on demand, then reused");
+            // A panic inside the call does not leave the buffer lent.
+            let _ = std::panic::catch_unwind(|| with_bounce(4096, |_| panic!("in f")));
+            let after = with_bounce(4096, addr);
+            assert_eq!(with_bounce(4096, addr), after, "reused again after a panic");
+        })
+        .join()
+        .unwrap();
     }
 
     /// The defect this type removed: a page number with the segment in its

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use waffle_core::backing::{Backing, PageId, DIRECT_ALIGN};
+use waffle_core::backing::{with_bounce, Backing, PageId, DIRECT_ALIGN};
 use waffle_core::grid::{Grid, LinkModel};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
@@ -771,7 +771,7 @@ extern "C" fn at_exit() {
 /// our own; O_DIRECT when the server's is). Made for each call and never kept:
 /// the server's descriptor is only known valid while its read is in progress.
 /// Reads go straight into the caller's buffer when it is aligned, else
-/// through an aligned bounce buffer.
+/// through the thread's aligned bounce buffer (`backing::with_bounce`).
 struct ServerFd {
     segment: u32,
     fd: i32,
@@ -793,22 +793,14 @@ impl Backing for ServerFd {
             return pread_full(self.fd, buf, file_offset);
         }
         let span = buf.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        let layout = std::alloc::Layout::from_size_align(span, DIRECT_ALIGN).map_err(io::Error::other)?;
-        // SAFETY: non-zero size (a page); freed below.
-        let p = unsafe { std::alloc::alloc(layout) };
-        if p.is_null() {
-            return Err(io::Error::other("out of memory"));
-        }
-        // SAFETY: p holds span bytes, only read after the kernel wrote them.
-        let bounce = unsafe { std::slice::from_raw_parts_mut(p, span) };
-        let r = pread_full(self.fd, bounce, file_offset).map(|n| {
-            let n = n.min(buf.len());
-            buf[..n].copy_from_slice(&bounce[..n]);
-            n
-        });
-        // SAFETY: p was allocated above with this layout and is not used after.
-        unsafe { std::alloc::dealloc(p, layout) };
-        r
+        // The thread's bounce buffer, kept between reads (no allocation per read).
+        with_bounce(span, |bounce| {
+            pread_full(self.fd, bounce, file_offset).map(|n| {
+                let n = n.min(buf.len());
+                buf[..n].copy_from_slice(&bounce[..n]);
+                n
+            })
+        })
     }
 
     fn is_direct(&self) -> bool {
