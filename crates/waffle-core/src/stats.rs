@@ -128,7 +128,8 @@ pub struct Stats {
     pub l2_aged_skips: Counter,
     /// Evicted pages not pushed for the same reason (dropped: the disk has them).
     pub l2_push_cost_skips: Counter,
-    /// Read-ahead windows that asked the grid nothing: no page of them may be there.
+    /// Read-ahead windows that asked the grid nothing: not every page of them
+    /// may be there (within its reach), so one disk read of the run is cheaper.
     pub read_ahead_presence_skips: Counter,
     pub l2_rejects: [Counter; Reject::ALL.len()],
     pub l2_faults: [Counter; FAULT_KINDS.len()],

@@ -362,6 +362,12 @@ fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
     assert_eq!(grid.idle_connections(), vec![1]);
 
     node.kill();
+    // The pooled connection, used a moment ago, is trusted without a peek: its
+    // failure is the connection's (a restart would look the same), not the node's.
+    assert_eq!(grid.take(b"a"), Fetch::Fault(FaultKind::Io));
+    assert!(grid.node_status()[0].up);
+    assert_eq!(grid.node_status()[0].stale_connections, 1);
+    // A new connection is refused: now the node is down, and skipped.
     assert_eq!(grid.take(b"a"), Fetch::Fault(FaultKind::Io));
     assert_eq!(grid.take(b"a"), Fetch::Skipped);
     assert!(!grid.node_status()[0].up);
@@ -374,6 +380,27 @@ fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
     assert!(grid.node_status()[0].up);
     assert_eq!(grid.take(b"n"), Fetch::Hit(b"N".to_vec()));
     assert_eq!(grid.take(b"a"), Fetch::Miss, "a restarted node is empty");
+}
+
+/// A node restarted between two requests: the pooled connection (trusted
+/// without a peek, it was used a moment ago) is found closed when used. That
+/// request is lost (a fault: the caller reads the disk), the node is not
+/// marked down, and the next request goes on a new connection.
+#[test]
+fn a_restart_between_requests_costs_one_request_and_no_mark_down() {
+    let mut node = start_node();
+    let grid = grid_of(&[&node], tight());
+    wait_for(Duration::from_secs(5), "an item stored on the fresh node", || {
+        (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())
+    });
+    node.restart().expect("restart memcached on the same port");
+    let first = grid.take(b"a");
+    assert!(matches!(first, Fetch::Fault(FaultKind::Io) | Fetch::Miss), "{first:?}");
+    assert_eq!(grid.take(b"a"), Fetch::Miss, "a restarted node is empty, and answers");
+    let status = &grid.node_status()[0];
+    assert!(status.up);
+    assert_eq!(status.marked_down, 0, "{status:?}");
+    assert!(status.stale_connections <= 1, "{status:?}");
 }
 
 #[test]

@@ -68,6 +68,8 @@ pub struct Connection {
     filled: usize,
     /// When the connection last went back to the idle pool (or was opened).
     idle_since: Instant,
+    /// Bytes received since it was last taken from the pool ([`Connection::taken`]).
+    received_bytes: u64,
     /// The SO_RCVTIMEO set on the socket (None: not set, blocking forever).
     rcvtimeo: Option<Duration>,
     /// setsockopt(SO_RCVTIMEO) calls, for tests.
@@ -91,6 +93,7 @@ impl Connection {
             start: 0,
             filled: 0,
             idle_since: Instant::now(),
+            received_bytes: 0,
             rcvtimeo: None,
             #[cfg(test)]
             rcvtimeo_sets: 0,
@@ -104,7 +107,7 @@ impl Connection {
         if self.start != self.filled {
             return true;
         }
-        if self.idle_since.elapsed() < PEEK_AFTER_IDLE {
+        if self.skips_peek() {
             return false;
         }
         let mut byte = 0u8;
@@ -116,6 +119,22 @@ impl Connection {
             n if n >= 0 => true, // 0: closed by the peer; 1: unexpected bytes
             _ => io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock,
         }
+    }
+
+    /// Whether [`Connection::is_stale`] trusts this one without asking the
+    /// kernel (pooled less than [`PEEK_AFTER_IDLE`] ago).
+    pub fn skips_peek(&self) -> bool {
+        self.idle_since.elapsed() < PEEK_AFTER_IDLE
+    }
+
+    /// Taken from the pool for a new exchange: counts what it receives from now on.
+    pub fn taken(&mut self) {
+        self.received_bytes = 0;
+    }
+
+    /// Bytes received since [`Connection::taken`] (0: the node never answered on it).
+    pub fn received_bytes(&self) -> u64 {
+        self.received_bytes
     }
 
     /// Readies the connection for the idle pool (the node calls this right
@@ -263,6 +282,7 @@ impl Connection {
             let n = unsafe { libc::recv(self.stream.as_raw_fd(), free.as_mut_ptr().cast(), free.len(), flags) };
             if n > 0 {
                 self.filled += n as usize;
+                self.received_bytes += n as u64;
                 return Ok(true);
             }
             if n == 0 {

@@ -34,6 +34,7 @@ struct Counters {
     timeouts: AtomicU64,
     marked_down: AtomicU64,
     presence_misses: AtomicU64,
+    stale_connections: AtomicU64,
 }
 
 pub struct Node<C: Clock = SystemClock> {
@@ -57,6 +58,8 @@ pub struct Exchange<'n, C: Clock = SystemClock> {
     admission: Admission,
     pub conn: Connection,
     pub deadline: Instant,
+    /// Taken from the pool without a peek (see [`Connection::skips_peek`]).
+    trusted_pooled: bool,
 }
 
 impl<C: Clock> Node<C> {
@@ -112,7 +115,21 @@ impl<C: Clock> Node<C> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         // One deadline covers connect (if needed), write and read; real time, not the clock: the socket waits in it.
         let budget_start = Instant::now() + transfer_allowance(request.len());
-        let (mut conn, deadline) = match self.take_idle() {
+        // A pooled connection trusted without a peek (recently used) that the
+        // node has closed since (a restart) fails its write: dropped, and the
+        // request goes once more on a new connection (bounded: one retry).
+        let mut pooled = self.take_idle();
+        if let Some(conn) = pooled.as_mut().filter(|c| c.skips_peek()) {
+            if conn.send(request, budget_start + self.timeout) == Err(FaultKind::Io) {
+                self.note_stale_connection();
+                pooled = None;
+            } else {
+                let deadline = budget_start + self.timeout;
+                let conn = pooled.take().expect("matched above");
+                return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: true });
+            }
+        }
+        let (mut conn, deadline) = match pooled {
             Some(conn) => (conn, budget_start + self.timeout),
             None => {
                 let deadline = budget_start + self.connect_timeout;
@@ -126,9 +143,18 @@ impl<C: Clock> Node<C> {
             }
         };
         match conn.send(request, deadline) {
-            Ok(()) => Ok(Exchange { node: self, admission, conn, deadline }),
+            Ok(()) => Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: false }),
             Err(kind) => Err(self.record_fault(admission, kind)),
         }
+    }
+
+    /// A pooled connection the node had closed (found when used, not by a
+    /// peek): counted, the pool emptied (its other connections are as old),
+    /// the node not marked down (it was the connection, not the node).
+    fn note_stale_connection(&self) {
+        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        self.counters.stale_connections.fetch_add(1, Ordering::Relaxed);
+        self.lock_idle().clear();
     }
 
     /// A miss of a page the cache had pushed to this node.
@@ -168,6 +194,7 @@ impl<C: Clock> Node<C> {
             timeouts: self.counters.timeouts.load(Ordering::Relaxed),
             marked_down: self.counters.marked_down.load(Ordering::Relaxed),
             presence_misses: self.counters.presence_misses.load(Ordering::Relaxed),
+            stale_connections: self.counters.stale_connections.load(Ordering::Relaxed),
             cost: self.cost.status(disk),
         }
     }
@@ -179,8 +206,9 @@ impl<C: Clock> Node<C> {
 
     fn take_idle(&self) -> Option<Connection> {
         let mut idle = self.lock_idle();
-        while let Some(conn) = idle.pop() {
+        while let Some(mut conn) = idle.pop() {
             if !conn.is_stale() {
+                conn.taken();
                 return Some(conn);
             }
         }
@@ -245,8 +273,14 @@ impl<C: Clock> Exchange<'_, C> {
         }
     }
 
-    /// The exchange failed: the connection is dropped, the fault counted.
+    /// The exchange failed: the connection is dropped, the fault counted. A
+    /// connection trusted from the pool that the node closed before answering
+    /// anything (a restart) says nothing of the node: it is not marked down.
     pub fn fail(self, kind: FaultKind) -> FaultKind {
+        if kind == FaultKind::Io && self.trusted_pooled && self.conn.received_bytes() == 0 {
+            self.node.note_stale_connection();
+            return kind;
+        }
         self.node.record_fault(self.admission, kind)
     }
 }

@@ -81,6 +81,9 @@ pub struct NodeStatus {
     /// Misses of pages the cache had pushed (it evicted them, or restarted
     /// empty): more than a few say the node's memory is too small or it was lost.
     pub presence_misses: u64,
+    /// Pooled connections the node had closed, found when used (a restart):
+    /// each cost one request (a miss), not a mark down.
+    pub stale_connections: u64,
     /// Whether asking it pays, with the figures the decision rests on.
     pub cost: CostStatus,
 }
