@@ -193,8 +193,11 @@ fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejec
         // Statements to which waffle added about a deadline (over the same
         // statement on the plain database): one per wait for the hung node at
         // most, plus what this loaded machine does anyway (timeouts of healthy
-        // nodes, slow statements as before the hang).
-        let slow_allowed = node_timeouts + elsewhere + 2 * slow_before as u64 + 3;
+        // nodes, slow statements as before the hang, and one in 200 for the
+        // other tests of this binary loading the machine meanwhile: a VACUUM
+        // through a 16 KiB L1 takes ~100 ms more than on the plain database).
+        // Without the backoff every statement would wait: hundreds.
+        let slow_allowed = node_timeouts + elsewhere + 2 * slow_before as u64 + 3 + took.len() as u64 / 200;
         assert!(
             slow_during as u64 <= slow_allowed,
             "{slow_during} statements took a deadline or more, for {node_timeouts} waits for the hung node: {ctx}"
