@@ -287,12 +287,12 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
             |_| vec![0u8; vb],
             |out, rng| {
                 let p = rng.gen_range(0..keys_ref.len());
-                match g.get(keys_ref[p].as_bytes()) {
-                    Fetch::Hit(v) => {
-                        envelope::open_into(&v, Identity { cache_id, page: p as u64, version: 1 }, None, out).is_ok()
-                    }
-                    _ => false,
-                }
+                // As the cache reads a hit: the envelope opened in place, into the page buffer.
+                let expect = Identity { cache_id, page: p as u64, version: 1 };
+                matches!(
+                    g.get_with(keys_ref[p].as_bytes(), |v| envelope::open_into(v, expect, None, out)),
+                    Fetch::Hit(Ok(()))
+                )
             },
         ));
     }

@@ -125,8 +125,13 @@ impl<C: Clock> Grid<C> {
 
     /// `mg <key> v`: the value, the item left as it is.
     pub fn get(&self, key: &[u8]) -> Fetch {
+        self.get_with(key, <[u8]>::to_vec)
+    }
+
+    /// As [`Grid::get`], `open` given the value in place (as [`Grid::take_with`]).
+    pub fn get_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
         let start = Instant::now();
-        let (fetch, value_bytes) = self.fetch_one(key, false, <[u8]>::to_vec);
+        let (fetch, value_bytes) = self.fetch_one(key, false, open);
         self.emulate_one(start, key, &fetch, value_bytes);
         fetch
     }
