@@ -137,3 +137,50 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
     }
     assert_eq!(n(&stats(&cache), "l2_misses"), misses, "a missed page was asked for again: {}", stats(&cache));
 }
+
+/// The grid's reach: a 4 MiB memcached (about 900 pages) under 4000 pushed
+/// pages. Read again oldest first (each read pushes a page too, so none of
+/// the first pass's is left by the time it is reached), the evicted pages are
+/// soon skipped without a round trip (`l2_aged_skips`), and few lookups
+/// miss. Read newest first, the pages memcached still holds are asked for
+/// and found. Every read equals the file. The control is the cold pass: no
+/// miss seen yet, so the reach is unknown and nothing is skipped for age.
+#[test]
+fn pages_pushed_longer_ago_than_the_grid_keeps_are_not_asked_for() {
+    const MANY: u64 = 4000;
+    let node = start_node(4);
+    let (_grid, cache) = cache_on(&node.addr(), 0x4eac, PAGE, L1_PAGES, None);
+    let file = Arc::new(Mutex::new(vec![0u8; MANY as usize * PAGE]));
+    for p in 0..MANY {
+        set_page(&file, p, &pattern(p, PAGE));
+    }
+    let disk = MemFile(Arc::clone(&file));
+    let mut buf = vec![0u8; PAGE];
+    let mut pass = |label: &str, order: &mut dyn Iterator<Item = u64>| {
+        for (i, p) in order.enumerate() {
+            cache.read(p, &mut buf, &disk).unwrap();
+            assert!(buf == page_of(&file, p), "{label}: page {p} read other bytes than the file's");
+            if i % 64 == 0 {
+                assert!(cache.flush_pushes(Duration::from_secs(10)));
+            }
+        }
+        assert!(cache.flush_pushes(Duration::from_secs(10)));
+        let s = stats(&cache);
+        let counts = [n(&s, "l2_hits"), n(&s, "l2_misses"), n(&s, "l2_aged_skips")];
+        eprintln!("{label}: hits, misses, aged skips so far {counts:?}; reach {}", n(&s, "l2_reach_pushes"));
+        counts
+    };
+    let cold = pass("cold", &mut (0..MANY));
+    assert_eq!(cold, [0, 0, 0], "nothing pushed before the first pass");
+    assert_eq!(n(&stats(&cache), "l2_reach_pushes"), 0, "no miss seen yet: the reach is unknown");
+    let held = node_stat(&node.addr(), "curr_items");
+    assert!(held < MANY / 2, "memcached evicted most of the pages: it holds {held}");
+
+    let [_, misses, aged] = pass("oldest first", &mut (0..MANY));
+    assert!(aged > MANY / 2, "most evicted pages were skipped, not asked for: {}", stats(&cache));
+    assert!(misses < aged / 4, "few lookups missed: {}", stats(&cache));
+
+    let [hits, misses_after, _] = pass("newest first", &mut (0..MANY).rev());
+    assert!(hits > held / 4, "the pages memcached still held were asked for and found: {}", stats(&cache));
+    assert!(misses_after - misses < hits, "{}", stats(&cache));
+}

@@ -17,9 +17,12 @@
 //! nodes evicts in push order (a fetched item is deleted, never bumped), so a
 //! page pushed longer ago than the grid's *reach* is most likely gone. The
 //! reach is learnt from the lookups themselves ([`Presence::learn`]): a hit at
-//! age `a` shows the grid keeps at least `a` pushes; a miss younger than the
-//! reach pulls it down by an eighth of the gap. Until the first miss the reach
-//! is unknown and every stamped page is asked for. Pages older than the reach
+//! age `a` shows the grid keeps at least `a` pushes (the reach rises to `a`);
+//! a miss at age `a` shows it does not keep `a`, and the reach drops to 3/4 of
+//! `a` if it was above (a multiplicative step, so that even lookups made oldest
+//! first, each just younger than the last miss, soon get ahead of the
+//! evictions). Until the first miss the reach is unknown and every stamped
+//! page is asked for. Pages older than the reach
 //! (with a margin) are [`Verdict::Aged`]: the cache asks for one in
 //! [`AGED_SAMPLE_EVERY`] of them, so a grid that grows is noticed.
 //!
@@ -38,8 +41,9 @@ use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
 pub const AGED_SAMPLE_EVERY: u64 = 16;
 /// A page is aged when older than the reach by more than a quarter.
 const AGED_MARGIN_DIVISOR: u32 = 4;
-/// A miss younger than the reach pulls it 1/8 of the way down to its age.
-const REACH_PULL_SHIFT: u32 = 3;
+/// A miss at age `a` sets the reach to at most a × 3/4.
+const MISS_STEP_NUM: u64 = 3;
+const MISS_STEP_DEN: u64 = 4;
 
 /// What the presence set says of a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -106,13 +110,13 @@ impl Presence {
             }
             return;
         }
+        let below = ((age as u64 * MISS_STEP_NUM / MISS_STEP_DEN) as u32).max(1);
         if reach == 0 {
             // The first sign of eviction: the grid keeps at least what it was seen to keep.
-            let first = self.oldest_hit.load(Ordering::Relaxed).max(age).max(1);
+            let first = self.oldest_hit.load(Ordering::Relaxed).max(below);
             let _ = self.reach.compare_exchange(0, first, Ordering::Relaxed, Ordering::Relaxed);
-        } else if age < reach {
-            let pulled = reach - ((reach - age) >> REACH_PULL_SHIFT).max(1);
-            let _ = self.reach.compare_exchange(reach, pulled.max(1), Ordering::Relaxed, Ordering::Relaxed);
+        } else if below < reach {
+            let _ = self.reach.compare_exchange(reach, below, Ordering::Relaxed, Ordering::Relaxed);
         }
     }
 
@@ -295,7 +299,8 @@ mod tests {
             p.learn(age, age < KEEPS);
         }
         let reach = p.reach();
-        assert!((KEEPS - KEEPS / 10..=KEEPS + KEEPS / 10).contains(&reach), "reach {reach} for a grid keeping {KEEPS}");
+        // Between 3/4 of what it keeps (after a miss just past it) and what it keeps (after a hit).
+        assert!((KEEPS * 3 / 4 - 10..=KEEPS).contains(&reach), "reach {reach} for a grid keeping {KEEPS}");
         assert!(matches!(p.verdict(4999 - 900), Verdict::Held { .. }));
         assert!(matches!(p.verdict(4999 - 2000), Verdict::Aged { age: 2000 }));
         // The grid grows: a sampled old page that hits moves the reach at once.

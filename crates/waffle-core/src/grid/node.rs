@@ -177,10 +177,9 @@ impl<C: Clock> Node<C> {
         if let Some(state) = self.cost.record_lookup(took, hit, disk) {
             // One line per change of state: the figures are in the stats.
             let status = self.cost.status(disk);
-            match state {
-                CostState::BackedOff => eprintln!("waffle: grid node {} backs off: {}", self.label, status.reason),
-                CostState::On => eprintln!("waffle: grid node {} pays again: {}", self.label, status.reason),
-                CostState::Measuring => {}
+            if state != CostState::Measuring {
+                // The reason names the state ("backed off", "on", or "would back off" when that is off).
+                eprintln!("waffle: grid node {}: {}", self.label, status.reason);
             }
         }
     }
