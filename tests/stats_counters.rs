@@ -207,8 +207,15 @@ fn with_a_grid_pushes_and_hits_count() {
     memcached_flush_all(&node.addr());
     read_all(&conn, 100);
     let s3 = stats(&conn);
+    // A miss also lowers the grid's reach, so later pages of the pass may be
+    // skipped as pushed too long ago (`l2_aged_skips`) rather than asked and missed.
     let misses = n(&s3, "l2_misses") - n(&s2, "l2_misses");
-    assert!(misses >= 90, "after flush_all at least 90 of 100 pages should miss, missed {misses}: {s3}");
+    let aged = n(&s3, "l2_aged_skips") - n(&s2, "l2_aged_skips");
+    assert!(misses >= 1, "the flushed node answered misses: {s3}");
+    assert!(
+        misses + aged >= 90,
+        "after flush_all at least 90 of 100 pages should miss or be skipped as gone, {misses} + {aged}: {s3}"
+    );
     assert!(n(&s3, "disk_reads") - n(&s2, "disk_reads") >= misses, "each miss reads the disk: {s3}");
     check_identities(&s3, true);
     eprintln!("grid: {pushes} pushes, {hits} hits, {misses} misses after flush_all");

@@ -194,6 +194,8 @@ impl PageCache {
     /// orphans (misses), and any that come back later are checked by version.
     pub fn set_grid(&self, grid: Option<Arc<Grid>>) {
         self.grid.set(grid);
+        // Other nodes keep other pages: what the old grid was seen to keep says nothing of the new one.
+        self.presence.forget_reach();
     }
 
     pub fn page_bytes(&self) -> usize {

@@ -18,10 +18,12 @@
 //! page pushed longer ago than the grid's *reach* is most likely gone. The
 //! reach is learnt from the lookups themselves ([`Presence::learn`]): a hit at
 //! age `a` shows the grid keeps at least `a` pushes (the reach rises to `a`);
-//! a miss at age `a` shows it does not keep `a`, and the reach drops to 3/4 of
-//! `a` if it was above (a multiplicative step, so that even lookups made oldest
-//! first, each just younger than the last miss, soon get ahead of the
-//! evictions). Until the first miss the reach is unknown and every stamped
+//! a miss at age `a`, the fourth in a row, shows it does not keep `a`, and the
+//! reach drops to 3/4 of `a` if it was above (a multiplicative step, so that
+//! even lookups made oldest first, each just younger than the last miss, soon
+//! get ahead of the evictions). Single misses among hits are not evictions
+//! but keys that moved (a node added) or one node that lost its items: they
+//! leave the reach alone. Until the first miss the reach is unknown and every stamped
 //! page is asked for. Pages older than the reach
 //! (with a margin) are [`Verdict::Aged`]: the cache asks for one in
 //! [`AGED_SAMPLE_EVERY`] of them, so a grid that grows is noticed.
@@ -44,6 +46,8 @@ const AGED_MARGIN_DIVISOR: u32 = 4;
 /// A miss at age `a` sets the reach to at most a × 3/4.
 const MISS_STEP_NUM: u64 = 3;
 const MISS_STEP_DEN: u64 = 4;
+/// Misses in a row before one lowers the reach.
+const MISS_STREAK: u32 = 4;
 
 /// What the presence set says of a page.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +70,8 @@ pub struct Presence {
     reach: AtomicU32,
     /// The oldest age seen to hit before the reach was known.
     oldest_hit: AtomicU32,
+    /// Lookups that missed since the last hit.
+    miss_streak: AtomicU32,
     aged_ticket: AtomicU64,
 }
 
@@ -103,11 +109,15 @@ impl Presence {
     pub fn learn(&self, age: u32, hit: bool) {
         let reach = self.reach.load(Ordering::Relaxed);
         if hit {
+            self.miss_streak.store(0, Ordering::Relaxed);
             if reach == 0 {
                 self.oldest_hit.fetch_max(age, Ordering::Relaxed);
             } else {
                 self.reach.fetch_max(age, Ordering::Relaxed);
             }
+            return;
+        }
+        if self.miss_streak.fetch_add(1, Ordering::Relaxed) + 1 < MISS_STREAK {
             return;
         }
         let below = ((age as u64 * MISS_STEP_NUM / MISS_STEP_DEN) as u32).max(1);
@@ -118,6 +128,13 @@ impl Presence {
         } else if below < reach {
             let _ = self.reach.compare_exchange(reach, below, Ordering::Relaxed, Ordering::Relaxed);
         }
+    }
+
+    /// Starts learning the reach over (the grid changed: its nodes keep other pages).
+    pub fn forget_reach(&self) {
+        self.reach.store(0, Ordering::Relaxed);
+        self.oldest_hit.store(0, Ordering::Relaxed);
+        self.miss_streak.store(0, Ordering::Relaxed);
     }
 
     /// The grid's reach in pushes (0: not known yet), for stats.
