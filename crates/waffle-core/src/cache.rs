@@ -193,7 +193,17 @@ impl PageCache {
     /// waiting to be pushed go to the new grid; copies on nodes that left are
     /// orphans (misses), and any that come back later are checked by version.
     pub fn set_grid(&self, grid: Option<Arc<Grid>>) {
-        self.grid.set(grid);
+        let old = self.grid.get();
+        self.grid.set(grid.clone());
+        // A page whose key now maps to another node is not where the new grid
+        // will look: its stamp goes (a lookup would only miss).
+        match (old, grid) {
+            (Some(old), Some(new)) => self.presence.retain(|page| {
+                let key = envelope::GridKey::new(self.cache_id, page);
+                old.node_label(key.as_bytes()) == new.node_label(key.as_bytes())
+            }),
+            _ => self.presence.clear(),
+        }
         // Other nodes keep other pages: what the old grid was seen to keep says nothing of the new one.
         self.presence.forget_reach();
     }
@@ -237,58 +247,10 @@ impl PageCache {
         }
 
         let grid = self.grid.get();
-        let key = envelope::GridKey::new(self.cache_id, page);
-        let verdict = if grid.is_some() { self.presence.verdict(page) } else { Verdict::Absent };
-        if grid.is_some() && verdict == Verdict::Absent {
-            // Never pushed at this version, or taken back since: the grid has nothing to give.
-            self.stats.l2_presence_skips.incr();
-        } else if matches!(verdict, Verdict::Aged { .. }) && !self.presence.sample_aged() {
-            // Pushed longer ago than the grid is seen to keep pages: most likely evicted.
-            self.stats.l2_aged_skips.incr();
-        } else if grid.as_ref().is_some_and(|g| !g.admits_lookup(key.as_bytes())) {
-            // The node costs more than the disk read it would save (grid::cost).
-            self.stats.l2_cost_skips.incr();
-        } else if let Some(grid) = &grid {
-            let t1 = Instant::now();
-            let expect = Identity { cache_id: self.cache_id, page, version };
-            // The envelope is opened where the value lies in the connection's buffer, straight into `buf`.
-            let fetched = grid.take_with(key.as_bytes(), |value| {
-                (value.len(), envelope::open_into(value, expect, self.seal_key.as_deref(), buf))
-            });
-            let took = t1.elapsed();
-            self.stats.record(Tier::L2, took);
-            if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
-                // The take deleted whatever was there.
-                self.presence.remove(page);
-                match verdict {
-                    Verdict::Held { age } => {
-                        self.presence.learn(age, fetched.is_hit());
-                        grid.note_lookup(key.as_bytes(), took, fetched.is_hit());
-                    }
-                    // A sample of an aged page: it tells the reach, not what lookups cost.
-                    Verdict::Aged { age } => self.presence.learn(age, fetched.is_hit()),
-                    Verdict::Absent => {}
-                }
-            }
-            match fetched {
-                Fetch::Hit((value_bytes, opened)) => {
-                    self.stats.l2_fetch_bytes.add(value_bytes as u64);
-                    match opened.and_then(|()| self.check_page(page, buf)) {
-                        Ok(()) => {
-                            self.stats.l2_hits.incr();
-                            self.fill(page, version, Box::from(&*buf));
-                            return Ok((buf.len(), Source::L2));
-                        }
-                        Err(reject) => self.stats.reject(reject),
-                    }
-                }
-                Fetch::Miss => {
-                    // Only marked pages are asked for: every miss is a presence miss.
-                    self.stats.l2_misses.incr();
-                    grid.note_presence_miss(key.as_bytes());
-                }
-                Fetch::Skipped => self.stats.l2_skipped.incr(),
-                Fetch::Fault(kind) => self.stats.fault(kind),
+        if let Some(grid) = &grid {
+            if self.ask_grid(grid, page, version, buf) {
+                self.fill(page, version, Box::from(&*buf));
+                return Ok((buf.len(), Source::L2));
             }
         }
 
@@ -620,6 +582,73 @@ impl PageCache {
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m
+    }
+
+    /// Asks the grid for `page` at `version` into `buf`, unless the presence
+    /// set, the grid's reach or the node's cost says it is not worth a round
+    /// trip. True when `buf` holds the page (the caller puts it in L1).
+    fn ask_grid(&self, grid: &Grid, page: u64, version: u64, buf: &mut [u8]) -> bool {
+        let verdict = self.presence.verdict(page);
+        match verdict {
+            // Never pushed at this version, or taken back since: the grid has nothing to give.
+            Verdict::Absent => {
+                self.stats.l2_presence_skips.incr();
+                return false;
+            }
+            // Pushed longer ago than the grid is seen to keep pages: most likely evicted.
+            Verdict::Aged { .. } if !self.presence.sample_aged() => {
+                self.stats.l2_aged_skips.incr();
+                return false;
+            }
+            _ => {}
+        }
+        let key = envelope::GridKey::new(self.cache_id, page);
+        if !grid.admits_lookup(key.as_bytes()) {
+            // The node costs more than the disk read it would save (grid::cost).
+            self.stats.l2_cost_skips.incr();
+            return false;
+        }
+        let t1 = Instant::now();
+        let expect = Identity { cache_id: self.cache_id, page, version };
+        // The envelope is opened where the value lies in the connection's buffer, straight into `buf`.
+        let fetched = grid.take_with(key.as_bytes(), |value| {
+            (value.len(), envelope::open_into(value, expect, self.seal_key.as_deref(), buf))
+        });
+        let took = t1.elapsed();
+        self.stats.record(Tier::L2, took);
+        if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
+            // The take deleted whatever was there.
+            self.presence.remove(page);
+            match verdict {
+                Verdict::Held { age } => {
+                    self.presence.learn(age, fetched.is_hit());
+                    grid.note_lookup(key.as_bytes(), took, fetched.is_hit());
+                }
+                // A sample of an aged page: it tells the reach, not what lookups cost.
+                Verdict::Aged { age } => self.presence.learn(age, fetched.is_hit()),
+                Verdict::Absent => {}
+            }
+        }
+        match fetched {
+            Fetch::Hit((value_bytes, opened)) => {
+                self.stats.l2_fetch_bytes.add(value_bytes as u64);
+                match opened.and_then(|()| self.check_page(page, buf)) {
+                    Ok(()) => {
+                        self.stats.l2_hits.incr();
+                        return true;
+                    }
+                    Err(reject) => self.stats.reject(reject),
+                }
+            }
+            Fetch::Miss => {
+                // Only marked pages are asked for: every miss is a presence miss.
+                self.stats.l2_misses.incr();
+                grid.note_presence_miss(key.as_bytes());
+            }
+            Fetch::Skipped => self.stats.l2_skipped.incr(),
+            Fetch::Fault(kind) => self.stats.fault(kind),
+        }
+        false
     }
 
     /// The adapter's check of a grid copy whose envelope matched.

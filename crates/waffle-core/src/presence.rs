@@ -37,7 +37,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::RwLock;
 
-use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
+use crate::versions::{join, split, MAX_PAGES, MAX_SEGMENTS};
 
 /// One lookup in this many of an aged page goes to the grid anyway.
 pub const AGED_SAMPLE_EVERY: u64 = 16;
@@ -66,6 +66,8 @@ pub struct Presence {
     segments: RwLock<Vec<Vec<AtomicU32>>>,
     /// Pushes so far (wrapping; a stamp never takes the value 0).
     pushes: AtomicU32,
+    /// Pages stamped now (kept as stamps come and go: the stats never walk the set).
+    stamped: AtomicU64,
     /// How many pushes back the grid is seen to keep pages; 0: not known yet.
     reach: AtomicU32,
     /// The oldest age seen to hit before the reach was known.
@@ -80,8 +82,9 @@ impl Presence {
         Presence::default()
     }
 
-    /// Whether the grid may hold `page`.
-    pub fn contains(&self, page: u64) -> bool {
+    /// Whether the grid may hold `page` (tests; the cache asks [`Presence::verdict`]).
+    #[cfg(test)]
+    fn contains(&self, page: u64) -> bool {
         self.stamp(page) != 0
     }
 
@@ -149,20 +152,35 @@ impl Presence {
         {
             let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
             if let Some(s) = segments.get(seg).and_then(|s| s.get(idx)) {
-                s.store(stamp, Ordering::Release);
+                self.count_set(s.swap(stamp, Ordering::AcqRel));
                 return;
             }
         }
         self.grow(seg, idx);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments[seg][idx].store(stamp, Ordering::Release);
+        self.count_set(segments[seg][idx].swap(stamp, Ordering::AcqRel));
+    }
+
+    /// A stamp was set over `old`: one more stamped page if it had none.
+    fn count_set(&self, old: u32) {
+        if old == 0 {
+            self.stamped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A stamp was cleared from `old`: one fewer stamped page if it had one.
+    fn count_cleared(&self, old: u32) -> bool {
+        if old != 0 {
+            self.stamped.fetch_sub(1, Ordering::Relaxed);
+        }
+        old != 0
     }
 
     /// The grid no longer holds an acceptable copy of `page`. Returns whether it was stamped.
     pub fn remove(&self, page: u64) -> bool {
         let (seg, idx) = split(page);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments.get(seg).and_then(|s| s.get(idx)).is_some_and(|s| s.swap(0, Ordering::AcqRel) != 0)
+        segments.get(seg).and_then(|s| s.get(idx)).is_some_and(|s| self.count_cleared(s.swap(0, Ordering::AcqRel)))
     }
 
     /// Clears `page` and every later page of its segment (a truncation).
@@ -171,7 +189,7 @@ impl Presence {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         let Some(stamps) = segments.get(seg) else { return };
         for s in stamps.iter().skip(idx) {
-            s.store(0, Ordering::Release);
+            self.count_cleared(s.swap(0, Ordering::AcqRel));
         }
     }
 
@@ -179,7 +197,20 @@ impl Presence {
     pub fn clear(&self) {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         for s in segments.iter().flatten() {
-            s.store(0, Ordering::Release);
+            self.count_cleared(s.swap(0, Ordering::AcqRel));
+        }
+    }
+
+    /// Clears the stamp of every stamped page for which `keep(page)` is false
+    /// (a grid change: pages whose key now maps to another node).
+    pub fn retain(&self, keep: impl Fn(u64) -> bool) {
+        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+        for (seg, stamps) in segments.iter().enumerate() {
+            for (idx, s) in stamps.iter().enumerate() {
+                if s.load(Ordering::Acquire) != 0 && !keep(join(seg as u64, idx as u64)) {
+                    self.count_cleared(s.swap(0, Ordering::AcqRel));
+                }
+            }
         }
     }
 
@@ -193,14 +224,15 @@ impl Presence {
         let stamp = self.next_stamp();
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         for s in segments[0].iter().take(last + 1) {
-            let _ = s.compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Relaxed);
+            if s.compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.count_set(0);
+            }
         }
     }
 
-    /// Stamped pages (for stats; walks the whole set).
+    /// Stamped pages (for stats).
     pub fn len(&self) -> u64 {
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        segments.iter().flatten().filter(|s| s.load(Ordering::Relaxed) != 0).count() as u64
+        self.stamped.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -242,7 +274,6 @@ impl Presence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::versions::join;
     use std::collections::BTreeSet;
 
     /// The set against a model: random inserts, removes, truncations and clears over two segments.
@@ -292,6 +323,23 @@ mod tests {
         assert_eq!(p.len(), 130);
         p.insert_first(64);
         assert_eq!(p.len(), 130);
+    }
+
+    #[test]
+    fn retain_clears_exactly_the_pages_it_refuses_and_counts_them() {
+        let p = Presence::new();
+        for page in (0..100).chain([join(1, 5), join(1, 6)]) {
+            p.insert(page);
+        }
+        p.retain(|page| match split(page) {
+            (0, idx) => idx % 3 != 0,
+            (_, idx) => idx != 6,
+        });
+        for page in 0..100 {
+            assert_eq!(p.contains(page), page % 3 != 0, "page {page}");
+        }
+        assert!(p.contains(join(1, 5)) && !p.contains(join(1, 6)));
+        assert_eq!(p.len(), 66 + 1);
     }
 
     /// A grid that keeps the last 1000 pushes (a FIFO, as memcached evicts

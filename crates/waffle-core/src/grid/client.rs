@@ -107,6 +107,11 @@ impl<C: Clock> Grid<C> {
         }
     }
 
+    /// The node of `key` by its configured "host:port" (comparable across grids), None without nodes.
+    pub fn node_label(&self, key: &[u8]) -> Option<&str> {
+        self.node_index(key).map(|i| self.nodes[i].label())
+    }
+
     /// Whether a lookup of `key` should go to its node: false while the node
     /// costs more than the disk read it would save (backed off, not sampled).
     pub fn admits_lookup(&self, key: &[u8]) -> bool {

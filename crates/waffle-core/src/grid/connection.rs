@@ -48,9 +48,9 @@ pub const IDLE_BUFFER_BYTES: usize = 4 * READ_CHUNK_BYTES;
 /// An idle connection back in the pool for less than this is taken without
 /// the `recv(MSG_PEEK)` that would see it closed by the node. A node closing a
 /// connection that recently is a restart or a kill (memcached closes idle
-/// connections only with `-o idle_timeout`, in seconds): the request then fails
-/// as an I/O fault and marks the node down, which is what the node's state
-/// deserves anyway (a restarted node has lost its items).
+/// connections only with `-o idle_timeout`, in seconds): the node finds out
+/// when it uses it (`Node::begin` and `Exchange::fail`), counts a stale
+/// connection and does not mark the node down for it.
 const PEEK_AFTER_IDLE: Duration = Duration::from_millis(1000);
 /// How late the kernel's receive timeout (a tick timer) may fire: the last
 /// stretch before a deadline is waited with `poll(2)` instead.

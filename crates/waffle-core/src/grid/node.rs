@@ -115,36 +115,30 @@ impl<C: Clock> Node<C> {
         self.counters.requests.fetch_add(1, Ordering::Relaxed);
         // One deadline covers connect (if needed), write and read; real time, not the clock: the socket waits in it.
         let budget_start = Instant::now() + transfer_allowance(request.len());
-        // A pooled connection trusted without a peek (recently used) that the
-        // node has closed since (a restart) fails its write: dropped, and the
-        // request goes once more on a new connection (bounded: one retry).
         let mut pooled = self.take_idle();
-        if let Some(conn) = pooled.as_mut().filter(|c| c.skips_peek()) {
-            if conn.send(request, budget_start + self.timeout) == Err(FaultKind::Io) {
-                self.note_stale_connection();
-                pooled = None;
-            } else {
-                let deadline = budget_start + self.timeout;
-                let conn = pooled.take().expect("matched above");
-                return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: true });
-            }
-        }
-        let (mut conn, deadline) = match pooled {
-            Some(conn) => (conn, budget_start + self.timeout),
-            None => {
-                let deadline = budget_start + self.connect_timeout;
-                let Some(addr) = self.addr else {
-                    return Err(self.record_fault(admission, FaultKind::Io));
-                };
-                match Connection::open(addr, deadline) {
-                    Ok(conn) => (conn, deadline),
-                    Err(kind) => return Err(self.record_fault(admission, kind)),
+        // Bounded: a second pass only after a pooled connection trusted without
+        // a peek failed its write, and that pass takes none from the pool.
+        loop {
+            let trusted = pooled.as_ref().is_some_and(Connection::skips_peek);
+            let (mut conn, deadline) = match pooled.take() {
+                Some(conn) => (conn, budget_start + self.timeout),
+                None => {
+                    let deadline = budget_start + self.connect_timeout;
+                    let Some(addr) = self.addr else {
+                        return Err(self.record_fault(admission, FaultKind::Io));
+                    };
+                    match Connection::open(addr, deadline) {
+                        Ok(conn) => (conn, deadline),
+                        Err(kind) => return Err(self.record_fault(admission, kind)),
+                    }
                 }
+            };
+            match conn.send(request, deadline) {
+                Ok(()) => return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: trusted }),
+                // Closed by the node since it was pooled (a restart): dropped, the request goes on a new one.
+                Err(FaultKind::Io) if trusted => self.note_stale_connection(),
+                Err(kind) => return Err(self.record_fault(admission, kind)),
             }
-        };
-        match conn.send(request, deadline) {
-            Ok(()) => Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: false }),
-            Err(kind) => Err(self.record_fault(admission, kind)),
         }
     }
 
@@ -160,6 +154,11 @@ impl<C: Clock> Node<C> {
     /// A miss of a page the cache had pushed to this node.
     pub fn note_presence_miss(&self) {
         self.counters.presence_misses.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// "host:port" as configured.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// Whether a lookup goes to this node (see [`NodeCost`]).
