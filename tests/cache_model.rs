@@ -70,6 +70,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
         grid: Some(Arc::clone(&grids[0])),
         seal_key: None,
         page_check: None,
+        codec: waffle_core::codec::DEFAULT,
     }));
 
     let done = Arc::new(AtomicBool::new(false));

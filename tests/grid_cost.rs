@@ -61,6 +61,7 @@ impl Rig {
             grid: Some(grid),
             seal_key: None,
             page_check: None,
+            codec: waffle_core::codec::DEFAULT,
         });
         let file = Arc::new(Mutex::new((0..PAGES).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
         let disk = SlowDisk(MemFile(Arc::clone(&file)));

@@ -11,6 +11,7 @@
 //! runs the same bodies on stable over the saved corpus and random inputs. So
 //! this file uses only `waffle_core` and `std`.
 
+use waffle_core::codec::{Codec, Stored};
 use waffle_core::config::Config;
 use waffle_core::envelope::{
     self, Identity, Reject, FLAG_SEALED, HEADER_BYTES, MAX_PAYLOAD_BYTES, SEALED_OVERHEAD_BYTES, TRAILER_BYTES,
@@ -537,19 +538,29 @@ pub fn envelope_sealed(data: &[u8]) {
         let plain = envelope::open_into(value, expect, None, &mut out);
         // Shorter than any envelope: `length` first, whatever else is wrong (docs/design.md's order).
         let long_enough = value.len() >= HEADER_BYTES + TRAILER_BYTES;
-        let want_plain = if long_enough && value[5] == FLAG_SEALED && format_ok(value) {
-            Err(Reject::Seal)
+        // Flags this build knows: bit 1 sealed, bits 2-3 one codec (docs/design.md).
+        let known_flags = long_enough && value[5] & !0b1110 == 0 && value[5] & 0b1100 != 0b1100;
+        let compressed = known_flags && value[5] & 0b1100 != 0;
+        let sealed_flag = known_flags && value[5] & FLAG_SEALED != 0;
+        if long_enough && format_ok(value) && sealed_flag {
+            assert_eq!(plain, Err(Reject::Seal), "a sealed value without a key");
+        } else if long_enough && format_ok(value) && compressed {
+            // A plain compressed value: `open` reads raw ones only. Whatever
+            // opens fills the page exactly; a checked payload that does not
+            // decompress is a `codec` reject.
+            if plain.is_ok() {
+                assert!(matches!(plain, Ok(Stored::Lz4 | Stored::Zstd)));
+            }
         } else {
-            envelope::open(value, expect, page_bytes).map(|_| ())
-        };
-        assert_eq!(plain, want_plain, "open_into without a key vs open for {value:?}");
+            let want_plain = envelope::open(value, expect, page_bytes).map(|_| Stored::Raw);
+            assert_eq!(plain, want_plain, "open_into without a key vs open for {value:?}");
+        }
         let sealed = envelope::open_into(value, expect, Some(key), &mut out);
-        if long_enough && format_ok(value) && value[5] == 0 {
+        if long_enough && format_ok(value) && known_flags && !sealed_flag {
             assert_eq!(sealed, Err(Reject::Seal), "a plain value with a key configured");
         }
         if sealed.is_ok() {
-            assert_eq!(value[5], FLAG_SEALED);
-            assert_eq!(value.len(), SEALED_OVERHEAD_BYTES + page_bytes);
+            assert!(sealed_flag);
         }
     }
     // 2. As an identity and a payload.
@@ -567,7 +578,7 @@ pub fn envelope_sealed(data: &[u8]) {
         assert!(!ciphertext.windows(16).any(|w| w == &payload[..16]), "plaintext visible in a sealed value");
     }
     let mut out = vec![0u8; payload.len()];
-    assert_eq!(envelope::open_into(&v, id, Some(key), &mut out), Ok(()));
+    assert_eq!(envelope::open_into(&v, id, Some(key), &mut out), Ok(Stored::Raw));
     assert_eq!(out, payload);
     assert_eq!(envelope::open_into(&v, id, None, &mut out), Err(Reject::Seal));
     let delta = mode as u64 | 1;
@@ -593,6 +604,22 @@ pub fn envelope_sealed(data: &[u8]) {
     assert!(envelope::open_into(&v[..cut], id, Some(key), &mut out).is_err(), "truncated to {cut}");
     // A fresh nonce every time: the same page sealed twice differs.
     assert_ne!(envelope::seal_with(id, &payload, Some(key)).expect("a nonce"), v);
+    // 3. The same payload compressed (where it compresses), sealed and plain:
+    // opens to the payload, at no other page size, with no bit flipped.
+    let codec = if mode & 1 == 0 { Codec::Lz4 } else { Codec::Zstd { level: 1 } };
+    for k in [None, Some(key)] {
+        let (c, stored) = envelope::seal_page(id, &payload, k, codec).expect("a nonce");
+        let mut out = vec![0u8; payload.len()];
+        assert_eq!(envelope::open_into(&c, id, k, &mut out), Ok(stored));
+        assert_eq!(out, payload);
+        if stored == Stored::Raw {
+            continue;
+        }
+        assert!(envelope::open_into(&c, id, k, &mut vec![0u8; payload.len() + 1]).is_err(), "a longer page");
+        let mut flipped = c.clone();
+        flipped[at % c.len()] ^= 1 << (mode % 8);
+        assert!(envelope::open_into(&flipped, id, k, &mut out).is_err(), "a bit of a compressed value flipped");
+    }
 }
 
 /// Magic, format and reserved bytes as this build writes them.

@@ -291,7 +291,7 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
                 let expect = Identity { cache_id, page: p as u64, version: 1 };
                 matches!(
                     g.get_with(keys_ref[p].as_bytes(), |v| envelope::open_into(v, expect, None, out)),
-                    Fetch::Hit(Ok(()))
+                    Fetch::Hit(Ok(_))
                 )
             },
         ));

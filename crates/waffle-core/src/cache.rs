@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Map, Value};
 
 use crate::backing::{Backing, PageId};
+use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::pool::{Evicted, Pool};
@@ -87,6 +88,8 @@ pub struct CacheOptions {
     pub seal_key: Option<Arc<SealKey>>,
     /// Checks grid copies beyond the envelope (None: the envelope is enough).
     pub page_check: Option<Box<dyn PageCheck>>,
+    /// How pushed pages are compressed (any form is read back, whatever this says).
+    pub codec: Codec,
 }
 
 pub struct PageCache {
@@ -125,6 +128,7 @@ impl PageCache {
             opts.push_queue_bytes,
             opts.seal_key.clone(),
             Arc::clone(&presence),
+            opts.codec,
         );
         PageCache {
             cache_id: opts.cache_id,
@@ -348,7 +352,8 @@ impl PageCache {
                         self.stats.l2_fetch_bytes.add(value.len() as u64);
                         let expect = Identity { cache_id: self.cache_id, page: wanted[i], version: versions[i] };
                         let mut bytes = vec![0u8; page_bytes as usize].into_boxed_slice();
-                        match envelope::open_into(&value, expect, self.seal_key.as_deref(), &mut bytes)
+                        match self
+                            .open_value(&value, expect, &mut bytes)
                             .and_then(|()| self.check_page(wanted[i], &bytes))
                         {
                             Ok(()) => {
@@ -611,9 +616,7 @@ impl PageCache {
         let t1 = Instant::now();
         let expect = Identity { cache_id: self.cache_id, page, version };
         // The envelope is opened where the value lies in the connection's buffer, straight into `buf`.
-        let fetched = grid.take_with(key.as_bytes(), |value| {
-            (value.len(), envelope::open_into(value, expect, self.seal_key.as_deref(), buf))
-        });
+        let fetched = grid.take_with(key.as_bytes(), |value| (value.len(), self.open_value(value, expect, buf)));
         let took = t1.elapsed();
         self.stats.record(Tier::L2, took);
         if matches!(fetched, Fetch::Hit(_) | Fetch::Miss) {
@@ -649,6 +652,18 @@ impl PageCache {
             Fetch::Fault(kind) => self.stats.fault(kind),
         }
         false
+    }
+
+    /// Opens a grid value into `out` (the envelope's checks, and decompression
+    /// when it holds a compressed page, timed and counted).
+    fn open_value(&self, value: &[u8], expect: Identity, out: &mut [u8]) -> Result<(), envelope::Reject> {
+        let t0 = Instant::now();
+        let stored = envelope::open_into(value, expect, self.seal_key.as_deref(), out)?;
+        if stored != Stored::Raw {
+            self.stats.decompress_ns.add(t0.elapsed().as_nanos() as u64);
+            self.stats.decompress_pages.incr();
+        }
+        Ok(())
     }
 
     /// The adapter's check of a grid copy whose envelope matched.
@@ -750,6 +765,7 @@ mod tests {
             grid: None,
             seal_key: None,
             page_check: None,
+            codec: crate::codec::DEFAULT,
         };
         PageCache::new(opts)
     }

@@ -10,6 +10,7 @@ use std::fmt;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::codec::{self, Codec};
 use crate::grid::NodeSpec;
 use crate::seal::SealKey;
 
@@ -68,12 +69,29 @@ pub const GRID_BACKOFF: Param = Param {
     help: "back off a grid node whose lookups cost more than the disk reads they save: on|off (default on)",
 };
 
+pub const COMPRESS: Param = Param {
+    name: "waffle_compress",
+    env: "WAFFLE_COMPRESS",
+    help: "compress pages pushed to the grid: off|lz4|zstd|zstd:LEVEL (default lz4)",
+};
+
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 10] =
-    [&GRID, &LOCAL, &TIMEOUT_MS, &PUSH_QUEUE, &DIRECT_IO, &DEVICE, &LINK, &KEY_FILE, &GRID_CHANGE, &GRID_BACKOFF];
+pub const PARAMS: [&Param; 11] = [
+    &GRID,
+    &LOCAL,
+    &TIMEOUT_MS,
+    &PUSH_QUEUE,
+    &DIRECT_IO,
+    &DEVICE,
+    &LINK,
+    &KEY_FILE,
+    &GRID_CHANGE,
+    &GRID_BACKOFF,
+    &COMPRESS,
+];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
 /// a misspelt `waffle_locl=1GiB` would otherwise run with defaults unnoticed.
@@ -115,6 +133,8 @@ pub struct Config {
     /// Whether a node that costs more than the disk is backed off (grid::cost);
     /// off asks every node always (tests of the grid path, an operator who knows better).
     pub grid_backoff: bool,
+    /// How pages pushed to the grid are compressed (reads accept every form).
+    pub compress: Codec,
 }
 
 impl Default for Config {
@@ -130,6 +150,7 @@ impl Default for Config {
             seal_key: None,
             grid_change: false,
             grid_backoff: true,
+            compress: codec::DEFAULT,
         }
     }
 }
@@ -200,6 +221,9 @@ impl Config {
         }
         if let Some(v) = get(&GRID_BACKOFF) {
             c.grid_backoff = parse_switch(&v).map_err(|reason| err(&GRID_BACKOFF, &v, reason))?;
+        }
+        if let Some(v) = get(&COMPRESS) {
+            c.compress = Codec::parse(&v).map_err(|reason| err(&COMPRESS, &v, reason))?;
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -301,6 +325,8 @@ mod tests {
             ("waffle_grid", "127.0.0.1:99999"),
             ("waffle_grid_change", "sometimes"),
             ("waffle_grid_backoff", "later"),
+            ("waffle_compress", "gzip"),
+            ("waffle_compress", "zstd:99"),
         ] {
             let e = parse(&[(param, value)]).unwrap_err();
             assert_eq!(e.param, param);

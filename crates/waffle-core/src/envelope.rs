@@ -14,7 +14,7 @@
 //!  "WAFL"   1      0                                                                                   over 0..36+n
 //! ```
 //!
-//! Sealed (flags = 2, with a [`SealKey`]): the same header, then a 24-byte
+//! Sealed (flags bit 1, with a [`SealKey`]): the same header, then a 24-byte
 //! nonce, the XChaCha20-Poly1305 ciphertext of the payload and its 16-byte tag
 //! (76 bytes of overhead). The header is the associated data, so the identity,
 //! page, version and length are authenticated; there is no crc32c.
@@ -22,7 +22,20 @@
 //! ```text
 //!  0 header (36, flags=2) | 36 nonce (24) | 60 ciphertext (n) | 60+n tag (16)
 //! ```
+//!
+//! Compressed (flags bit 2: LZ4 block, bit 3: zstd frame; [`crate::codec`]):
+//! the payload is the compressed page and `len` its length; the page's own
+//! size is the size the reader asks for, which the payload must decompress to
+//! exactly. Compression comes before sealing, so the crc32c or the tag covers
+//! the compressed bytes and nothing unchecked reaches the decompressor.
+//!
+//! ```text
+//!  flags (byte 5):  bit 1 sealed | bits 2-3 payload: 00 raw, 01 lz4, 10 zstd (11 refused) | others 0
+//! ```
 
+use std::cell::RefCell;
+
+use crate::codec::{Codec, Stored};
 use crate::seal::{SealKey, NONCE_BYTES, TAG_BYTES};
 
 /// First four bytes of every envelope.
@@ -35,6 +48,11 @@ pub const HEADER_BYTES: usize = 36;
 pub const TRAILER_BYTES: usize = 4;
 /// Flag: the payload is sealed (AEAD) instead of checksummed.
 pub const FLAG_SEALED: u8 = 2;
+/// Flag: the payload is an LZ4 block of the page.
+pub const FLAG_LZ4: u8 = 4;
+/// Flag: the payload is a zstd frame of the page.
+pub const FLAG_ZSTD: u8 = 8;
+const CODEC_MASK: u8 = FLAG_LZ4 | FLAG_ZSTD;
 /// Bytes a sealed value adds around the payload.
 pub const SEALED_OVERHEAD_BYTES: usize = HEADER_BYTES + NONCE_BYTES + TAG_BYTES;
 /// Largest payload accepted (InnoDB's largest page is 64 KiB).
@@ -71,10 +89,13 @@ pub enum Reject {
     /// The envelope matched but the adapter's own check of the page refused it
     /// (InnoDB: page number, space id, checksum, LSN), before it reached L1.
     Content,
+    /// A compressed payload that passed its check but did not decompress to
+    /// exactly the page size asked for.
+    Codec,
 }
 
 impl Reject {
-    pub const ALL: [Reject; 9] = [
+    pub const ALL: [Reject; 10] = [
         Reject::Length,
         Reject::Format,
         Reject::Checksum,
@@ -84,6 +105,7 @@ impl Reject {
         Reject::Size,
         Reject::Seal,
         Reject::Content,
+        Reject::Codec,
     ];
 
     pub fn name(self) -> &'static str {
@@ -97,6 +119,7 @@ impl Reject {
             Reject::Size => "size",
             Reject::Seal => "seal",
             Reject::Content => "content",
+            Reject::Codec => "codec",
         }
     }
 
@@ -142,25 +165,57 @@ impl GridKey {
     }
 }
 
-/// Builds the envelope for `payload` into a new buffer.
+/// Builds the envelope for `payload` (stored raw) into a new buffer.
 pub fn seal(id: Identity, payload: &[u8]) -> Vec<u8> {
-    assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
-    let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
-    out.extend_from_slice(&header(id, payload.len(), 0));
-    out.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
+    let out = build(id, payload, Stored::Raw, None).expect("a plain envelope needs no nonce");
     debug_assert_eq!(open(&out, id, payload.len()), Ok(payload));
     out
 }
 
-/// Builds the envelope, sealed when a key is given (None: no nonce could be
-/// drawn; the page is then not pushed).
+/// Builds the envelope (payload stored raw), sealed when a key is given
+/// (None: no nonce could be drawn; the page is then not pushed).
 pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Option<Vec<u8>> {
-    let Some(key) = key else { return Some(seal(id, payload)) };
+    build(id, payload, Stored::Raw, key)
+}
+
+/// Builds the envelope of a page: compressed with `codec` when that saves
+/// enough, sealed when a key is given. Returns the value and the form its
+/// payload took (None: no nonce could be drawn).
+pub fn seal_page(id: Identity, page: &[u8], key: Option<&SealKey>, codec: Codec) -> Option<(Vec<u8>, Stored)> {
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        let stored = codec.compress(page, &mut scratch);
+        let payload = if stored == Stored::Raw { page } else { &scratch[..] };
+        let value = build(id, payload, stored, key)?;
+        // Checked on this side of the push as the reader will check it on the other.
+        debug_assert!(key.is_some() || open_into(&value, id, None, &mut vec![0u8; page.len()]) == Ok(stored));
+        Some((value, stored))
+    })
+}
+
+/// Builds the envelope of a payload already in the form `stored` says (the
+/// pusher compresses first, to time it), sealed when a key is given.
+pub fn seal_stored(id: Identity, payload: &[u8], stored: Stored, key: Option<&SealKey>) -> Option<Vec<u8>> {
+    build(id, payload, stored, key)
+}
+
+fn build(id: Identity, payload: &[u8], stored: Stored, key: Option<&SealKey>) -> Option<Vec<u8>> {
     assert!(payload.len() <= MAX_PAYLOAD_BYTES, "page of {} bytes exceeds the envelope limit", payload.len());
+    let codec_flag = match stored {
+        Stored::Raw => 0,
+        Stored::Lz4 => FLAG_LZ4,
+        Stored::Zstd => FLAG_ZSTD,
+    };
+    let Some(key) = key else {
+        let mut out = Vec::with_capacity(HEADER_BYTES + payload.len() + TRAILER_BYTES);
+        out.extend_from_slice(&header(id, payload.len(), codec_flag));
+        out.extend_from_slice(payload);
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_le_bytes());
+        return Some(out);
+    };
     let mut out = Vec::with_capacity(SEALED_OVERHEAD_BYTES + payload.len());
-    out.extend_from_slice(&header(id, payload.len(), FLAG_SEALED));
+    out.extend_from_slice(&header(id, payload.len(), FLAG_SEALED | codec_flag));
     out.extend_from_slice(&[0u8; NONCE_BYTES]);
     out.extend_from_slice(payload);
     let (head, rest) = out.split_at_mut(HEADER_BYTES);
@@ -171,10 +226,18 @@ pub fn seal_with(id: Identity, payload: &[u8], key: Option<&SealKey>) -> Option<
     Some(out)
 }
 
-/// Checks `value` against what the caller expects and writes the payload into
-/// `out` (whose length is the page size being read). With a key only sealed
-/// values are accepted; without one only plain values. Never panics.
-pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mut [u8]) -> Result<(), Reject> {
+// Room for one compressed payload (sealing side) or one decrypted one before
+// it is decompressed (opening side): one per thread, bounded by MAX_PAYLOAD_BYTES.
+thread_local! {
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Checks `value` against what the caller expects and writes the page into
+/// `out` (whose length is the page size being read), decompressing it if the
+/// envelope says it is compressed. With a key only sealed values are
+/// accepted; without one only plain values. Returns the form the payload had.
+/// Never panics.
+pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mut [u8]) -> Result<Stored, Reject> {
     // Shorter than the smallest envelope of either kind (plain: header and
     // crc32c; sealed is longer): `length`, as `open` says, before any other check.
     if value.len() < HEADER_BYTES + TRAILER_BYTES {
@@ -183,36 +246,84 @@ pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mu
     if value[0..4] != MAGIC || value[4] != FORMAT || value[6..8] != [0, 0] {
         return Err(Reject::Format);
     }
-    match (value[5], key) {
-        (0, None) => {
-            out.copy_from_slice(open(value, expect, out.len())?);
-            Ok(())
-        }
-        (FLAG_SEALED, Some(key)) => open_sealed(value, expect, key, out),
-        (0 | FLAG_SEALED, _) => Err(Reject::Seal),
-        _ => Err(Reject::Format),
+    let flags = value[5];
+    let stored = match flags & CODEC_MASK {
+        0 => Stored::Raw,
+        FLAG_LZ4 => Stored::Lz4,
+        FLAG_ZSTD => Stored::Zstd,
+        _ => return Err(Reject::Format),
+    };
+    if flags & !(FLAG_SEALED | CODEC_MASK) != 0 {
+        return Err(Reject::Format);
     }
+    let result = match (flags & FLAG_SEALED != 0, key) {
+        (false, None) => open_plain(value, expect, stored, out),
+        (true, Some(key)) => open_sealed(value, expect, stored, key, out),
+        _ => Err(Reject::Seal),
+    };
+    result.map(|()| stored)
 }
 
-fn open_sealed(value: &[u8], expect: Identity, key: &SealKey, out: &mut [u8]) -> Result<(), Reject> {
+fn open_plain(value: &[u8], expect: Identity, stored: Stored, out: &mut [u8]) -> Result<(), Reject> {
+    let payload_len = u32_at(value, 32) as usize;
+    if payload_len > MAX_PAYLOAD_BYTES || HEADER_BYTES + payload_len + TRAILER_BYTES != value.len() {
+        return Err(Reject::Length);
+    }
+    let body_end = HEADER_BYTES + payload_len;
+    if crc32c::crc32c(&value[..body_end]) != u32_at(value, body_end) {
+        return Err(Reject::Checksum);
+    }
+    check_identity(value, expect)?;
+    unpack(stored, &value[HEADER_BYTES..body_end], out)
+}
+
+/// The checked payload into the page: copied, or decompressed to exactly its size.
+fn unpack(stored: Stored, payload: &[u8], out: &mut [u8]) -> Result<(), Reject> {
+    if stored == Stored::Raw {
+        if payload.len() != out.len() {
+            return Err(Reject::Size);
+        }
+        out.copy_from_slice(payload);
+        return Ok(());
+    }
+    if stored.decompress(payload, out) {
+        return Ok(());
+    }
+    out.fill(0);
+    Err(Reject::Codec)
+}
+
+fn open_sealed(value: &[u8], expect: Identity, stored: Stored, key: &SealKey, out: &mut [u8]) -> Result<(), Reject> {
     let payload_len = u32_at(value, 32) as usize;
     if payload_len > MAX_PAYLOAD_BYTES || SEALED_OVERHEAD_BYTES + payload_len != value.len() {
         return Err(Reject::Length);
     }
     // Identity first (cheap); the tag below authenticates these same bytes.
     check_identity(value, expect)?;
-    if payload_len != out.len() {
-        return Err(Reject::Size);
-    }
     let body = HEADER_BYTES + NONCE_BYTES;
-    out.copy_from_slice(&value[body..body + payload_len]);
-    let opened =
-        key.open_in_place(&value[HEADER_BYTES..body], &value[..HEADER_BYTES], out, &value[body + payload_len..]);
-    if !opened {
-        out.fill(0);
-        return Err(Reject::Seal);
+    let (nonce, aad, tag) = (&value[HEADER_BYTES..body], &value[..HEADER_BYTES], &value[body + payload_len..]);
+    let ciphertext = &value[body..body + payload_len];
+    if stored == Stored::Raw {
+        if payload_len != out.len() {
+            return Err(Reject::Size);
+        }
+        out.copy_from_slice(ciphertext);
+        if !key.open_in_place(nonce, aad, out, tag) {
+            out.fill(0);
+            return Err(Reject::Seal);
+        }
+        return Ok(());
     }
-    Ok(())
+    // Decrypted aside, then decompressed into the page: nothing unauthenticated is decompressed.
+    SCRATCH.with(|scratch| {
+        let mut scratch = scratch.borrow_mut();
+        scratch.clear();
+        scratch.extend_from_slice(ciphertext);
+        if !key.open_in_place(nonce, aad, &mut scratch, tag) {
+            return Err(Reject::Seal);
+        }
+        unpack(stored, &scratch, out)
+    })
 }
 
 fn check_identity(value: &[u8], expect: Identity) -> Result<(), Reject> {
@@ -240,8 +351,9 @@ fn header(id: Identity, payload_len: usize, flags: u8) -> [u8; HEADER_BYTES] {
     h
 }
 
-/// Checks `value` against what the caller expects and returns the payload.
-/// Never panics, whatever the bytes.
+/// Checks a plain, uncompressed `value` against what the caller expects and
+/// returns the payload (a compressed or sealed value is a `format` reject:
+/// [`open_into`] opens every kind). Never panics, whatever the bytes.
 pub fn open(value: &[u8], expect: Identity, page_bytes: usize) -> Result<&[u8], Reject> {
     if value.len() < HEADER_BYTES + TRAILER_BYTES {
         return Err(Reject::Length);
@@ -387,6 +499,82 @@ mod tests {
                 assert!(open(&w, ID, 512).is_err(), "flip byte {byte} bit {bit}");
             }
         }
+    }
+
+    fn leafy(len: usize) -> Vec<u8> {
+        let mut p = vec![0u8; len];
+        for (i, b) in p[..len / 2].iter_mut().enumerate() {
+            *b = b"customer balance 00042 "[i % 23];
+        }
+        p
+    }
+
+    #[test]
+    fn compressed_pages_round_trip_plain_and_sealed() {
+        let key = SealKey::from_bytes(&[7; 32]);
+        let page = leafy(4096);
+        for (codec, want) in [(Codec::Lz4, Stored::Lz4), (Codec::Zstd { level: 1 }, Stored::Zstd)] {
+            for k in [None, Some(&key)] {
+                let (v, stored) = seal_page(ID, &page, k, codec).unwrap();
+                assert_eq!(stored, want, "{codec}");
+                assert!(v.len() < page.len() / 2, "{codec}: {} bytes", v.len());
+                assert_eq!(v[5] & CODEC_MASK, if want == Stored::Lz4 { FLAG_LZ4 } else { FLAG_ZSTD });
+                let mut out = vec![0u8; 4096];
+                assert_eq!(open_into(&v, ID, k, &mut out), Ok(want), "{codec} sealed={}", k.is_some());
+                assert_eq!(out, page);
+                // The page size is the reader's: another size does not decompress.
+                assert_eq!(open_into(&v, ID, k, &mut vec![0u8; 8192]), Err(Reject::Codec));
+                // Identity checks come first, as for raw pages.
+                assert_eq!(open_into(&v, Identity { version: 4, ..ID }, k, &mut out), Err(Reject::Version));
+                // `open` reads only plain raw values.
+                assert_eq!(open(&v, ID, 4096), Err(Reject::Format));
+            }
+        }
+        // Off, or a page that does not compress: raw, as `seal` makes it.
+        assert_eq!(seal_page(ID, &page, None, Codec::Off).unwrap(), (seal(ID, &page), Stored::Raw));
+    }
+
+    #[test]
+    fn every_bit_flip_of_a_compressed_value_is_rejected() {
+        let key = SealKey::from_bytes(&[8; 32]);
+        let page = leafy(1024);
+        for k in [None, Some(&key)] {
+            for codec in [Codec::Lz4, Codec::Zstd { level: 3 }] {
+                let (v, _) = seal_page(ID, &page, k, codec).unwrap();
+                let mut out = vec![0u8; 1024];
+                for n in 0..v.len() {
+                    assert!(open_into(&v[..n], ID, k, &mut out).is_err(), "{codec}: truncated to {n}");
+                }
+                for byte in 0..v.len() {
+                    for bit in 0..8 {
+                        let mut w = v.clone();
+                        w[byte] ^= 1 << bit;
+                        assert!(open_into(&w, ID, k, &mut out).is_err(), "{codec}: flip byte {byte} bit {bit}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_payload_that_passes_its_check_but_is_not_a_page_is_a_codec_reject() {
+        // A writer with no key can checksum anything: the decompressor meets it
+        // after the crc, and must refuse it without harm.
+        let mut out = vec![0u8; 4096];
+        for flag in [FLAG_LZ4, FLAG_ZSTD] {
+            for junk in [&b""[..], b"\x00", &[0xffu8; 300][..], &leafy(4096)[..]] {
+                let mut v = header(ID, junk.len(), flag).to_vec();
+                v.extend_from_slice(junk);
+                let crc = crc32c::crc32c(&v);
+                v.extend_from_slice(&crc.to_le_bytes());
+                assert_eq!(open_into(&v, ID, None, &mut out), Err(Reject::Codec), "flag {flag} {} bytes", junk.len());
+                assert!(out.iter().all(|&b| b == 0), "nothing of a refused value is left in the page");
+            }
+        }
+        // Both codec bits: not a form this build knows.
+        let mut v = seal(ID, &page());
+        v[5] = FLAG_LZ4 | FLAG_ZSTD;
+        assert_eq!(open_into(&v, ID, None, &mut out), Err(Reject::Format));
     }
 
     #[test]

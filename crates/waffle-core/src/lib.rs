@@ -27,6 +27,7 @@
 
 pub mod backing;
 pub mod cache;
+pub mod codec;
 pub mod config;
 pub mod envelope;
 pub mod grid;

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::Grid;
 use crate::pool::Evicted;
@@ -93,6 +94,7 @@ struct Shared {
     seal_key: Option<Arc<SealKey>>,
     /// Marked before each batch is sent: reads then ask the grid for these pages.
     presence: Arc<Presence>,
+    codec: Codec,
 }
 
 pub struct Pusher {
@@ -108,6 +110,7 @@ impl Pusher {
         capacity_bytes: u64,
         seal_key: Option<Arc<SealKey>>,
         presence: Arc<Presence>,
+        codec: Codec,
     ) -> Pusher {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -120,6 +123,7 @@ impl Pusher {
             stats,
             seal_key,
             presence,
+            codec,
         });
         let worker = Arc::clone(&shared);
         let thread = thread::Builder::new()
@@ -295,11 +299,14 @@ fn send(shared: &Shared, batch: &[Evicted]) {
         shared.presence.insert(e.page);
     }
     // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.
+    let mut compressed = Vec::new();
     let (keys, values): (Vec<String>, Vec<Vec<u8>>) = batch
         .iter()
         .filter_map(|e| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
-            let value = envelope::seal_with(id, &e.bytes, shared.seal_key.as_deref());
+            let stored = compress(shared, &e.bytes, &mut compressed);
+            let payload = if stored == Stored::Raw { &e.bytes[..] } else { &compressed[..] };
+            let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
                 shared.stats.l2_push_failures.incr();
             }
@@ -313,4 +320,24 @@ fn send(shared: &Shared, batch: &[Evicted]) {
     stats.l2_push_failures.add((report.failed + report.skipped) as u64);
     // Bytes offered to the network, stored or not.
     stats.l2_push_bytes.add(values.iter().map(|v| v.len() as u64).sum());
+}
+
+/// Compresses one page with the cache's codec into `out` and counts it.
+fn compress(shared: &Shared, page: &[u8], out: &mut Vec<u8>) -> Stored {
+    if shared.codec == Codec::Off {
+        return Stored::Raw;
+    }
+    let t0 = Instant::now();
+    let stored = shared.codec.compress(page, out);
+    let stats = &shared.stats;
+    stats.compress_ns.add(t0.elapsed().as_nanos() as u64);
+    stats.compress_bytes_in.add(page.len() as u64);
+    if stored == Stored::Raw {
+        stats.compress_raw_pages.incr();
+        stats.compress_bytes_out.add(page.len() as u64);
+    } else {
+        stats.compress_pages.incr();
+        stats.compress_bytes_out.add(out.len() as u64);
+    }
+    stored
 }

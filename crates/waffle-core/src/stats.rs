@@ -169,6 +169,18 @@ pub struct Stats {
     pub foreign_copies_dropped: Counter,
     /// L1 entries found at a version the file has left, dropped instead of served.
     pub l1_stale_drops: Counter,
+    /// Compression of pushed pages (codec on): pages stored compressed, pages
+    /// kept raw because compression saved too little, page bytes before and
+    /// payload bytes after (raw ones at full size), and the time it took.
+    pub compress_pages: Counter,
+    pub compress_raw_pages: Counter,
+    pub compress_bytes_in: Counter,
+    pub compress_bytes_out: Counter,
+    pub compress_ns: Counter,
+    /// Compressed grid values opened on reads, and the time opening them took
+    /// (checksum or tag, and decompression).
+    pub decompress_pages: Counter,
+    pub decompress_ns: Counter,
     latency: [Latency; 3],
 }
 
@@ -217,6 +229,13 @@ impl Stats {
             foreign_pages_invalidated: Counter::default(),
             foreign_copies_dropped: Counter::default(),
             l1_stale_drops: Counter::default(),
+            compress_pages: Counter::default(),
+            compress_raw_pages: Counter::default(),
+            compress_bytes_in: Counter::default(),
+            compress_bytes_out: Counter::default(),
+            compress_ns: Counter::default(),
+            decompress_pages: Counter::default(),
+            decompress_ns: Counter::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
     }
@@ -309,6 +328,21 @@ impl Stats {
         put("foreign_pages_invalidated", json!(self.foreign_pages_invalidated.get()));
         put("foreign_copies_dropped", json!(self.foreign_copies_dropped.get()));
         put("l1_stale_drops", json!(self.l1_stale_drops.get()));
+        let (bytes_in, bytes_out) = (self.compress_bytes_in.get(), self.compress_bytes_out.get());
+        put(
+            "compression",
+            json!({
+                "pages_compressed": self.compress_pages.get(),
+                "pages_raw": self.compress_raw_pages.get(),
+                "bytes_before": bytes_in,
+                "bytes_after": bytes_out,
+                // Page bytes per payload byte: 2.0 means the grid holds twice the pages.
+                "ratio": if bytes_out == 0 { 1.0 } else { ((bytes_in as f64 / bytes_out as f64) * 1000.0).round() / 1000.0 },
+                "compress_us": self.compress_ns.get() / 1000,
+                "pages_decompressed": self.decompress_pages.get(),
+                "decompress_us": self.decompress_ns.get() / 1000,
+            }),
+        );
         put("latency", Value::Object(latency));
         m
     }

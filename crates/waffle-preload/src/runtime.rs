@@ -245,6 +245,7 @@ impl Runtime {
             push_queue_bytes: config.push_queue_bytes,
             grid,
             seal_key: config.seal_key.clone(),
+            codec: config.compress,
             page_check: Some(Box::new(InnodbCheck)),
         });
         let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));

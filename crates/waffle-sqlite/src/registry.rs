@@ -153,6 +153,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         push_queue_bytes: config.push_queue_bytes,
         grid,
         seal_key: config.seal_key.clone(),
+        codec: config.compress,
         page_check: None,
     });
     let mut wal = path.as_os_str().to_owned();

@@ -82,6 +82,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     }
     bad("waffle_grid_change", &["sometimes", "", "2"], &mut c);
     bad("waffle_grid_backoff", &["later", "2"], &mut c);
+    bad("waffle_compress", &["gzip", "", "zstd:99", "zstd:fast", "lz4:1"], &mut c);
     // A misspelt parameter of ours is refused (and the known ones named), not ignored.
     for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
         c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
@@ -116,6 +117,9 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         ("waffle_grid", ""),
         ("waffle_grid", "  "),
         ("waffle_grid_change", "on"),
+        ("waffle_compress", "off"),
+        ("waffle_compress", "ZSTD:-7"),
+        ("waffle_compress", " lz4 "),
     ] {
         c.push(Case { uri: uri(&[(param, v)]), env: vec![], want: Opens });
     }

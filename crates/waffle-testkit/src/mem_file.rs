@@ -30,6 +30,7 @@ pub fn cache_on(
         grid: Some(Arc::clone(&grid)),
         seal_key: None,
         page_check,
+        codec: waffle_core::codec::DEFAULT,
     });
     (grid, cache)
 }
