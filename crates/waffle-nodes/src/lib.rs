@@ -6,6 +6,11 @@
 //! Faults are injected with signals: [`Node::pause`] (SIGSTOP, a hung node),
 //! [`Node::resume`] (SIGCONT), [`Node::kill`] (SIGKILL) and [`Node::restart`]
 //! (a new, empty process on the same port).
+//!
+//! [`Node::start_for_pages`] starts it with slab classes that fit pages of one
+//! size ([`slabs::SlabPlan`]); [`Node::start`] keeps memcached's defaults.
+
+pub mod slabs;
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -41,17 +46,30 @@ pub struct Node {
     child: Option<Child>,
     port: u16,
     memory_mib: u32,
+    /// Slab flags (empty: memcached's defaults); a restart keeps them.
+    slab_args: Vec<String>,
 }
 
 impl Node {
     /// Starts memcached with `memory_mib` MiB of item memory on a free loopback port.
     pub fn start(memory_mib: u32) -> io::Result<Node> {
+        Node::start_with(memory_mib, None)
+    }
+
+    /// Starts memcached with slab classes planned for pages of `page_bytes` in plain envelopes.
+    pub fn start_for_pages(memory_mib: u32, page_bytes: u32) -> io::Result<Node> {
+        Node::start_with(memory_mib, Some(&slabs::SlabPlan::for_page(page_bytes, false)))
+    }
+
+    /// Starts memcached with `plan`'s slab flags (None: memcached's defaults).
+    pub fn start_with(memory_mib: u32, plan: Option<&slabs::SlabPlan>) -> io::Result<Node> {
+        let slab_args = plan.map(slabs::SlabPlan::args).unwrap_or_default();
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, memory_mib) {
+            match spawn(port, memory_mib, &slab_args) {
                 Ok(child) => {
-                    return Ok(Node { child: Some(child), port, memory_mib });
+                    return Ok(Node { child: Some(child), port, memory_mib, slab_args });
                 }
                 Err(e) => last_err = Some(e),
             }
@@ -108,7 +126,7 @@ impl Node {
         self.kill();
         let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
         loop {
-            match spawn(self.port, self.memory_mib) {
+            match spawn(self.port, self.memory_mib, &self.slab_args) {
                 Ok(child) => {
                     self.child = Some(child);
                     return Ok(());
@@ -160,7 +178,7 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-fn spawn(port: u16, memory_mib: u32) -> io::Result<Child> {
+fn spawn(port: u16, memory_mib: u32, slab_args: &[String]) -> io::Result<Child> {
     let bin = memcached_binary().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -173,6 +191,7 @@ fn spawn(port: u16, memory_mib: u32) -> io::Result<Child> {
         .arg(port.to_string())
         .arg("-m")
         .arg(memory_mib.to_string())
+        .args(slab_args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
@@ -214,5 +233,82 @@ mod tests {
         assert_eq!(&buf, b"MN\r\n");
         node.kill();
         assert!(TcpStream::connect_timeout(&node.socket_addr(), Duration::from_millis(200)).is_err());
+    }
+
+    /// The classes memcached prints with `-vv` for these flags (read until it
+    /// listens; a reader thread keeps a silent process from hanging the test).
+    fn memcached_classes(args: &[String]) -> Vec<u32> {
+        let port = free_port().unwrap();
+        let mut cmd = Command::new(memcached_binary().expect("memcached must be installed"));
+        cmd.args(["-l", "127.0.0.1", "-U", "0", "-m", "8", "-vv", "-p", &port.to_string()]).args(args);
+        if unsafe { libc::geteuid() } == 0 {
+            cmd.args(["-u", "root"]);
+        }
+        let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+        let mut err = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n @ 1..) = err.read(&mut buf) {
+                if tx.send(String::from_utf8_lossy(&buf[..n]).into_owned()).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut text = String::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !text.contains("listening") && Instant::now() < deadline {
+            if let Ok(chunk) = rx.recv_timeout(Duration::from_millis(100)) {
+                text.push_str(&chunk);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        let classes: Vec<u32> = text
+            .lines()
+            .filter_map(|l| l.split("chunk size").nth(1))
+            .filter_map(|rest| rest.split_whitespace().next()?.parse().ok())
+            .collect();
+        assert!(!classes.is_empty(), "memcached {args:?} printed no classes: {text}");
+        classes
+    }
+
+    #[test]
+    fn the_planned_classes_are_the_ones_memcached_makes() {
+        assert_eq!(memcached_classes(&[]), slabs::classes(1.25, 48, 512 * 1024), "the defaults");
+        for page in [4096, 16384] {
+            for sealed in [false, true] {
+                let plan = slabs::SlabPlan::for_page(page, sealed);
+                assert_eq!(memcached_classes(&plan.args()), plan.classes(), "{page} {}", plan.describe());
+            }
+        }
+    }
+
+    #[test]
+    fn a_raw_page_is_stored_in_the_class_the_plan_predicts() {
+        // Item sizes are memcached's: one raw page stored, and the class that
+        // holds it is the one `item_bytes` and the plan name.
+        let plan = slabs::SlabPlan::for_page(4096, false);
+        let node = Node::start_with(8, Some(&plan)).unwrap();
+        let mut s = TcpStream::connect(node.socket_addr()).unwrap();
+        let key = "wf0123456789abcdef.1234abcd";
+        assert_eq!(key.len() as u32, slabs::KEY_BYTES_MAX);
+        let value = vec![b'x'; 4096 + 40];
+        s.write_all(format!("ms {key} {}\r\n", value.len()).as_bytes()).unwrap();
+        s.write_all(&value).unwrap();
+        s.write_all(b"\r\nstats slabs\r\n").unwrap();
+        let mut text = String::new();
+        let mut buf = [0u8; 8192];
+        while !text.ends_with("END\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed: {text}");
+            text.push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+        let used = text.lines().find(|l| l.contains(":used_chunks 1")).expect("one class holds the item");
+        let class: usize = used.split(':').next().unwrap().trim_start_matches("STAT ").parse().unwrap();
+        let size_line = format!("STAT {class}:chunk_size ");
+        let chunk: u32 = text.lines().find_map(|l| l.strip_prefix(&size_line)).unwrap().trim().parse().unwrap();
+        assert_eq!(Some(chunk), slabs::chunk_for(&plan.classes(), plan.raw_item_bytes), "{text}");
+        assert!(chunk - plan.raw_item_bytes <= plan.raw_item_bytes / 100);
     }
 }
