@@ -87,6 +87,16 @@ fn every_mechanism_keeps_reads_equal_to_the_file() {
     // the core's `content` rejects (checked before L1); nothing else may be.
     assert_eq!(stat(&v, "l2_rejects_total"), stat(&v, "l2_rejects.version") + stat(&v, "l2_rejects.content"), "{v}");
     assert_eq!(stat(&v, "l2_rejects.content"), stat(&v, "preload.innodb_rejects.checksum"), "{v}");
+    // The working set is in the stats file too: the child's pages, at the InnoDB page size,
+    // against 64 KiB of L1 and the node's 16 MiB.
+    let ws = &v["working_set"];
+    let pages = stat(&v, "working_set.pages_15m");
+    // At most one page per page read or written (5% for the estimate's error).
+    let notes = stat(&v, "l1_hits") + stat(&v, "l1_misses") + stat(&v, "disk_writes");
+    assert!(pages >= 2 && pages <= notes + notes / 20, "{pages} pages from {notes} reads and writes: {ws}");
+    assert_eq!(stat(&v, "working_set.bytes_15m"), pages * PS as u64, "{ws}");
+    assert_eq!(stat(&v, "working_set.grid_bytes"), 16 << 20, "{ws}");
+    assert_eq!(stat(&v, "working_set.held_bytes"), (64 << 10) + (16 << 20), "{ws}");
 }
 
 #[test]

@@ -58,7 +58,8 @@ enum Command {
     Bench(Box<BenchCmd>),
     /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
     Probe(ProbeArgs),
-    /// Pretty-print a stats file (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output).
+    /// Print stats files (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output)
+    /// for people, as JSON, or in Prometheus' text format (`--format prometheus`).
     Stats(mysql::stats::StatsArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {

@@ -30,6 +30,7 @@ use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
 use crate::versions::{self, SavedVersions, Versions, MAX_PAGES, SEGMENT_BITS};
+use crate::working_set::{self, WorkingSet};
 
 const STRIPES: usize = 256;
 /// Most pages one read-ahead window asks for (one grid round trip, one disk read).
@@ -112,6 +113,8 @@ pub struct PageCache {
     /// on every read goes to the file and nothing is cached (see [`PageCache::trip`]).
     fused: AtomicBool,
     fuse_reason: Mutex<Option<String>>,
+    /// Distinct pages read or written lately (the stats' `working_set`).
+    working_set: WorkingSet,
 }
 
 impl PageCache {
@@ -145,6 +148,7 @@ impl PageCache {
             read_ahead_grid_skip: AtomicU32::new(0),
             fused: AtomicBool::new(false),
             fuse_reason: Mutex::new(None),
+            working_set: WorkingSet::new(),
         }
     }
 
@@ -227,6 +231,7 @@ impl PageCache {
         }
         self.adopt_page_size(buf.len());
         let t0 = Instant::now();
+        self.working_set.note(page, t0);
         let version = self.versions.current(page);
         match self.pool.get(page, buf) {
             Some(installed) if installed == version => {
@@ -300,6 +305,7 @@ impl PageCache {
             return self.read(page, buf, file);
         }
         let t0 = Instant::now();
+        self.working_set.note(page, t0);
         let version = self.versions.current(page);
         let peeked = match self.pool.peek(page, buf) {
             Some((installed, scan)) if installed == version => Some(scan),
@@ -428,6 +434,7 @@ impl PageCache {
         }
         self.adopt_page_size(bytes.len());
         self.stats.disk_writes.incr();
+        self.working_set.note(page, Instant::now());
         let mut evicted = Vec::new();
         {
             let _g = self.stripe(page);
@@ -584,6 +591,10 @@ impl PageCache {
         m.insert("l2_presence_pages".into(), json!(self.presence.len()));
         m.insert("l2_reach_pushes".into(), json!(self.presence.reach()));
         m.insert("fused".into(), json!(*self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner())));
+        let pages = self.working_set.estimate(Instant::now());
+        let grid_memory = self.grid.get().map(|g| g.memory());
+        let held_l1 = self.pool.capacity_bytes();
+        m.insert("working_set".into(), working_set::to_json(pages, self.page_bytes() as u64, held_l1, grid_memory));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m
@@ -802,6 +813,20 @@ mod tests {
         assert_eq!(c.stats_json()["fused"], json!("test: a write path panicked"));
         c.wrote(3, &[3u8; 512]); // ignored: nothing is cached any more
         assert_eq!(c.pool.len(), 0);
+    }
+
+    #[test]
+    fn reads_and_writes_count_in_the_working_set_once_per_page() {
+        let (_file, m, c, mut buf) = four_pages_of_ones();
+        for _ in 0..3 {
+            for page in 0..3 {
+                c.read(page, &mut buf, &m).unwrap(); // L1 hits after the first round
+            }
+        }
+        c.wrote(3, &[3u8; 512]);
+        let ws = &c.stats_json()["working_set"];
+        assert_eq!((ws["pages_1m"].as_u64(), ws["bytes_15m"].as_u64()), (Some(4), Some(4 * 512)), "{ws}");
+        assert_eq!(ws["held_bytes"], 64 * 512, "L1 only: {ws}");
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod seal;
 pub mod sidecar;
 pub mod stats;
 pub mod versions;
+pub mod working_set;
 
 pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, Source};
 pub use config::{Config, ConfigError};

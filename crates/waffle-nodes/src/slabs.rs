@@ -108,7 +108,7 @@ pub fn classes(factor: f64, min_bytes: u32, chunk_max_bytes: u32) -> Vec<u32> {
         if f64::from(size) >= f64::from(chunk_max_bytes) / factor {
             break;
         }
-        if size % CHUNK_ALIGN_BYTES != 0 {
+        if !size.is_multiple_of(CHUNK_ALIGN_BYTES) {
             size += CHUNK_ALIGN_BYTES - size % CHUNK_ALIGN_BYTES;
         }
         out.push(size);

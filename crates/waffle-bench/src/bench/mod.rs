@@ -237,6 +237,16 @@ pub fn checks(workload: &str, results: &[ConfigResult]) -> Vec<Value> {
             out.extend(check(&format!("{} / local throughput", g.name), g.ratio_to_local, target, move |v| v >= floor));
         }
     }
+    for r in results {
+        if let Some(ws) = &r.working_set {
+            out.extend(check(
+                &format!("{} working set estimate (15 min) / pages the warm-up read", r.name),
+                ws.ratio_15m,
+                "0.95..1.05",
+                |v| (0.95..=1.05).contains(&v),
+            ));
+        }
+    }
     if let (Some(l), Some(_)) = (by("local"), by("stock")) {
         out.extend(check(
             "local / stock throughput (waffle vs stock SQLite)",

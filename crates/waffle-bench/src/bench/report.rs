@@ -102,6 +102,40 @@ pub struct Memory {
     pub nodes: usize,
 }
 
+/// The cache's working-set estimate at the end of a run, against what the
+/// bench knows: the warm-up's first pass reads every page of the tables and
+/// indexes it scans, so while the run (warm-up included) is shorter than 15
+/// minutes the 15-minute window must hold about that many distinct pages.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct WorkingSet {
+    pub pages_1m: u64,
+    pub pages_5m: u64,
+    pub pages_15m: u64,
+    /// Pages the warm-up pass read: every page of the file at the end of the
+    /// run, or of the tables and indexes it reads (`Workload::prewarmed`) and page 1.
+    pub known_pages: u64,
+    /// pages_15m / known_pages; None when the run took longer than the window.
+    pub ratio_15m: Option<f64>,
+    pub advice: String,
+}
+
+impl WorkingSet {
+    /// From `PRAGMA waffle_stats` (`after`), the pages known read and whether the whole run fits the 15-minute window.
+    pub fn from_stats(after: &Value, known_pages: u64, run_within_15m: bool) -> Option<WorkingSet> {
+        let ws = after.get("working_set")?;
+        let n = |k: &str| ws[k].as_u64().unwrap_or(0);
+        let ratio_15m = (run_within_15m && known_pages > 0).then(|| n("pages_15m") as f64 / known_pages as f64);
+        Some(WorkingSet {
+            pages_1m: n("pages_1m"),
+            pages_5m: n("pages_5m"),
+            pages_15m: n("pages_15m"),
+            known_pages,
+            ratio_15m,
+            advice: ws["advice"].as_str().unwrap_or("").to_string(),
+        })
+    }
+}
+
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ConfigResult {
     pub name: String,
@@ -123,6 +157,8 @@ pub struct ConfigResult {
     pub sqlite_cache_hit_ratio: Option<f64>,
     pub hits: Option<Hits>,
     pub grid: Option<GridTraffic>,
+    /// The cache's working-set estimate against the file (waffle configurations).
+    pub working_set: Option<WorkingSet>,
     /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).
     pub counters: serde_json::Map<String, serde_json::Value>,
     pub ratio_to_local: Option<f64>,
@@ -278,6 +314,20 @@ pub fn print_table(results: &[ConfigResult]) {
     for n in notes {
         println!("  {n}");
     }
+    for r in results {
+        let Some(ws) = &r.working_set else { continue };
+        println!(
+            "  {}: working set (distinct pages, estimated) 1m {} | 5m {} | 15m {}; the warm-up read {} pages{}; {}",
+            r.name,
+            ws.pages_1m,
+            ws.pages_5m,
+            ws.pages_15m,
+            ws.known_pages,
+            ws.ratio_15m
+                .map_or(" (the run outlasted the 15-minute window)".into(), |x| format!(", 15m/warm-up {x:.3}")),
+            ws.advice
+        );
+    }
     for r in results.iter().filter(|r| r.grid.is_some()) {
         let g = r.grid.as_ref().expect("filtered");
         println!(
@@ -380,6 +430,15 @@ pub fn invocation() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_working_set_is_compared_with_the_file_while_the_run_fits_the_window() {
+        let after = json!({"working_set": {"pages_1m": 10, "pages_5m": 90, "pages_15m": 99, "advice": "a"}});
+        let ws = WorkingSet::from_stats(&after, 100, true).unwrap();
+        assert_eq!((ws.pages_1m, ws.pages_15m, ws.known_pages, ws.ratio_15m), (10, 99, 100, Some(0.99)));
+        assert_eq!(WorkingSet::from_stats(&after, 100, false).unwrap().ratio_15m, None, "the warm-up left the window");
+        assert!(WorkingSet::from_stats(&json!({}), 100, true).is_none(), "no estimate");
+    }
 
     #[test]
     fn ratios_are_finite_or_absent() {

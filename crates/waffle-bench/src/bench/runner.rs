@@ -17,7 +17,7 @@ use waffle_nodes::Node;
 
 use super::configs::{Kind, Plan};
 use super::dataset::{self, Dataset};
-use super::report::{ConfigResult, GridTraffic, Hits, Latency, Memory};
+use super::report::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
 use super::workload::{Rate, Tally, Workload};
 
 #[derive(Clone, Debug)]
@@ -102,6 +102,22 @@ pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u
     Some(m)
 }
 
+/// The pages the warm-up's pass read: the whole file, or the tables and
+/// indexes the workload names and page 1 (counted by SQLite's `dbstat` on a
+/// connection of its own). 0 when unknown.
+fn prewarmed_pages(workload: &dyn Workload, path: &Path, stats: &Value) -> u64 {
+    let Some(page_bytes) = stats["page_bytes"].as_u64().filter(|&b| b > 0) else { return 0 };
+    let Some(names) = workload.prewarmed() else {
+        return std::fs::metadata(path).map_or(0, |m| m.len()) / page_bytes;
+    };
+    let count = || -> rusqlite::Result<u64> {
+        let conn = Connection::open_with_flags(path, OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        let list = names.iter().map(|n| format!("'{n}'")).collect::<Vec<_>>().join(",");
+        conn.query_row(&format!("SELECT count(*) FROM dbstat WHERE name IN ({list})"), [], |r| r.get(0))
+    };
+    count().map_or(0, |n| n + 1)
+}
+
 /// Runs the workload on every connection until `length` has passed (each
 /// thread finishes the transaction it is in). Returns the summed tally, the
 /// merged latency histogram (microseconds) and the elapsed seconds.
@@ -181,6 +197,7 @@ pub fn run_config(
         .collect::<Result<_, _>>()
         .map_err(|e| err("open", e))?;
 
+    let started = Instant::now();
     eprintln!(
         "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
         plan.name,
@@ -209,6 +226,8 @@ pub fn run_config(
         sq_miss += m;
     }
     let after = if plan.waffle { waffle_stats(&conns[0], false).map_err(|e| err("stats", e))? } else { Value::Null };
+    let within_15m = started.elapsed() < Duration::from_secs(15 * 60);
+    let known_pages = if plan.waffle { prewarmed_pages(workload, &path, &after) } else { 0 };
 
     let mc: Vec<_> = grid.iter().filter_map(|a| memcached_stats(a)).collect();
     drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
@@ -311,6 +330,7 @@ pub fn run_config(
             .unwrap_or_default(),
         hits,
         grid: grid_traffic,
+        working_set: if plan.waffle { WorkingSet::from_stats(&after, known_pages, within_15m) } else { None },
         ratio_to_local: None,
         ratio_to_all_local: None,
         ratio_to_stock: None,

@@ -56,6 +56,10 @@ impl Workload for Scan {
         vec![SCAN_SQL.into()]
     }
 
+    fn prewarmed(&self) -> Option<Vec<&'static str>> {
+        Some(vec!["sbtest"]) // not its index: the scan never reads it
+    }
+
     fn kinds(&self) -> Vec<&'static str> {
         vec!["scan"]
     }

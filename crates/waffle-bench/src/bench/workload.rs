@@ -66,6 +66,11 @@ pub trait Workload: Sync {
     fn build(&self, conn: &mut Connection, progress: &ProgressBar) -> rusqlite::Result<()>;
     /// Statements that read every table and index once (the warm-up's first pass).
     fn prewarm(&self) -> Vec<String>;
+    /// The tables and indexes [`Workload::prewarm`] reads, if not all of them
+    /// (None: every page of the file): what the cache's working-set estimate is checked against.
+    fn prewarmed(&self) -> Option<Vec<&'static str>> {
+        None
+    }
     /// Names of the transaction types, for per-type counts.
     fn kinds(&self) -> Vec<&'static str>;
     /// Sets up a connection for this workload (journal, busy handling).

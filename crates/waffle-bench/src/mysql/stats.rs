@@ -2,11 +2,13 @@
 //!
 //! Reads the preload's `waffle-stats.json` (or the JSON of SQLite's
 //! `PRAGMA waffle_stats`, which has the same counters) and prints where reads
-//! were answered, the grid's health, writes, latencies, the nodes, and (for
-//! the preload) one line per tablespace.
+//! were answered, the grid's health, writes, latencies, the working set, the
+//! nodes, and (for the preload) one line per tablespace. `--format json`
+//! prints the JSON itself, `--format prometheus` the figures for Prometheus
+//! (`super::prometheus`), optionally written atomically to a `.prom` file.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -121,6 +123,22 @@ pub fn render(v: &Value, source: &str) -> String {
             bytes(u(v, "push_queue_bytes"))
         );
     }
+    if let Some(ws) = v.get("working_set") {
+        let _ = writeln!(
+            o,
+            "touched  1m {} | 5m {} | 15m {} (working set: {} | {} | {} pages); L1 + grid hold {}",
+            bytes(u(ws, "bytes_1m")),
+            bytes(u(ws, "bytes_5m")),
+            bytes(u(ws, "bytes_15m")),
+            u(ws, "pages_1m"),
+            u(ws, "pages_5m"),
+            u(ws, "pages_15m"),
+            bytes(u(ws, "held_bytes"))
+        );
+        if let Some(advice) = ws.get("advice").and_then(Value::as_str) {
+            let _ = writeln!(o, "advice   {advice}");
+        }
+    }
     if let Some(lat) = v.get("latency").and_then(Value::as_object) {
         let mut line = "latency  p50/p95/p99 us:".to_string();
         for (tier, label) in [("l1", "L1"), ("l2", "grid"), ("disk", "disk")] {
@@ -134,13 +152,17 @@ pub fn render(v: &Value, source: &str) -> String {
         for n in nodes {
             let _ = writeln!(
                 o,
-                "node     {} {}: {} requests, {} failures, {} timeouts, marked down {}x",
+                "node     {} {}: {} requests, {} failures, {} timeouts, marked down {}x{}",
                 n.get("addr").and_then(Value::as_str).unwrap_or("?"),
                 if n.get("up").and_then(Value::as_bool).unwrap_or(false) { "up" } else { "DOWN" },
                 u(n, "requests"),
                 u(n, "failures"),
                 u(n, "timeouts"),
-                u(n, "marked_down")
+                u(n, "marked_down"),
+                n.get("memory_bytes")
+                    .and_then(Value::as_u64)
+                    .map(|m| format!("; memory {}", bytes(m)))
+                    .unwrap_or_default()
             );
             if let Some(reason) = n.get("cost").and_then(|c| c.get("reason")).and_then(Value::as_str) {
                 let _ = writeln!(o, "         cost: {reason}");
@@ -187,29 +209,74 @@ pub fn render(v: &Value, source: &str) -> String {
     o
 }
 
-/// `waffle stats FILE [--json]`.
+/// How `waffle stats` prints.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A summary for people.
+    Text,
+    /// The JSON itself, pretty-printed.
+    Json,
+    /// Prometheus' text exposition format (for node_exporter's textfile collector).
+    Prometheus,
+}
+
+/// `waffle stats FILE... [--format text|json|prometheus] [--output FILE]`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct StatsArgs {
-    /// The stats file: the preload writes `<datadir>/waffle-stats.json` (or `$WAFFLE_STATS_FILE`) every second.
-    pub file: std::path::PathBuf,
-    /// Print the JSON itself (pretty-printed) instead of the summary.
-    #[arg(long)]
+    /// Stats files: the preload writes `<datadir>/waffle-stats.json` (or `$WAFFLE_STATS_FILE`) every second;
+    /// SQLite's is the row of `PRAGMA waffle_stats`, saved to a file.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    #[arg(long, value_enum, default_value = "text")]
+    pub format: Format,
+    /// The same as `--format json`.
+    #[arg(long, conflicts_with = "format")]
     pub json: bool,
+    /// Write to this file instead of stdout, atomically (a temporary file beside it, then renamed over
+    /// it): e.g. node_exporter's `--collector.textfile.directory`/waffle.prom.
+    #[arg(long)]
+    pub output: Option<PathBuf>,
 }
 
 pub fn run_args(a: &StatsArgs) -> Result<(), String> {
-    run(&a.file, a.json)
+    let format = if a.json { Format::Json } else { a.format };
+    let text = run(&a.files, format)?;
+    match &a.output {
+        None => {
+            print!("{text}");
+            Ok(())
+        }
+        Some(path) => write_atomically(path, &text),
+    }
 }
 
-pub fn run(path: &Path, raw: bool) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let v: Value = serde_json::from_str(&text).map_err(|e| format!("{} is not a stats file: {e}", path.display()))?;
-    if raw {
-        println!("{}", serde_json::to_string_pretty(&v).unwrap_or(text));
-    } else {
-        print!("{}", render(&v, &path.display().to_string()));
+/// What `waffle stats` prints for `files` in `format`.
+pub fn run(files: &[PathBuf], format: Format) -> Result<String, String> {
+    let mut all = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let v: Value =
+            serde_json::from_str(&text).map_err(|e| format!("{} is not a stats file: {e}", path.display()))?;
+        all.push((path.display().to_string(), v));
     }
-    Ok(())
+    Ok(match format {
+        Format::Prometheus => super::prometheus::render(&all),
+        Format::Json => all.iter().map(|(_, v)| serde_json::to_string_pretty(v).unwrap_or_default() + "\n").collect(),
+        Format::Text => all.iter().map(|(name, v)| render(v, name)).collect::<Vec<_>>().join("\n"),
+    })
+}
+
+/// Writes `text` to `path` through a temporary file in the same directory, renamed over
+/// it: a reader (the textfile collector) sees the old file or the new one, never half of one.
+fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
+    let name = path.file_name().ok_or_else(|| format!("{} names no file", path.display()))?;
+    // Not ending in .prom: the collector reads only those.
+    let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
+    })
 }
 
 #[cfg(test)]
@@ -235,6 +302,45 @@ mod tests {
         assert!(text.contains("sbtest/sbtest1"), "{text}");
         assert!(text.contains("(not cached: WAFFLE_TABLES)"), "{text}");
         assert!(text.contains("faults 1"), "{text}");
+    }
+
+    #[test]
+    fn renders_the_working_set_and_its_advice() {
+        let v = json!({
+            "l1_hits": 1, "l1_misses": 0,
+            "working_set": {"bytes_1m": 1 << 20, "bytes_5m": 3u64 << 30, "bytes_15m": 4u64 << 30, "pages_1m": 256,
+                            "pages_5m": 786432, "pages_15m": 1048576, "held_bytes": 1u64 << 30, "advice": "buy memory"},
+            "nodes": [{"addr": "a:1", "up": true, "memory_bytes": 512 << 20}]
+        });
+        let text = render(&v, "f");
+        assert!(
+            text.contains(
+                "touched  1m 1.0 MiB | 5m 3.0 GiB | 15m 4.0 GiB (working set: 256 | 786432 | 1048576 pages); L1 + grid hold 1.0 GiB"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("advice   buy memory"), "{text}");
+        assert!(text.contains("; memory 512.0 MiB"), "{text}");
+    }
+
+    #[test]
+    fn writes_atomically_and_prints_each_format() {
+        let dir = std::env::temp_dir().join(format!("waffle-stats-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let stats = dir.join("s.json");
+        std::fs::write(&stats, r#"{"l1_hits": 7, "l1_misses": 3}"#).unwrap();
+        let files = vec![stats.clone()];
+        let prom = run(&files, Format::Prometheus).unwrap();
+        assert!(prom.contains(&format!("waffle_l1_hits_total{{file=\"{}\"}} 7\n", stats.display())), "{prom}");
+        assert!(run(&files, Format::Text).unwrap().contains("reads    10 pages"));
+        assert_eq!(serde_json::from_str::<Value>(&run(&files, Format::Json).unwrap()).unwrap()["l1_hits"], 7);
+        let out = dir.join("waffle.prom");
+        write_atomically(&out, &prom).unwrap();
+        assert_eq!(std::fs::read_to_string(&out).unwrap(), prom);
+        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left.len(), 2, "no temporary file is left: {left:?}");
+        assert!(run(&[dir.join("missing.json")], Format::Text).unwrap_err().contains("cannot read"));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

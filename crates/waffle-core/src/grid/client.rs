@@ -10,6 +10,7 @@ use super::cost::DiskCost;
 use super::health::Admission;
 use super::ketama::Continuum;
 use super::link::LinkModel;
+use super::memory::GridMemory;
 use super::node::{Exchange, Node};
 use super::options::GridOptions;
 use super::outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
@@ -474,6 +475,14 @@ impl<C: Clock> Grid<C> {
         if let Some(i) = self.node_index(key) {
             self.nodes[i].note_presence_miss();
         }
+    }
+
+    /// The memory of the nodes that are up, as far as they say it (memcached's
+    /// `limit_maxbytes`), asking those not asked in the last
+    /// [`super::memory::REFRESH`]: for the stats, never on a read.
+    pub fn memory(&self) -> GridMemory {
+        let known: Vec<u64> = self.nodes.iter().filter_map(Node::memory_bytes).collect();
+        GridMemory { bytes: known.iter().sum(), nodes: self.nodes.len(), known_nodes: known.len() }
     }
 
     pub fn node_status(&self) -> Vec<NodeStatus> {

@@ -11,6 +11,7 @@
 //! - `connection`: one socket, every wait bounded by the request's deadline.
 //! - `health`: up/down with backoff and a single half-open probe.
 //! - `cost`: whether asking a node pays (its lookups against the disk's reads).
+//! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
 //! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
 //! - `link`: the seam a benchmark plugs an EMULATED link into ([`LinkModel`]).
 //!
@@ -24,6 +25,7 @@ pub mod cost;
 mod health;
 pub mod ketama;
 pub mod link;
+pub mod memory;
 mod node;
 pub mod options;
 pub mod outcome;
@@ -34,6 +36,7 @@ pub use client::Grid;
 pub use clock::{Clock, SystemClock};
 pub use cost::{CostState, CostStatus};
 pub use link::LinkModel;
+pub use memory::GridMemory;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
 pub use spec::NodeSpec;

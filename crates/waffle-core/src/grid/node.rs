@@ -18,6 +18,7 @@ use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
 use super::cost::{CostState, DiskCost, NodeCost};
 use super::health::{Admission, Health};
+use super::memory::NodeMemory;
 use super::options::GridOptions;
 use super::outcome::{FaultKind, NodeStatus};
 use super::spec::NodeSpec;
@@ -49,6 +50,8 @@ pub struct Node<C: Clock = SystemClock> {
     counters: Counters,
     /// Whether asking this node pays (its lookups against the disk's reads).
     cost: NodeCost,
+    /// Its memcached's memory, asked for the stats.
+    memory: NodeMemory,
     clock: C,
 }
 
@@ -96,6 +99,7 @@ impl<C: Clock> Node<C> {
             ),
             counters: Counters::default(),
             cost: NodeCost::new(opts.cost_backoff),
+            memory: NodeMemory::default(),
             clock,
         }
     }
@@ -183,6 +187,13 @@ impl<C: Clock> Node<C> {
         }
     }
 
+    /// Its memcached's memory (`limit_maxbytes`), asked if not asked lately
+    /// (see [`NodeMemory`]); None while the node is down: it holds nothing we can reach.
+    pub fn memory_bytes(&self) -> Option<u64> {
+        let up = self.addr.is_some() && self.health.is_up();
+        self.memory.refresh(self.addr, up).filter(|_| up)
+    }
+
     pub fn status(&self, disk: &DiskCost) -> NodeStatus {
         NodeStatus {
             addr: self.label.clone(),
@@ -194,6 +205,7 @@ impl<C: Clock> Node<C> {
             presence_misses: self.counters.presence_misses.load(Ordering::Relaxed),
             stale_connections: self.counters.stale_connections.load(Ordering::Relaxed),
             cost: self.cost.status(disk),
+            memory_bytes: self.memory.known(),
         }
     }
 

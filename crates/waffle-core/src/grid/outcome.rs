@@ -86,4 +86,6 @@ pub struct NodeStatus {
     pub stale_connections: u64,
     /// Whether asking it pays, with the figures the decision rests on.
     pub cost: CostStatus,
+    /// Its memcached's memory (`limit_maxbytes`) as last asked; None: not known (yet).
+    pub memory_bytes: Option<u64>,
 }
