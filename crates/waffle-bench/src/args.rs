@@ -39,6 +39,13 @@ pub fn page_size(s: &str) -> Result<u32, String> {
     Ok(n)
 }
 
+pub use waffle_core::codec::Codec;
+
+/// A codec as `waffle_compress` spells it: off, lz4, zstd, zstd:LEVEL.
+pub fn codec(s: &str) -> Result<Codec, String> {
+    waffle_core::codec::Codec::parse(s)
+}
+
 /// A device profile's name (`real` or an EMULATED one), trimmed.
 pub fn device(s: &str) -> Result<String, String> {
     DeviceProfile::by_name(s.trim()).map(|_| s.trim().to_string())

@@ -67,7 +67,7 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
 
     // Each node gets as much as the whole file: memcached's per-item overhead and slab rounding are large.
     let node_mib = (file_bytes >> 20).max(16) as u32;
-    let nodes = [Node::start(node_mib), Node::start(node_mib)];
+    let nodes = [Node::start_for_pages(node_mib, opts.page_bytes), Node::start_for_pages(node_mib, opts.page_bytes)];
     let nodes: Vec<Node> =
         nodes.into_iter().collect::<Result<_, _>>().map_err(|e| format!("starting memcached: {e}"))?;
     let grid: Vec<String> = nodes.iter().map(Node::addr).collect();

@@ -20,6 +20,7 @@
 
 pub mod args;
 pub mod bench;
+pub mod capacity;
 pub mod dataset;
 pub mod demo;
 pub mod mysql;

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use waffle_bench::args::{device, link, size, GridTimeout, PageSize};
+use waffle_bench::args::{codec, device, link, size, Codec, GridTimeout, PageSize};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
 use waffle_bench::bench::report::Output;
 use waffle_bench::bench::{self, BenchOptions, SweepOptions};
+use waffle_bench::capacity::{self, CapacityOptions};
 use waffle_bench::demo::{self, DemoOptions};
 use waffle_bench::mysql;
 use waffle_bench::probe::{self, ProbeOptions};
@@ -68,6 +69,13 @@ enum Command {
         /// Memory per node, e.g. 64MiB.
         #[arg(long, default_value = "64MiB", value_parser = size)]
         memory: u64,
+        /// Start memcached with slab classes for this database page size (README, "memcached for Waffle");
+        /// 0: memcached's defaults.
+        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(0..=65536))]
+        page_size: u32,
+        /// Print the memcached flags for --page-size and --memory (for your own nodes) and exit.
+        #[arg(long)]
+        print_flags: bool,
     },
 }
 
@@ -95,6 +103,28 @@ enum BenchSub {
     },
     /// MariaDB stock and under libwaffle_preload.so: the real sysbench, side by side (docs/benchmarks.md).
     Mysql(mysql::bench::MysqlArgs),
+    /// Pages held per MiB of memcached for each codec and slab setting, and each codec's speed,
+    /// on a workload's dataset (default tpcc).
+    Capacity(CapacityArgs),
+}
+
+#[derive(Args)]
+struct CapacityArgs {
+    #[command(flatten)]
+    args: BenchArgs,
+    /// Codecs to compare, as waffle_compress spells them.
+    #[arg(long, value_delimiter = ',', default_value = "off,lz4,zstd:-3,zstd:1,zstd:3", value_parser = codec)]
+    codecs: Vec<Codec>,
+    /// memcached memory of each fill.
+    #[arg(long, default_value = "64MiB", value_parser = size)]
+    node_memory: u64,
+    /// memcached flag sets to compare, separated by ';': defaults, waffle (the plan for the
+    /// page size), or flags as given.
+    #[arg(long, value_delimiter = ';', default_value = "defaults;waffle")]
+    slabs: Vec<String>,
+    /// Pages of the dataset used, spread over the file.
+    #[arg(long, default_value_t = 50_000, value_parser = clap::value_parser!(u64).range(100..=10_000_000))]
+    pages: u64,
 }
 
 #[derive(Args, Clone)]
@@ -251,6 +281,19 @@ fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
         Some(BenchSub::Mysql(m)) => mysql::bench::run(&m).map(|_| ()),
+        Some(BenchSub::Capacity(c)) => {
+            if !(1..=65536).contains(&(c.node_memory >> 20)) {
+                return Err(format!("--node-memory {}: from 1 MiB to 64 GiB", c.node_memory));
+            }
+            capacity::run(&CapacityOptions {
+                bench: bench_options(&c.args, false)?,
+                codecs: c.codecs,
+                node_mib: (c.node_memory >> 20) as u32,
+                max_pages: c.pages as usize,
+                slabs: c.slabs,
+            })
+            .map(|_| ())
+        }
         Some(BenchSub::Replot { json, charts }) => {
             let file = bench::replot(&json, &charts)?;
             println!("chart: {}", file.display());
@@ -320,7 +363,9 @@ fn main() -> ExitCode {
         }
         Command::Bench(cmd) => run_bench(*cmd),
         Command::Probe(args) => run_probe(args),
-        Command::Nodes { count, memory } => run_nodes(count as usize, memory),
+        Command::Nodes { count, memory, page_size, print_flags } => {
+            run_nodes(count as usize, memory, page_size, print_flags)
+        }
         Command::Stats(a) => mysql::stats::run_args(&a),
     };
     match result {
@@ -332,10 +377,19 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_nodes(count: usize, memory_bytes: u64) -> Result<(), String> {
+fn run_nodes(count: usize, memory_bytes: u64, page_bytes: u32, print_flags: bool) -> Result<(), String> {
     let mib = (memory_bytes >> 20).max(1) as u32;
+    if page_bytes != 0 && !(512..=65536).contains(&page_bytes) {
+        return Err(format!("--page-size {page_bytes}: 0 (memcached's defaults) or 512 to 65536"));
+    }
+    let plan = (page_bytes != 0).then(|| waffle_nodes::slabs::SlabPlan::for_node(page_bytes, false, mib));
+    if print_flags {
+        let flags = plan.map_or(String::new(), |p| p.describe());
+        println!("memcached -m {mib} {flags}");
+        return Ok(());
+    }
     let nodes: Vec<_> = (0..count)
-        .map(|_| waffle_nodes::Node::start(mib))
+        .map(|_| waffle_nodes::Node::start_with(mib, plan.as_ref()))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("starting memcached: {e}"))?;
     let list: Vec<String> = nodes.iter().map(|n| n.addr()).collect();

@@ -72,7 +72,7 @@ pub const GRID_BACKOFF: Param = Param {
 pub const COMPRESS: Param = Param {
     name: "waffle_compress",
     env: "WAFFLE_COMPRESS",
-    help: "compress pages pushed to the grid: off|lz4|zstd|zstd:LEVEL (default lz4)",
+    help: "compress pages pushed to the grid: off|lz4|zstd|zstd:LEVEL (default zstd, level 1)",
 };
 
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).

@@ -12,7 +12,8 @@
 
 pub mod slabs;
 
-use std::io;
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -58,12 +59,17 @@ impl Node {
 
     /// Starts memcached with slab classes planned for pages of `page_bytes` in plain envelopes.
     pub fn start_for_pages(memory_mib: u32, page_bytes: u32) -> io::Result<Node> {
-        Node::start_with(memory_mib, Some(&slabs::SlabPlan::for_page(page_bytes, false)))
+        Node::start_with(memory_mib, Some(&slabs::SlabPlan::for_node(page_bytes, false, memory_mib)))
     }
 
     /// Starts memcached with `plan`'s slab flags (None: memcached's defaults).
     pub fn start_with(memory_mib: u32, plan: Option<&slabs::SlabPlan>) -> io::Result<Node> {
-        let slab_args = plan.map(slabs::SlabPlan::args).unwrap_or_default();
+        Node::start_with_args(memory_mib, &plan.map(slabs::SlabPlan::args).unwrap_or_default())
+    }
+
+    /// Starts memcached with these slab flags (benchmarks compare flag sets).
+    pub fn start_with_args(memory_mib: u32, slab_args: &[String]) -> io::Result<Node> {
+        let slab_args = slab_args.to_vec();
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
@@ -137,6 +143,19 @@ impl Node {
         }
     }
 
+    /// memcached's `stats` (name -> value), on a connection of its own, bounded by `STATS_TIMEOUT_MS`.
+    pub fn stats(&self) -> io::Result<HashMap<String, String>> {
+        stats(self.socket_addr())
+    }
+
+    /// One numeric field of [`Node::stats`], e.g. `curr_items`.
+    pub fn stat(&self, name: &str) -> io::Result<u64> {
+        let all = self.stats()?;
+        all.get(name)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| io::Error::other(format!("memcached at {} has no numeric stat {name}", self.addr())))
+    }
+
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
@@ -171,6 +190,37 @@ fn all_threads_stopped(pid: u32) -> bool {
         }
     }
     true
+}
+
+/// Bound of one `stats` exchange.
+const STATS_TIMEOUT_MS: u64 = 2_000;
+/// memcached's `stats` reply is a few KiB; more is not memcached.
+const STATS_MAX_BYTES: usize = 256 << 10;
+
+/// memcached's `stats` at `addr` as name -> value.
+pub fn stats(addr: SocketAddr) -> io::Result<HashMap<String, String>> {
+    let timeout = Duration::from_millis(STATS_TIMEOUT_MS);
+    let mut s = TcpStream::connect_timeout(&addr, timeout)?;
+    s.set_read_timeout(Some(timeout))?;
+    s.set_write_timeout(Some(timeout))?;
+    s.write_all(b"stats\r\n")?;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 8192];
+    while !text.ends_with(b"END\r\n") {
+        let n = s.read(&mut buf)?;
+        if n == 0 || text.len() + n > STATS_MAX_BYTES {
+            return Err(io::Error::other(format!("memcached at {addr}: no complete stats reply")));
+        }
+        text.extend_from_slice(&buf[..n]);
+    }
+    let mut out = HashMap::new();
+    for line in String::from_utf8_lossy(&text).lines() {
+        let mut w = line.split_whitespace();
+        if let (Some("STAT"), Some(k), Some(v)) = (w.next(), w.next(), w.next()) {
+            out.insert(k.to_string(), v.to_string());
+        }
+    }
+    Ok(out)
 }
 
 fn free_port() -> io::Result<u16> {
@@ -221,7 +271,6 @@ fn spawn(port: u16, memory_mib: u32, slab_args: &[String]) -> io::Result<Child> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::{Read, Write};
 
     #[test]
     fn start_answers_and_stop_frees_the_port() {
@@ -278,7 +327,7 @@ mod tests {
         assert_eq!(memcached_classes(&[]), slabs::classes(1.25, 48, 512 * 1024), "the defaults");
         for page in [4096, 16384] {
             for sealed in [false, true] {
-                let plan = slabs::SlabPlan::for_page(page, sealed);
+                let plan = slabs::SlabPlan::for_node(page, sealed, 1024);
                 assert_eq!(memcached_classes(&plan.args()), plan.classes(), "{page} {}", plan.describe());
             }
         }
@@ -288,7 +337,7 @@ mod tests {
     fn a_raw_page_is_stored_in_the_class_the_plan_predicts() {
         // Item sizes are memcached's: one raw page stored, and the class that
         // holds it is the one `item_bytes` and the plan name.
-        let plan = slabs::SlabPlan::for_page(4096, false);
+        let plan = slabs::SlabPlan::for_node(4096, false, 8);
         let node = Node::start_with(8, Some(&plan)).unwrap();
         let mut s = TcpStream::connect(node.socket_addr()).unwrap();
         let key = "wf0123456789abcdef.1234abcd";

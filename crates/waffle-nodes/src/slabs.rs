@@ -6,13 +6,20 @@
 //! the 4,544-byte class: 7% of every chunk unused, and compressed pages of
 //! every size waste 11% on average between classes 1.25 apart.
 //!
-//! A [`SlabPlan`] spends memcached's 63 classes where Waffle's items are: from
+//! A [`SlabPlan`] spends memcached's classes where Waffle's items are: from
 //! about a sixteenth of a page (a nearly empty page, compressed) up to the
-//! whole page in its envelope, with the growth factor as small as that span
-//! allows, and one class boundary placed just above the raw page's item, so
-//! an incompressible page wastes almost nothing either. The class sizes are
-//! computed as memcached computes them ([`classes`]); a test checks that
-//! against the classes a real memcached prints.
+//! whole page in its envelope, with one class boundary placed just above the
+//! raw page's item, so an incompressible page wastes almost nothing either.
+//!
+//! How fine the classes can be depends on the node's memory: memcached hands
+//! memory to a class 1 MiB at a time, so every class in use holds up to 1 MiB
+//! it does not fill, and a node of 64 MiB loses more to 60 sparsely used
+//! classes than it gains from tight chunks (measured: docs/benchmarks.md,
+//! "Pages per MiB"). The plan uses one class per [`MIB_PER_CLASS`] of memory
+//! over the page's span, from [`MIN_CLASSES`] to all 62.
+//!
+//! The class sizes are computed as memcached computes them ([`classes`]); a
+//! test checks that against the classes a real memcached prints.
 
 /// memcached's `sizeof(item)` on 64-bit builds (1.6), and the CAS value each item carries.
 const ITEM_HEADER_BYTES: u32 = 48 + 8;
@@ -23,6 +30,11 @@ const CHUNK_ALIGN_BYTES: u32 = 8;
 const MAX_CLASSES: usize = 63;
 /// Waffle's longest key for pages below 2^32: `wf` + 16 hex digits + `.` + 8 hex digits.
 pub const KEY_BYTES_MAX: u32 = 2 + 16 + 1 + 8;
+/// Memory per class of the plan: a class's unfilled last MiB stays under a quarter of its share.
+pub const MIB_PER_CLASS: u32 = 4;
+/// The fewest classes a plan spreads over a page's span (about memcached's own 1.25 factor).
+pub const MIN_CLASSES: u32 = 12;
+
 /// Envelope bytes around a raw page: plain (header + crc32c) and sealed (header + nonce + tag).
 pub const ENVELOPE_PLAIN_BYTES: u32 = 40;
 pub const ENVELOPE_SEALED_BYTES: u32 = 76;
@@ -43,8 +55,9 @@ pub struct SlabPlan {
 }
 
 impl SlabPlan {
-    /// The plan for pages of `page_bytes` (sealed: values carry the larger sealed envelope).
-    pub fn for_page(page_bytes: u32, sealed: bool) -> SlabPlan {
+    /// The plan for pages of `page_bytes` (sealed: values carry the larger
+    /// sealed envelope) on a node of `memory_mib`.
+    pub fn for_node(page_bytes: u32, sealed: bool, memory_mib: u32) -> SlabPlan {
         assert!((512..=65536).contains(&page_bytes), "page size {page_bytes} out of 512..=65536");
         let envelope = if sealed { ENVELOPE_SEALED_BYTES } else { ENVELOPE_PLAIN_BYTES };
         let raw_item_bytes = item_bytes(KEY_BYTES_MAX, page_bytes + envelope);
@@ -52,14 +65,16 @@ impl SlabPlan {
         // The largest chunk: a power of two KiB at least twice the raw item, so
         // that the classes run past the raw item before memcached stops them.
         let chunk_max_bytes = (2 * raw_item_bytes).div_ceil(1024).next_power_of_two().max(16) * 1024;
-        // The smallest factor whose classes reach the raw item within 63 classes
+        let budget = (memory_mib / MIB_PER_CLASS).clamp(MIN_CLASSES, MAX_CLASSES as u32 - 1) as usize;
+        // The smallest factor whose classes reach the raw item within the budget
         // and put a boundary less than 1% above it.
         let mut factor = 1.01;
         loop {
             let plan = SlabPlan { factor, min_bytes, chunk_max_bytes, raw_item_bytes };
             let classes = plan.classes();
-            if let Some(&fit) = classes.iter().find(|&&c| c >= raw_item_bytes) {
-                if fit != classes[classes.len() - 1] && fit - raw_item_bytes <= raw_item_bytes / 100 {
+            if let Some(at) = classes.iter().position(|&c| c >= raw_item_bytes) {
+                let fit = classes[at];
+                if at < budget && at + 1 < classes.len() && fit - raw_item_bytes <= raw_item_bytes / 100 {
                     return plan;
                 }
             }
@@ -140,7 +155,7 @@ mod tests {
     fn a_plan_fits_the_raw_page_tightly_and_grows_slowly() {
         for page in [512u32, 1024, 4096, 8192, 16384, 65536] {
             for sealed in [false, true] {
-                let plan = SlabPlan::for_page(page, sealed);
+                let plan = SlabPlan::for_node(page, sealed, 1024);
                 let c = plan.classes();
                 assert!(c.len() <= MAX_CLASSES, "{page}: {} classes", c.len());
                 let fit = chunk_for(&c, plan.raw_item_bytes).unwrap();
@@ -160,6 +175,21 @@ mod tests {
                 }
                 assert!(worst < 0.1, "{page}: worst waste {worst:.3} with {}", plan.describe());
             }
+        }
+    }
+
+    #[test]
+    fn a_small_node_gets_fewer_coarser_classes() {
+        let small = SlabPlan::for_node(4096, false, 64);
+        let large = SlabPlan::for_node(4096, false, 4096);
+        let span =
+            |p: &SlabPlan| p.classes().iter().filter(|&&c| c <= p.raw_item_bytes + p.raw_item_bytes / 100).count();
+        assert!(span(&small) <= (64 / MIB_PER_CLASS) as usize, "{}", small.describe());
+        assert!(span(&large) > 40, "{}", large.describe());
+        assert!(small.factor > large.factor);
+        for p in [&small, &large] {
+            let fit = chunk_for(&p.classes(), p.raw_item_bytes).unwrap();
+            assert!(fit - p.raw_item_bytes <= p.raw_item_bytes / 100, "{}", p.describe());
         }
     }
 }

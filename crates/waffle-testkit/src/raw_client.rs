@@ -92,20 +92,8 @@ pub fn ms(addr: &str, key: &str, value: &[u8]) {
 
 /// memcached's `stats` as name -> value.
 pub fn node_stats(addr: &str) -> HashMap<String, String> {
-    let mut c = RawClient::connect(addr);
-    c.writer.write_all(b"stats\r\n").unwrap();
-    let mut out = HashMap::new();
-    for line in c.reader.lines() {
-        let line = line.unwrap();
-        if line == "END" {
-            break;
-        }
-        let mut w = line.split_whitespace();
-        if let (Some("STAT"), Some(k), Some(v)) = (w.next(), w.next(), w.next()) {
-            out.insert(k.to_string(), v.to_string());
-        }
-    }
-    out
+    let addr: std::net::SocketAddr = addr.parse().unwrap_or_else(|e| panic!("{addr}: {e}"));
+    waffle_nodes::stats(addr).unwrap_or_else(|e| panic!("stats of {addr}: {e}"))
 }
 
 /// One numeric field of memcached's `stats`, e.g. `node_stat(addr, "evictions")`.

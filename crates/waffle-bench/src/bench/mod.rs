@@ -126,6 +126,7 @@ fn run_options(o: &BenchOptions, threads: usize, budget_bytes: u64, seed: u64) -
         timeout_ms: o.timeout_ms,
         budget_bytes,
         seed,
+        page_bytes: o.page_bytes,
     }
 }
 

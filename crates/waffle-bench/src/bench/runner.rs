@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub timeout_ms: u64,
     pub budget_bytes: u64,
     pub seed: u64,
+    /// The dataset's page size: the grid's memcached nodes get slab classes for it.
+    pub page_bytes: u32,
 }
 
 pub fn device_label(device: &Option<String>) -> String {
@@ -187,7 +189,7 @@ pub fn run_config(
         ds.path.clone()
     };
     let nodes: Vec<Node> = (0..plan.nodes)
-        .map(|_| Node::start(plan.node_mib))
+        .map(|_| Node::start_for_pages(plan.node_mib, opts.page_bytes))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: starting memcached: {e}", plan.name))?;
     let grid: Vec<String> = nodes.iter().map(Node::addr).collect();

@@ -308,7 +308,8 @@ fn run_config(
             let per_node_mib = ((budget >> 20) / a.nodes as u64).max(1) as u32;
             for _ in 0..a.nodes {
                 nodes.push(
-                    Node::start(per_node_mib)
+                    // InnoDB's default 16 KiB pages.
+                    Node::start_for_pages(per_node_mib, 16384)
                         .map_err(|e| format!("cannot start memcached: {e} (apt-get install memcached)"))?,
                 );
             }
