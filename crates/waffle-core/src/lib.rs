@@ -37,6 +37,7 @@ pub mod seal;
 pub mod sidecar;
 pub mod stats;
 pub mod versions;
+pub mod warm;
 
 pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, Source};
 pub use config::{Config, ConfigError};
