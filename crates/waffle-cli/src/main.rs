@@ -1,4 +1,4 @@
-//! `waffle`: the demo, local grid nodes, benchmarks and the latency probe. This file parses the
+//! `waffle`: the demo, local grid nodes, benchmarks, the latency probe and warming. This file parses the
 //! command line and calls the library crates (waffle-bench, waffle-nodes) that do the work.
 
 use std::path::PathBuf;
@@ -60,6 +60,9 @@ enum Command {
     Probe(ProbeArgs),
     /// Pretty-print a stats file (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output).
     Stats(mysql::stats::StatsArgs),
+    /// Warm a database ahead of its readers: read it (or the named tables and indexes) in large
+    /// sequential reads into L1 and past L1 into the grid, with a progress bar (PRAGMA waffle_warm).
+    Warm(WarmArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -68,6 +71,26 @@ enum Command {
         #[arg(long, default_value = "64MiB", value_parser = size)]
         memory: u64,
     },
+}
+
+#[derive(Args)]
+struct WarmArgs {
+    /// The SQLite database file.
+    db: PathBuf,
+    /// Tables (each with its indexes) or indexes to warm, one after the other; none: the whole database.
+    tables: Vec<String>,
+    /// Grid nodes, host:port,... (default: WAFFLE_GRID).
+    #[arg(long)]
+    grid: Option<String>,
+    /// Waffle's local pool (L1), e.g. 64MiB (default: WAFFLE_LOCAL, else 256MiB). Past it, pages go to the grid.
+    #[arg(long)]
+    local: Option<String>,
+    /// Another URI option of the database, name=value (e.g. waffle_key_file=/etc/waffle.key); repeatable.
+    #[arg(long = "option", value_name = "NAME=VALUE")]
+    options: Vec<String>,
+    /// No progress bar (the summary lines only).
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -160,6 +183,10 @@ struct BenchArgs {
     /// (evens out a shared machine's changing load; bench only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
     rounds: u64,
+    /// Warm every waffle configuration with PRAGMA waffle_warm instead of a pass over every table
+    /// and index (as CONFIG+warm does for one); the report says how long it took and what it filled.
+    #[arg(long)]
+    warm: bool,
     /// tpcc: let write transactions wait in SQLite's busy handler only, without the
     /// process-wide writer mutex they queue on by default.
     #[arg(long)]
@@ -214,15 +241,24 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         }
         Ok(v)
     };
+    let configs =
+        a.configs.clone().unwrap_or_else(
+            || {
+                if sweep {
+                    vec!["local".into(), "grid".into()]
+                } else {
+                    d.configs.clone()
+                }
+            },
+        );
+    // --warm: every configuration with a waffle to warm.
+    let configs = configs
+        .into_iter()
+        .map(|c| if a.warm && c.trim() != "stock" && !c.contains("+warm") { format!("{c}+warm") } else { c })
+        .collect();
     Ok(BenchOptions {
         workload: a.workload.clone(),
-        configs: a.configs.clone().unwrap_or_else(|| {
-            if sweep {
-                vec!["local".into(), "grid".into()]
-            } else {
-                d.configs.clone()
-            }
-        }),
+        configs,
         data_bytes: a.data,
         memory: a.memory,
         sqlite_cache: a.sqlite_cache,
@@ -321,6 +357,15 @@ fn main() -> ExitCode {
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
         Command::Stats(a) => mysql::stats::run_args(&a),
+        Command::Warm(a) => waffle_bench::warm::run(&waffle_bench::warm::WarmOptions {
+            db: a.db,
+            tables: a.tables,
+            grid: a.grid,
+            local: a.local,
+            options: a.options,
+            progress: !a.quiet,
+        })
+        .map(|_| ()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -773,7 +773,7 @@ impl PageCache {
         if self.grid.get().is_none() {
             return Placed::NoRoom;
         }
-        if matches!(self.presence.verdict(page), Verdict::Held { .. }) {
+        if self.presence.held_by_push(page) {
             return Placed::Held; // pushed at this version, within the grid's reach
         }
         let len = bytes.len() as u64;

@@ -123,6 +123,8 @@ pub struct ConfigResult {
     pub sqlite_cache_hit_ratio: Option<f64>,
     pub hits: Option<Hits>,
     pub grid: Option<GridTraffic>,
+    /// `+warm`: how long `PRAGMA waffle_warm` took and what it filled.
+    pub warm: Option<crate::warm::Warmed>,
     /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).
     pub counters: serde_json::Map<String, serde_json::Value>,
     pub ratio_to_local: Option<f64>,
@@ -148,9 +150,9 @@ fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-/// A configuration's kind without its link and device (`grid:2@1gbe/hdd-10k` -> `grid:2`).
+/// A configuration's kind without its link, device and warming (`grid:2@1gbe/hdd-10k+warm` -> `grid:2`).
 pub fn base_name(name: &str) -> &str {
-    name.split(['@', '/']).next().unwrap_or(name)
+    name.split(['@', '/', '+']).next().unwrap_or(name)
 }
 
 /// Fills each result's ratios to the first `local`, `all-local` and `stock`
@@ -277,6 +279,11 @@ pub fn print_table(results: &[ConfigResult]) {
         .collect();
     for n in notes {
         println!("  {n}");
+    }
+    for r in results {
+        if let Some(w) = &r.warm {
+            println!("  {}: {}", r.name, w.summary());
+        }
     }
     for r in results.iter().filter(|r| r.grid.is_some()) {
         let g = r.grid.as_ref().expect("filtered");

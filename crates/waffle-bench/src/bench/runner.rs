@@ -181,13 +181,25 @@ pub fn run_config(
         .collect::<Result<_, _>>()
         .map_err(|e| err("open", e))?;
 
-    eprintln!(
-        "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
-        plan.name,
-        opts.warmup.as_secs_f64()
-    );
-    for sql in workload.prewarm() {
-        conns[0].query_row(&sql, [], |_| Ok(())).map_err(|e| err(&sql, e))?;
+    let mut warmed = None;
+    if plan.warm {
+        eprintln!(
+            "waffle bench: {}: warming up (PRAGMA waffle_warm, then {:.0} s of the workload)",
+            plan.name,
+            opts.warmup.as_secs_f64()
+        );
+        let w = crate::warm::warm(&conns[0], None, None).map_err(|e| format!("{}: warm: {e}", plan.name))?;
+        eprintln!("waffle bench: {}: {}", plan.name, w.summary());
+        warmed = Some(w);
+    } else {
+        eprintln!(
+            "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
+            plan.name,
+            opts.warmup.as_secs_f64()
+        );
+        for sql in workload.prewarm() {
+            conns[0].query_row(&sql, [], |_| Ok(())).map_err(|e| err(&sql, e))?;
+        }
     }
     if !opts.warmup.is_zero() {
         let (t, _, _) = phase(workload, &mut conns, opts.warmup, opts.seed ^ 0x5eed);
@@ -311,6 +323,7 @@ pub fn run_config(
             .unwrap_or_default(),
         hits,
         grid: grid_traffic,
+        warm: warmed,
         ratio_to_local: None,
         ratio_to_all_local: None,
         ratio_to_stock: None,
