@@ -1,6 +1,8 @@
 //! `waffle warm DB [TABLE...]` and the bench's `+warm` configurations: start
 //! `PRAGMA waffle_warm` on a connection through the `waffle` VFS and follow
 //! its progress in `PRAGMA waffle_stats` ("warm") until it ends.
+//! `waffle warm --mysql DIR [TABLESPACE...]`: the same for a server under the
+//! preload, through its control file and stats file ([`run_mysql`]).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -190,4 +192,106 @@ pub fn run(o: &WarmOptions) -> Result<Vec<Warmed>, String> {
     }
     drop(conn);
     Ok(out)
+}
+
+/// The preload's control file, beside its stats file (waffle-preload's warm.rs).
+const MYSQL_REQUEST_FILE: &str = "waffle-warm.request";
+/// How long the preload may take to pick a request up (its stats thread ticks every second).
+const MYSQL_PICKUP: Duration = Duration::from_secs(15);
+
+/// Asks the preload of the server whose stats file is `dir/waffle-stats.json`
+/// (or `dir` itself, a stats file) to warm `tablespaces` (names as its stats
+/// file shows them, or patterns like `shop/*`; none: every cached one), and
+/// follows the progress in the stats file.
+pub fn run_mysql(dir: &Path, tablespaces: &[String], progress: bool) -> Result<Warmed, String> {
+    let stats_path = if dir.is_file() { dir.to_path_buf() } else { dir.join("waffle-stats.json") };
+    if !stats_path.is_file() {
+        return Err(format!(
+            "{}: no stats file (is the server running under libwaffle_preload.so? WAFFLE_STATS_FILE?)",
+            stats_path.display()
+        ));
+    }
+    let request = stats_path.with_file_name(MYSQL_REQUEST_FILE);
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
+    );
+    let mut text = format!("id={id}\n");
+    for t in tablespaces {
+        if t.contains(['\n', '\r']) {
+            return Err(format!("'{t}': a tablespace name is one line"));
+        }
+        text.push_str(t);
+        text.push('\n');
+    }
+    // Written whole, then renamed: the preload never reads half a request.
+    let tmp = request.with_extension(format!("tmp{}", std::process::id()));
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &request).map_err(|e| format!("{}: {e}", request.display()))?;
+    let bar = progress.then(|| {
+        let bar = ProgressBar::new(1);
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pages  {msg}")
+                .expect("a valid template"),
+        );
+        bar.enable_steady_tick(Duration::from_millis(200));
+        bar
+    });
+    let result = follow_mysql(&stats_path, &request, &id, bar.as_ref());
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    let warmed = result?;
+    println!("{}", warmed.summary());
+    Ok(warmed)
+}
+
+fn follow_mysql(stats_path: &Path, request: &Path, id: &str, bar: Option<&ProgressBar>) -> Result<Warmed, String> {
+    let t0 = Instant::now();
+    let ours = format!("request {id}:");
+    let (mut last_done, mut last_change) = (u64::MAX, Instant::now());
+    loop {
+        std::thread::sleep(POLL * 2);
+        // The stats file is replaced whole (renamed over): a read sees one version.
+        let w = std::fs::read_to_string(stats_path)
+            .ok()
+            .and_then(|t| serde_json::from_str::<Value>(&t).ok())
+            .map(|s| s["warm"].clone())
+            .unwrap_or(Value::Null);
+        if !w["target"].as_str().is_some_and(|t| t.starts_with(&ours)) {
+            if t0.elapsed() > MYSQL_PICKUP {
+                let _ = std::fs::remove_file(request);
+                return Err(if request.exists() {
+                    "the preload did not take the request (is the server running under it?)".into()
+                } else {
+                    "the preload took the request but did not start it (a warm already running? see the server's error log)".into()
+                });
+            }
+            continue;
+        }
+        let g = |k: &str| w[k].as_u64().unwrap_or(0);
+        let done = g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages");
+        if let Some(bar) = bar {
+            bar.set_message(w["target"].as_str().unwrap_or_default().to_string());
+            bar.set_length(g("planned_pages").max(1));
+            bar.set_position(done);
+        }
+        match w["state"].as_str() {
+            Some("running") => {}
+            Some("done") => return Ok(Warmed::from_json(&w, g("elapsed_ms") as f64 / 1000.0)),
+            other => {
+                return Err(format!(
+                    "the warm ended {}: {}",
+                    other.unwrap_or("?"),
+                    w["error"].as_str().unwrap_or("no reason given")
+                ))
+            }
+        }
+        if done != last_done {
+            (last_done, last_change) = (done, Instant::now());
+        } else if last_change.elapsed() > STALL {
+            return Err(format!("the warm made no progress for {STALL:?}"));
+        }
+    }
 }

@@ -75,10 +75,15 @@ enum Command {
 
 #[derive(Args)]
 struct WarmArgs {
-    /// The SQLite database file.
+    /// The SQLite database file; with --mysql, the server's datadir (or the directory of, or the path
+    /// to, its waffle-stats.json).
     db: PathBuf,
     /// Tables (each with its indexes) or indexes to warm, one after the other; none: the whole database.
+    /// With --mysql: tablespaces as the stats file names them (db/table), or patterns (db/*); none: all.
     tables: Vec<String>,
+    /// Warm tablespaces of a MariaDB/MySQL server under libwaffle_preload.so (through its control file).
+    #[arg(long)]
+    mysql: bool,
     /// Grid nodes, host:port,... (default: WAFFLE_GRID).
     #[arg(long)]
     grid: Option<String>,
@@ -357,6 +362,7 @@ fn main() -> ExitCode {
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
         Command::Stats(a) => mysql::stats::run_args(&a),
+        Command::Warm(a) if a.mysql => waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|_| ()),
         Command::Warm(a) => waffle_bench::warm::run(&waffle_bench::warm::WarmOptions {
             db: a.db,
             tables: a.tables,
