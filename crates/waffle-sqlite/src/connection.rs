@@ -11,6 +11,7 @@ use crate::ffi::SQLITE_OK;
 
 const SQLITE_ROW: c_int = 100;
 const SQLITE_DONE: c_int = 101;
+const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
 const SQLITE_OPEN_READWRITE: c_int = 0x0000_0002;
 /// SQLite copies a bound value (SQLITE_TRANSIENT).
 const SQLITE_TRANSIENT: isize = -1;
@@ -48,9 +49,10 @@ pub struct Conn {
 unsafe impl Send for Conn {}
 
 impl Conn {
-    /// Opens `path` through the VFS named `vfs` (read-write: a WAL read
-    /// transaction may need to write the wal-index), creating nothing.
-    pub fn open(path: &Path, vfs: &CStr) -> Result<Conn, SqlError> {
+    /// Opens `path` through the VFS named `vfs`, creating nothing: read-write
+    /// (a WAL read transaction may need to write the wal-index), or read-only
+    /// when `read_only` (a file this process may not write).
+    pub fn open(path: &Path, vfs: &CStr, read_only: bool) -> Result<Conn, SqlError> {
         let sql = api::installed().sql;
         let refuse = |message: &str| SqlError { code: crate::ffi::SQLITE_ERROR, message: message.into() };
         // SAFETY: sqlite3_threadsafe takes nothing.
@@ -59,8 +61,9 @@ impl Conn {
         }
         let name = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| refuse("a path with a NUL byte"))?;
         let mut db = std::ptr::null_mut();
+        let flags = if read_only { SQLITE_OPEN_READONLY } else { SQLITE_OPEN_READWRITE };
         // SAFETY: NUL-terminated name and VFS name; db receives the handle (set even on failure, or null).
-        let rc = unsafe { (sql.open_v2)(name.as_ptr(), &mut db, SQLITE_OPEN_READWRITE, vfs.as_ptr()) };
+        let rc = unsafe { (sql.open_v2)(name.as_ptr(), &mut db, flags, vfs.as_ptr()) };
         let conn = Conn { db, sql };
         if rc != SQLITE_OK {
             return Err(SqlError { code: rc, message: format!("cannot open {}: {}", path.display(), conn.errmsg()) });

@@ -184,7 +184,10 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
 fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>) {
     let job = Arc::clone(&db.warm);
     JOINING.with(|j| *j.borrow_mut() = Some(Arc::clone(&db)));
-    let conn = Conn::open(&db.path, crate::VFS_NAME);
+    // A file this process may not write: a read-only connection. Asked with access(2), never by
+    // opening the file: closing a descriptor of it would drop every POSIX lock SQLite holds on it.
+    let read_only = !writable(&db.path);
+    let conn = Conn::open(&db.path, crate::VFS_NAME, read_only);
     // Still here: SQLite never reached our xOpen for the main file.
     let unused = take_joining();
     let mut reply = Some(reply);
@@ -214,6 +217,12 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
         registry::detach(ticket, true);
     }
     job.end();
+}
+
+fn writable(path: &std::path::Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path; access reads it and nothing else.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
 /// Pages of one b-tree level to read, and what each page is.
