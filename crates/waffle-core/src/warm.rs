@@ -32,7 +32,9 @@ use crate::versions::{split, MAX_PAGES};
 
 /// Most bytes one warming read asks the backing for.
 pub const WARM_READ_BYTES: usize = 1 << 20;
-/// How long one page may wait for room in the push queue before it is given up.
+/// How long one page may wait for room in the push queue before it is given
+/// up, where nothing else waits for the warm (an adapter holding a lock for
+/// the warm's reads gives a shorter [`Budget::push_wait`]).
 pub const PUSH_WAIT: Duration = Duration::from_secs(10);
 
 /// Sees each page a warm read (page number, bytes) and says whether to warm
@@ -59,6 +61,8 @@ pub struct Budget<'a> {
     pub bytes: u64,
     pub deadline: Instant,
     pub cancel: &'a AtomicBool,
+    /// How long one page may wait for room in the push queue (then it counts as dropped).
+    pub push_wait: Duration,
 }
 
 impl Budget<'_> {
@@ -235,7 +239,7 @@ impl PageCache {
                     match versions[lo + k] {
                         Some(version) => {
                             add(&p.read, 1);
-                            p.count(self.warm_place(page, version, Box::from(chunk), PUSH_WAIT, budget.cancel));
+                            p.count(self.warm_place(page, version, Box::from(chunk), budget.push_wait, budget.cancel));
                         }
                         None => add(&p.skipped, 1),
                     }
@@ -300,7 +304,7 @@ mod tests {
     }
 
     fn budget(cancel: &AtomicBool) -> Budget<'_> {
-        Budget { bytes: u64::MAX, deadline: Instant::now() + Duration::from_secs(60), cancel }
+        Budget { bytes: u64::MAX, deadline: Instant::now() + Duration::from_secs(60), cancel, push_wait: PUSH_WAIT }
     }
 
     fn counts(c: &PageCache) -> Value {
@@ -369,7 +373,12 @@ mod tests {
         let (_, mem, c) = setup(4096, 8192);
         let cancel = AtomicBool::new(false);
         c.warm_progress().begin("all").unwrap();
-        let mut b = Budget { bytes: 1, deadline: Instant::now() + Duration::from_secs(60), cancel: &cancel };
+        let mut b = Budget {
+            bytes: 1,
+            deadline: Instant::now() + Duration::from_secs(60),
+            cancel: &cancel,
+            push_wait: PUSH_WAIT,
+        };
         let done = c.warm_run(0, 4096, &mem, &mut b, None).unwrap();
         assert_eq!(done, (WARM_READ_BYTES / PAGE) as u64, "one read, then the byte budget is spent");
         cancel.store(true, Ordering::Relaxed);

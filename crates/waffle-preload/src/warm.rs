@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use waffle_core::backing::{Backing, DirectFile, PageId};
 use waffle_core::versions::join;
-use waffle_core::warm::{Budget, Finish};
+use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
 use crate::filter::Filter;
@@ -106,7 +106,8 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         if !state::active() {
             return Err("stopped".into());
         }
-        let mut budget = Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop };
+        let mut budget =
+            Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
         let read =
             |f: &dyn Backing, budget: &mut Budget<'_>| rt.cache.warm_run(first + done, pages - done, f, budget, None);
         let n = match rt.device() {

@@ -54,6 +54,9 @@ use crate::registry::{self, OpenDb};
 const PIECE_BYTES: u64 = 4 << 20;
 /// Longest one read transaction reads.
 const PIECE_TIME: Duration = Duration::from_millis(100);
+/// How long one page waits for room in the push queue: the read transaction
+/// is held meanwhile, and writers wait for it (a page that waits longer is dropped).
+const PUSH_WAIT: Duration = Duration::from_secs(1);
 /// One try for the read lock waits this long (then the stop flag is looked at again).
 const LOCK_TRY_MS: c_int = 100;
 /// A walk reads through gaps of at most this many pages between its pages
@@ -292,7 +295,8 @@ fn run(
             return Err("stopped".into());
         }
         page_count = read_lock(conn, stop)?;
-        let mut budget = Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop };
+        let mut budget =
+            Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
         let piece = piece(db, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
         conn.exec("COMMIT").map_err(|e| e.to_string())?;
         if piece? {
