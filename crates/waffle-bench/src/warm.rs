@@ -202,9 +202,14 @@ const MYSQL_PICKUP: Duration = Duration::from_secs(15);
 /// Asks the preload of the server whose stats file is `dir/waffle-stats.json`
 /// (or `dir` itself, a stats file) to warm `tablespaces` (names as its stats
 /// file shows them, or patterns like `shop/*`; none: every cached one), and
-/// follows the progress in the stats file.
+/// follows the progress in the stats file (a bar if `progress`).
 pub fn run_mysql(dir: &Path, tablespaces: &[String], progress: bool) -> Result<Warmed, String> {
-    let stats_path = if dir.is_file() { dir.to_path_buf() } else { dir.join("waffle-stats.json") };
+    let stats_path = if dir.is_dir() { dir.join("waffle-stats.json") } else { dir.to_path_buf() };
+    // A server just started writes its first stats after one interval.
+    let t0 = Instant::now();
+    while !stats_path.is_file() && t0.elapsed() < MYSQL_PICKUP {
+        std::thread::sleep(POLL);
+    }
     if !stats_path.is_file() {
         return Err(format!(
             "{}: no stats file (is the server running under libwaffle_preload.so? WAFFLE_STATS_FILE?)",
@@ -242,9 +247,7 @@ pub fn run_mysql(dir: &Path, tablespaces: &[String], progress: bool) -> Result<W
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let warmed = result?;
-    println!("{}", warmed.summary());
-    Ok(warmed)
+    result
 }
 
 fn follow_mysql(stats_path: &Path, request: &Path, id: &str, bar: Option<&ProgressBar>) -> Result<Warmed, String> {

@@ -362,7 +362,9 @@ fn main() -> ExitCode {
         Command::Probe(args) => run_probe(args),
         Command::Nodes { count, memory } => run_nodes(count as usize, memory),
         Command::Stats(a) => mysql::stats::run_args(&a),
-        Command::Warm(a) if a.mysql => waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|_| ()),
+        Command::Warm(a) if a.mysql => {
+            waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|w| println!("{}", w.summary()))
+        }
         Command::Warm(a) => waffle_bench::warm::run(&waffle_bench::warm::WarmOptions {
             db: a.db,
             tables: a.tables,
