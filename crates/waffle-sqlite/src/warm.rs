@@ -202,15 +202,10 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
         (Ok(_), Some(_)) => Err("the warm's connection did not join the database's cache".into()),
         (Err(e), _) => Err(e.to_string()),
     };
-    let finish = match outcome {
-        Ok(()) => Finish::Done,
-        Err(_) if job.stop.load(Ordering::Acquire) => Finish::Cancelled,
-        Err(e) => {
-            if let Some(r) = reply.take() {
-                let _ = r.send(Err(e.clone()));
-            }
-            Finish::Failed(e)
-        }
+    let (finish, failed) = match outcome {
+        Ok(()) => (Finish::Done, None),
+        Err(_) if job.stop.load(Ordering::Acquire) => (Finish::Cancelled, None),
+        Err(e) => (Finish::Failed(e.clone()), Some(e)),
     };
     db.cache.warm_progress().finish(finish);
     // No Arc of ours may outlive the connection's close: it may be the last one, which closes the cache.
@@ -220,6 +215,10 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
         registry::detach(ticket, true);
     }
     job.end();
+    // Told last: a PRAGMA that failed leaves no warm running behind it (the next one is not refused).
+    if let (Some(r), Some(e)) = (reply.take(), failed) {
+        let _ = r.send(Err(e));
+    }
 }
 
 fn writable(path: &std::path::Path) -> bool {
