@@ -109,6 +109,36 @@ fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
     assert_eq!(text(&out.stdout), "ok\n200\n", "plain sqlite3 on the file: {}", text(&out.stderr));
 }
 
+/// `PRAGMA waffle_warm` in a host whose SQLite the extension reaches only through the routines
+/// table: the warm thread's own connection (open, BEGIN, the schema lookup) goes through it too.
+#[test]
+fn the_sqlite3_shell_warms_a_table_through_the_extension() {
+    let Host { so, uri, _dir, node: _node, .. } = host("ext-warm", "warm.db");
+    let script = format!(
+        ".bail on\n.load {so}\n.open '{uri}'\n\
+         CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
+         CREATE TABLE u(x);\n\
+         WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 300)\n\
+           INSERT INTO t SELECT i, printf('%.3000c', char(65 + i % 26)) FROM c;\n\
+         PRAGMA waffle_warm='t';\n\
+         .system sleep 2\n\
+         PRAGMA waffle_stats;\n",
+        so = so.display()
+    );
+    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "sqlite3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "expected the warm's row and the stats; got:\n{stdout}\nstderr: {stderr}");
+    assert!(lines[0].starts_with("started: table t and 0 indexes"), "{}", lines[0]);
+    let s: Value = serde_json::from_str(lines[1]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[1]));
+    let w = &s["warm"];
+    assert_eq!(w["state"], "done", "{s}");
+    // 300 rows of 3000 bytes: one 4 KiB leaf each, and the interior pages above them.
+    assert!((300..320).contains(&n(w, "planned_pages")), "{w}");
+    assert!(stderr.trim().is_empty(), "unexpected stderr: {stderr}");
+}
+
 #[test]
 fn python_apsw_loads_the_extension_and_caches_through_the_grid() {
     let Host { so, node, uri, _dir, .. } = host("ext-apsw", "apsw.db");

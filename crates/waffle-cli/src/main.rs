@@ -1,4 +1,4 @@
-//! `waffle`: the demo, local grid nodes, benchmarks and the latency probe. This file parses the
+//! `waffle`: the demo, local grid nodes, benchmarks, the latency probe and warming. This file parses the
 //! command line and calls the library crates (waffle-bench, waffle-nodes) that do the work.
 
 use std::path::PathBuf;
@@ -62,6 +62,9 @@ enum Command {
     /// Print stats files (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output)
     /// for people, as JSON, or in Prometheus' text format (`--format prometheus`).
     Stats(mysql::stats::StatsArgs),
+    /// Warm a database ahead of its readers: read it (or the named tables and indexes) in large
+    /// sequential reads into L1 and past L1 into the grid, with a progress bar (PRAGMA waffle_warm).
+    Warm(WarmArgs),
     /// Run local memcached nodes on free loopback ports until interrupted.
     Nodes {
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
@@ -77,6 +80,31 @@ enum Command {
         #[arg(long)]
         print_flags: bool,
     },
+}
+
+#[derive(Args)]
+struct WarmArgs {
+    /// The SQLite database file; with --mysql, the server's datadir (or the directory of, or the path
+    /// to, its waffle-stats.json).
+    db: PathBuf,
+    /// Tables (each with its indexes) or indexes to warm, one after the other; none: the whole database.
+    /// With --mysql: tablespaces as the stats file names them (db/table), or patterns (db/*); none: all.
+    tables: Vec<String>,
+    /// Warm tablespaces of a MariaDB/MySQL server under libwaffle_preload.so (through its control file).
+    #[arg(long)]
+    mysql: bool,
+    /// Grid nodes, host:port,... (default: WAFFLE_GRID).
+    #[arg(long)]
+    grid: Option<String>,
+    /// Waffle's local pool (L1), e.g. 64MiB (default: WAFFLE_LOCAL, else 256MiB). Past it, pages go to the grid.
+    #[arg(long)]
+    local: Option<String>,
+    /// Another URI option of the database, name=value (e.g. waffle_key_file=/etc/waffle.key); repeatable.
+    #[arg(long = "option", value_name = "NAME=VALUE")]
+    options: Vec<String>,
+    /// No progress bar (the summary lines only).
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -191,6 +219,10 @@ struct BenchArgs {
     /// (evens out a shared machine's changing load; bench only).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
     rounds: u64,
+    /// Warm every waffle configuration with PRAGMA waffle_warm instead of a pass over every table
+    /// and index (as CONFIG+warm does for one); the report says how long it took and what it filled.
+    #[arg(long)]
+    warm: bool,
     /// tpcc: let write transactions wait in SQLite's busy handler only, without the
     /// process-wide writer mutex they queue on by default.
     #[arg(long)]
@@ -245,15 +277,24 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         }
         Ok(v)
     };
+    let configs =
+        a.configs.clone().unwrap_or_else(
+            || {
+                if sweep {
+                    vec!["local".into(), "grid".into()]
+                } else {
+                    d.configs.clone()
+                }
+            },
+        );
+    // --warm: every configuration with a waffle to warm.
+    let configs = configs
+        .into_iter()
+        .map(|c| if a.warm && c.trim() != "stock" && !c.contains("+warm") { format!("{c}+warm") } else { c })
+        .collect();
     Ok(BenchOptions {
         workload: a.workload.clone(),
-        configs: a.configs.clone().unwrap_or_else(|| {
-            if sweep {
-                vec!["local".into(), "grid".into()]
-            } else {
-                d.configs.clone()
-            }
-        }),
+        configs,
         data_bytes: a.data,
         memory: a.memory,
         sqlite_cache: a.sqlite_cache,
@@ -367,6 +408,18 @@ fn main() -> ExitCode {
             run_nodes(count as usize, memory, page_size, print_flags)
         }
         Command::Stats(a) => mysql::stats::run_args(&a),
+        Command::Warm(a) if a.mysql => {
+            waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|w| println!("{}", w.summary()))
+        }
+        Command::Warm(a) => waffle_bench::warm::run(&waffle_bench::warm::WarmOptions {
+            db: a.db,
+            tables: a.tables,
+            grid: a.grid,
+            local: a.local,
+            options: a.options,
+            progress: !a.quiet,
+        })
+        .map(|_| ()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

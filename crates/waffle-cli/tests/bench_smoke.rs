@@ -323,3 +323,51 @@ fn bad_arguments_are_refused_with_a_reason() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn warm_a_database_and_a_bench_configuration() {
+    let dir = TempDir::new("warm");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("warm.json");
+    run(&[
+        "bench",
+        "--workload",
+        "scan",
+        "--data",
+        "2MiB",
+        "--warmup",
+        "0",
+        "--duration",
+        "0.5",
+        "--configs",
+        "local,grid",
+        "--warm",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let v = read_json(&json);
+    let configs = v["configs"].as_array().unwrap();
+    configs.iter().for_each(check_config);
+    assert_eq!(configs[1]["name"], "grid+warm");
+    let w = &configs[1]["warm"];
+    let g = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("no {k} in {w}"));
+    assert!(g("planned_pages") > 100, "{w}");
+    assert_eq!(g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages"), g("planned_pages"), "{w}");
+    assert!(configs[0]["ratio_to_local"].as_f64().is_some(), "local+warm is still the local baseline");
+
+    // `waffle warm` on the bench's database file, L1 only.
+    let db = std::fs::read_dir(&dir.0)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|x| x == "db"))
+        .expect("the bench's database");
+    let out = run(&["warm", db.to_str().unwrap(), "--local", "64MiB", "--grid", "", "--quiet"]);
+    assert!(out.starts_with("warmed the whole database in "), "{out}");
+    assert!(out.contains(" to L1, 0 to the grid"), "{out}");
+    let bad = waffle().args(["warm", db.to_str().unwrap(), "no_such", "--quiet"]).output().unwrap();
+    assert!(!bad.status.success());
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(stderr.contains("'no_such'"), "{stderr}");
+}

@@ -30,6 +30,7 @@ use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
 use crate::versions::{self, SavedVersions, Versions, MAX_PAGES, SEGMENT_BITS};
+use crate::warm::{Placed, WarmProgress};
 use crate::working_set::{self, WorkingSet};
 
 const STRIPES: usize = 256;
@@ -115,6 +116,8 @@ pub struct PageCache {
     fuse_reason: Mutex<Option<String>>,
     /// Distinct pages read or written lately (the stats' `working_set`).
     working_set: WorkingSet,
+    /// The last (or running) warm's progress (warm.rs).
+    warm: WarmProgress,
 }
 
 impl PageCache {
@@ -149,6 +152,7 @@ impl PageCache {
             fused: AtomicBool::new(false),
             fuse_reason: Mutex::new(None),
             working_set: WorkingSet::new(),
+            warm: WarmProgress::default(),
         }
     }
 
@@ -597,6 +601,7 @@ impl PageCache {
         m.insert("working_set".into(), working_set::to_json(pages, self.page_bytes() as u64, held_l1, grid_memory));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
+        m.insert("warm".into(), self.warm.to_json());
         m
     }
 
@@ -740,6 +745,84 @@ impl PageCache {
 
     fn all_stripes(&self) -> Vec<MutexGuard<'_, ()>> {
         self.stripes.iter().map(|s| s.lock().unwrap()).collect()
+    }
+}
+
+/// What warming (warm.rs) needs of the tiers, kept apart from the read and write paths.
+impl PageCache {
+    /// The last (or running) warm's progress.
+    pub fn warm_progress(&self) -> &WarmProgress {
+        &self.warm
+    }
+
+    /// The version to capture before warming `page` reads it, or None when
+    /// the page needs no warming: L1 or the push queue has it already.
+    pub(crate) fn warm_version(&self, page: u64) -> Option<u64> {
+        if self.pool.contains(page) || self.pusher.take_if_queued(page) {
+            return None;
+        }
+        Some(self.versions.current(page))
+    }
+
+    /// Places a page warming read at `version` (captured before the read):
+    /// into L1 while its shard has room (never evicting), else to the grid
+    /// through the pusher, waiting for room in its queue (`push_wait`, a
+    /// bounded wait that stops early when `cancel` is set) rather than
+    /// dropping anyone's page. A write since the capture wins: the bytes are
+    /// dropped (checked under the page's stripe lock, as `fill` does).
+    pub(crate) fn warm_place(
+        &self,
+        page: u64,
+        version: u64,
+        bytes: Box<[u8]>,
+        push_wait: Duration,
+        cancel: &AtomicBool,
+    ) -> Placed {
+        if self.is_fused() {
+            return Placed::Raced;
+        }
+        self.versions.touch(page);
+        let bytes = {
+            let _g = self.stripe(page);
+            if self.versions.current(page) != version {
+                return Placed::Raced;
+            }
+            match self.pool.insert_if_room(page, version, bytes) {
+                Ok(()) => return Placed::L1,
+                Err(bytes) if self.pool.contains(page) => {
+                    drop(bytes);
+                    return Placed::Held; // a read brought it in meanwhile
+                }
+                Err(bytes) => bytes,
+            }
+        };
+        if self.grid.get().is_none() {
+            return Placed::NoRoom;
+        }
+        if self.presence.held_by_push(page) {
+            return Placed::Held; // pushed at this version, within the grid's reach
+        }
+        let len = bytes.len() as u64;
+        let deadline = Instant::now() + push_wait;
+        loop {
+            if cancel.load(Ordering::Relaxed) {
+                return Placed::NoRoom;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Placed::NoRoom;
+            }
+            if self.pusher.wait_room(len, (deadline - now).min(Duration::from_millis(50))) {
+                break;
+            }
+        }
+        // Under the stripe lock: a write after this point discards the queued copy (`wrote`).
+        let _g = self.stripe(page);
+        if self.versions.current(page) != version {
+            return Placed::Raced;
+        }
+        self.pusher.push(Evicted { page, version, bytes, scan: false });
+        Placed::Pushed
     }
 }
 

@@ -15,6 +15,9 @@
 //!    versions.bump(page) (every older grid copy is now rejected) and L1 takes the bytes.
 //!
 //!  L1 eviction ──> pusher (bounded queue, drops oldest) ──> grid, pipelined `ms ... q`
+//!
+//!  warm (warm.rs): runs of pages, 1 MiB reads ──> L1's free room, then the pusher
+//!    (waiting for room, never dropping); version captured before each read
 //! ```
 //!
 //! The disk is the only source of truth. A grid value is served only when its
@@ -38,6 +41,7 @@ pub mod seal;
 pub mod sidecar;
 pub mod stats;
 pub mod versions;
+pub mod warm;
 pub mod working_set;
 
 pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, Source};

@@ -75,6 +75,8 @@ pub struct Presence {
     /// Lookups that missed since the last hit.
     miss_streak: AtomicU32,
     aged_ticket: AtomicU64,
+    /// The stamp a warm restart gave the saved pages (0: none): a guess, not a push seen.
+    restart_stamp: AtomicU32,
 }
 
 impl Presence {
@@ -101,6 +103,14 @@ impl Presence {
         } else {
             Verdict::Held { age }
         }
+    }
+
+    /// Whether this cache pushed `page` at its version and the grid is seen to
+    /// keep it still ([`Verdict::Held`], not from a warm restart's guess):
+    /// warming need not push it again.
+    pub fn held_by_push(&self, page: u64) -> bool {
+        let stamp = self.stamp(page);
+        stamp != self.restart_stamp.load(Ordering::Relaxed) && matches!(self.verdict(page), Verdict::Held { .. })
     }
 
     /// Whether this lookup of an aged page is one of the sampled ones.
@@ -222,6 +232,7 @@ impl Presence {
         let last = (pages.min(MAX_PAGES) - 1) as usize;
         self.grow(0, last);
         let stamp = self.next_stamp();
+        self.restart_stamp.store(stamp, Ordering::Relaxed);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         for s in segments[0].iter().take(last + 1) {
             if s.compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
@@ -373,5 +384,17 @@ mod tests {
         assert_eq!(p.reach(), 3000);
         assert!(matches!(p.verdict(4999 - 2000), Verdict::Held { .. }));
         assert_eq!((0..10 * AGED_SAMPLE_EVERY).filter(|_| p.sample_aged()).count() as u64, 10);
+    }
+
+    #[test]
+    fn only_a_push_seen_here_counts_as_held_for_warming() {
+        let p = Presence::new();
+        p.insert_first(10);
+        assert!(matches!(p.verdict(3), Verdict::Held { .. }));
+        assert!(!p.held_by_push(3), "a warm restart's stamp is a guess");
+        p.insert(3);
+        assert!(p.held_by_push(3));
+        p.remove(3);
+        assert!(!p.held_by_push(3));
     }
 }

@@ -182,6 +182,26 @@ impl Pusher {
         true
     }
 
+    /// Waits (at most `timeout`) until `bytes` more fit in the queue without
+    /// dropping anything. Warming paces its pushes with this: its pages wait
+    /// for room rather than push older pages (or each other) out.
+    pub fn wait_room(&self, bytes: u64, timeout: Duration) -> bool {
+        if bytes > self.shared.capacity_bytes {
+            return false;
+        }
+        let deadline = Instant::now() + timeout;
+        let mut q = self.shared.queue.lock().unwrap();
+        while q.bytes + bytes > self.shared.capacity_bytes {
+            let now = Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            // The pusher signals `idle` after every batch it sent.
+            q = self.shared.idle.wait_timeout(q, deadline - now).unwrap().0;
+        }
+        true
+    }
+
     /// Takes a page back out of the queue (an L1 miss on a page not yet
     /// pushed). A page in the batch being sent is copied: its push goes on,
     /// and the grid copy it leaves is valid (same version) or will be rejected.

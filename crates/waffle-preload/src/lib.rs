@@ -17,7 +17,8 @@
 //! Modules: `hooks` (the interposed functions), `real` (the functions behind
 //! them), `guard` (re-entry), `state` (which process, still caching?),
 //! `fds` (descriptor table), `runtime` (the cache, segments, stats file),
-//! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`).
+//! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`), `warm` (warming
+//! tablespaces on request: `waffle warm --mysql`).
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -37,3 +38,4 @@ mod log;
 mod real;
 mod runtime;
 mod state;
+mod warm;

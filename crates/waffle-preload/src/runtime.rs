@@ -68,6 +68,19 @@ struct Slot {
     refs: u32,
     file: (u64, u64),
     cached: bool,
+    /// The tablespace's name and the file's path (what a warm reads: warm.rs).
+    name: String,
+    path: PathBuf,
+}
+
+/// A cached tablespace file held open for a warm (its segment cannot be
+/// reused meanwhile); give it back with [`Runtime::unpin`].
+pub struct Pinned {
+    pub segment: u32,
+    pub name: String,
+    pub path: PathBuf,
+    /// (device, inode): the file the segment names.
+    pub file: (u64, u64),
 }
 
 #[derive(Default)]
@@ -353,10 +366,12 @@ impl Runtime {
         // The name from the descriptor's absolute path (a path relative to
         // some dirfd may lack the database directory), else from the path given.
         let full = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok().map(|p| p.to_string_lossy().into_owned());
-        let name = match full.filter(|f| f.rsplit('/').next() == path.rsplit('/').next()) {
-            Some(f) => innodb::tablespace_name(&f),
+        let full = full.filter(|f| f.rsplit('/').next() == path.rsplit('/').next());
+        let name = match &full {
+            Some(f) => innodb::tablespace_name(f),
             None => innodb::tablespace_name(path),
         };
+        let file_path = PathBuf::from(full.as_deref().unwrap_or(path));
         self.counters.tracked_opens.incr();
         if flags & libc::O_DIRECT == 0
             && flags & libc::O_ACCMODE == libc::O_RDWR
@@ -409,7 +424,8 @@ impl Runtime {
                 };
                 info.stats.store(stats as *const NameStats as *mut NameStats, Ordering::Release);
                 info.space_id.store(NO_SPACE, Ordering::Release);
-                segs.slots[segment as usize] = Some(Slot { refs: 1, file, cached });
+                segs.slots[segment as usize] =
+                    Some(Slot { refs: 1, file, cached, name: name.clone(), path: file_path });
                 segs.by_file.insert(file, segment);
                 (segment, cached)
             }
@@ -434,6 +450,35 @@ impl Runtime {
         if !fds::set(fd, slot) {
             self.turn_off(format!("descriptor {fd} is beyond the {} descriptors the preload tracks", fds::MAX_FD));
         }
+    }
+
+    /// Holds every open, cached tablespace file whose name `which` matches
+    /// (one reference each, as a descriptor would): a warm reads them.
+    pub fn pin_cached(&self, which: &Filter) -> Vec<Pinned> {
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        let mut pinned = Vec::new();
+        for (segment, slot) in segs.slots.iter_mut().enumerate() {
+            if let Some(s) = slot.as_mut().filter(|s| s.cached && which.matches(&s.name)) {
+                s.refs += 1;
+                pinned.push(Pinned {
+                    segment: segment as u32,
+                    name: s.name.clone(),
+                    path: s.path.clone(),
+                    file: s.file,
+                });
+            }
+        }
+        pinned
+    }
+
+    /// Gives back a reference [`Runtime::pin_cached`] took.
+    pub fn unpin(&self, p: Pinned) {
+        self.release(fds::encode(p.segment, true));
+    }
+
+    /// The EMULATED device, if any (a warm's reads wait for it too).
+    pub fn device(&self) -> Option<&EmulatedDevice> {
+        self.device.as_ref()
     }
 
     /// A descriptor of the file `slot` names was closed.
@@ -756,6 +801,9 @@ fn start_stats_thread() {
                 return;
             }
             let _ = std::panic::catch_unwind(|| write_stats(false));
+            if let Some(rt) = get() {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::warm::poll(rt)));
+            }
         }
     });
     if let Err(e) = spawned {

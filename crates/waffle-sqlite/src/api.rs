@@ -18,6 +18,34 @@ type UriParameter = unsafe extern "C" fn(*const c_char, *const c_char) -> *const
 type Malloc = unsafe extern "C" fn(c_int) -> *mut c_void;
 type UriKey = unsafe extern "C" fn(*const c_char, c_int) -> *const c_char;
 type LibversionNumber = unsafe extern "C" fn() -> c_int;
+// A connection of our own (warm.rs runs its reads inside read transactions of one).
+type OpenV2 = unsafe extern "C" fn(*const c_char, *mut *mut c_void, c_int, *const c_char) -> c_int;
+type Close = unsafe extern "C" fn(*mut c_void) -> c_int;
+type PrepareV2 = unsafe extern "C" fn(*mut c_void, *const c_char, c_int, *mut *mut c_void, *mut *const c_char) -> c_int;
+type Step = unsafe extern "C" fn(*mut c_void) -> c_int;
+type Finalize = unsafe extern "C" fn(*mut c_void) -> c_int;
+type BindText = unsafe extern "C" fn(*mut c_void, c_int, *const c_char, c_int, isize) -> c_int;
+type ColumnInt64 = unsafe extern "C" fn(*mut c_void, c_int) -> i64;
+type ColumnText = unsafe extern "C" fn(*mut c_void, c_int) -> *const u8;
+type Errmsg = unsafe extern "C" fn(*mut c_void) -> *const c_char;
+type BusyTimeout = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
+type Threadsafe = unsafe extern "C" fn() -> c_int;
+
+/// The routines a connection of our own needs (all in every SQLite since 3.7.7).
+#[derive(Clone, Copy)]
+pub struct Sql {
+    pub open_v2: OpenV2,
+    pub close: Close,
+    pub prepare_v2: PrepareV2,
+    pub step: Step,
+    pub finalize: Finalize,
+    pub bind_text: BindText,
+    pub column_int64: ColumnInt64,
+    pub column_text: ColumnText,
+    pub errmsg: Errmsg,
+    pub busy_timeout: BusyTimeout,
+    pub threadsafe: Threadsafe,
+}
 
 #[derive(Clone, Copy)]
 pub struct Api {
@@ -27,6 +55,7 @@ pub struct Api {
     pub malloc: Malloc,
     /// The N-th URI parameter's name (SQLite >= 3.31; None before).
     pub uri_key: Option<UriKey>,
+    pub sql: Sql,
 }
 
 // Positions in `struct sqlite3_api_routines` (sqlite3ext.h). The struct only
@@ -37,6 +66,17 @@ const SLOT_VFS_REGISTER: usize = 142;
 const SLOT_URI_PARAMETER: usize = 189;
 const SLOT_LIBVERSION_NUMBER: usize = 67;
 const SLOT_URI_KEY: usize = 245;
+const SLOT_BIND_TEXT: usize = 10;
+const SLOT_BUSY_TIMEOUT: usize = 14;
+const SLOT_CLOSE: usize = 16;
+const SLOT_COLUMN_INT64: usize = 29;
+const SLOT_COLUMN_TEXT: usize = 36;
+const SLOT_ERRMSG: usize = 53;
+const SLOT_FINALIZE: usize = 57;
+const SLOT_STEP: usize = 94;
+const SLOT_PREPARE_V2: usize = 116;
+const SLOT_OPEN_V2: usize = 135;
+const SLOT_THREADSAFE: usize = 144;
 /// sqlite3_uri_key arrived in 3.31.0: older tables end before its slot.
 const URI_KEY_SINCE: c_int = 3_031_000;
 
@@ -70,6 +110,19 @@ impl Api {
                 uri_parameter: std::mem::transmute::<*const c_void, UriParameter>(slot(SLOT_URI_PARAMETER)?),
                 malloc: std::mem::transmute::<*const c_void, Malloc>(slot(SLOT_MALLOC)?),
                 uri_key,
+                sql: Sql {
+                    open_v2: std::mem::transmute::<*const c_void, OpenV2>(slot(SLOT_OPEN_V2)?),
+                    close: std::mem::transmute::<*const c_void, Close>(slot(SLOT_CLOSE)?),
+                    prepare_v2: std::mem::transmute::<*const c_void, PrepareV2>(slot(SLOT_PREPARE_V2)?),
+                    step: std::mem::transmute::<*const c_void, Step>(slot(SLOT_STEP)?),
+                    finalize: std::mem::transmute::<*const c_void, Finalize>(slot(SLOT_FINALIZE)?),
+                    bind_text: std::mem::transmute::<*const c_void, BindText>(slot(SLOT_BIND_TEXT)?),
+                    column_int64: std::mem::transmute::<*const c_void, ColumnInt64>(slot(SLOT_COLUMN_INT64)?),
+                    column_text: std::mem::transmute::<*const c_void, ColumnText>(slot(SLOT_COLUMN_TEXT)?),
+                    errmsg: std::mem::transmute::<*const c_void, Errmsg>(slot(SLOT_ERRMSG)?),
+                    busy_timeout: std::mem::transmute::<*const c_void, BusyTimeout>(slot(SLOT_BUSY_TIMEOUT)?),
+                    threadsafe: std::mem::transmute::<*const c_void, Threadsafe>(slot(SLOT_THREADSAFE)?),
+                },
             })
         }
     }
@@ -84,6 +137,23 @@ impl Api {
             fn sqlite3_uri_parameter(filename: *const c_char, param: *const c_char) -> *const c_char;
             fn sqlite3_malloc(n: c_int) -> *mut c_void;
             fn sqlite3_uri_key(filename: *const c_char, n: c_int) -> *const c_char;
+            fn sqlite3_open_v2(name: *const c_char, db: *mut *mut c_void, flags: c_int, vfs: *const c_char) -> c_int;
+            fn sqlite3_close(db: *mut c_void) -> c_int;
+            fn sqlite3_prepare_v2(
+                db: *mut c_void,
+                sql: *const c_char,
+                n: c_int,
+                stmt: *mut *mut c_void,
+                tail: *mut *const c_char,
+            ) -> c_int;
+            fn sqlite3_step(stmt: *mut c_void) -> c_int;
+            fn sqlite3_finalize(stmt: *mut c_void) -> c_int;
+            fn sqlite3_bind_text(stmt: *mut c_void, i: c_int, text: *const c_char, n: c_int, free: isize) -> c_int;
+            fn sqlite3_column_int64(stmt: *mut c_void, i: c_int) -> i64;
+            fn sqlite3_column_text(stmt: *mut c_void, i: c_int) -> *const u8;
+            fn sqlite3_errmsg(db: *mut c_void) -> *const c_char;
+            fn sqlite3_busy_timeout(db: *mut c_void, ms: c_int) -> c_int;
+            fn sqlite3_threadsafe() -> c_int;
         }
         Api {
             vfs_find: sqlite3_vfs_find,
@@ -91,6 +161,19 @@ impl Api {
             uri_parameter: sqlite3_uri_parameter,
             malloc: sqlite3_malloc,
             uri_key: Some(sqlite3_uri_key),
+            sql: Sql {
+                open_v2: sqlite3_open_v2,
+                close: sqlite3_close,
+                prepare_v2: sqlite3_prepare_v2,
+                step: sqlite3_step,
+                finalize: sqlite3_finalize,
+                bind_text: sqlite3_bind_text,
+                column_int64: sqlite3_column_int64,
+                column_text: sqlite3_column_text,
+                errmsg: sqlite3_errmsg,
+                busy_timeout: sqlite3_busy_timeout,
+                threadsafe: sqlite3_threadsafe,
+            },
         }
     }
 }

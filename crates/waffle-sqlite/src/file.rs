@@ -36,6 +36,8 @@ pub struct WaffleFile {
     pub shm0: *const u8,
     /// For a WAL file of a cached database: its write counter (`OpenDb::wal_writes`); null otherwise.
     pub wal_writes: *const std::sync::atomic::AtomicU64,
+    /// The main file of a warm thread's connection (warm.rs; registry counts it apart).
+    pub warmer: bool,
 }
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.
@@ -152,12 +154,12 @@ unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
     // SAFETY: f is ours; SQLite closes it once.
     let rc = unsafe { pass_close(f) };
     // SAFETY: f is ours.
-    let p = unsafe { std::mem::replace(&mut (*wf).db, std::ptr::null()) };
+    let (p, warmer) = unsafe { (std::mem::replace(&mut (*wf).db, std::ptr::null()), (*wf).warmer) };
     if !p.is_null() {
         // SAFETY: made by Arc::into_raw in xOpen; given back exactly once here.
         let db = unsafe { Arc::from_raw(p) };
         guard(|| {
-            registry::detach(db);
+            registry::detach(db, warmer);
             SQLITE_OK
         });
     }

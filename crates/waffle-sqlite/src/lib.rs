@@ -8,6 +8,8 @@
 //!  SQLite pager ──xRead(page)──> file.rs ──> waffle_core::PageCache ──> L1 / grid / O_DIRECT file
 //!               ──xWrite(page)─> file.rs ──> real file (first) ──> PageCache::wrote
 //!               ──PRAGMA waffle_stats──> pragma.rs
+//!               ──PRAGMA waffle_warm──> warm.rs: a thread with its own connection reads
+//!                     pages in large reads inside read transactions (btree.rs finds a table's)
 //!               ──xLock/xUnlock/xShmLock─> file.rs ──> coherence.rs: before a
 //!                     transaction reads, forget what other writers changed
 //!                     (file signature; wal-index via wal_index.rs)
@@ -29,7 +31,9 @@
 use std::os::raw::{c_char, c_int, c_void};
 
 mod api;
+mod btree;
 mod coherence;
+mod connection;
 mod ffi;
 mod file;
 mod pragma;
@@ -38,6 +42,7 @@ mod registry;
 mod test_faults;
 mod vfs;
 mod wal_index;
+mod warm;
 
 pub use vfs::VFS_NAME;
 

@@ -54,6 +54,8 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             let done = db.cache.flush_pushes(FLUSH_TIMEOUT);
             (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
         })),
+        // Starts a background warm of the database or of one table or index (warm.rs).
+        "waffle_warm" => Some(crate::warm::start(db, value)),
         _ => None,
     }
 }

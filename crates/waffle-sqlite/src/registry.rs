@@ -46,6 +46,8 @@ pub struct OpenDb {
     /// Bytes 24..40 of page 1 as the cache last saw them (read or written
     /// through it): what SQLite's pager compares at its next SHARED lock.
     pub header_seen: Mutex<Option<[u8; 16]>>,
+    /// The background warm of this database (`PRAGMA waffle_warm`), if one runs.
+    pub warm: Arc<crate::warm::Job>,
     sidecar: Sidecar,
 }
 
@@ -63,6 +65,9 @@ impl OpenDb {
 struct Entry {
     db: Arc<OpenDb>,
     refs: usize,
+    /// Of `refs`, the connections of warm threads (warm.rs): when only they
+    /// are left, the database is closing and the warm is told to stop.
+    warmers: usize,
 }
 
 type Key = (u64, u64);
@@ -108,6 +113,17 @@ pub fn wal_writes_of(wal: &Path) -> Option<Arc<AtomicU64>> {
     open.as_ref()?.get(&key).map(|e| Arc::clone(&e.db.wal_writes))
 }
 
+/// A reference for a warm thread's connection to `db` (counted as a warmer),
+/// taken while a connection of the caller holds the database open. None if
+/// `db` is not open (it always is when a PRAGMA asks).
+pub fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
+    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    let e = open.get_or_insert_with(HashMap::new).values_mut().find(|e| std::ptr::eq(&*e.db, db))?;
+    e.refs += 1;
+    e.warmers += 1;
+    Some(Arc::clone(&e.db))
+}
+
 /// Joins (or creates) the cache of the database at `path`, which the caller has just opened.
 pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     let key = key_of(path)?;
@@ -123,7 +139,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     OPEN.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
-        .insert(key, Entry { db: Arc::clone(&db), refs: 1 });
+        .insert(key, Entry { db: Arc::clone(&db), refs: 1, warmers: 0 });
     Ok(db)
 }
 
@@ -169,6 +185,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         wal_path: PathBuf::from(wal),
         wal_writes: Arc::new(AtomicU64::new(0)),
         header_seen: Mutex::new(None),
+        warm: Arc::default(),
         sidecar,
     })
 }
@@ -185,7 +202,11 @@ pub fn grid_for(config: &Config, link: Option<&Arc<Link>>, nodes: Vec<NodeSpec>)
 /// Leaves the cache; the last one out closes it cleanly, holding the file's
 /// gate (a reopen of this file waits for the sidecar to be saved) but not the
 /// registry (other databases open and close meanwhile).
-pub fn detach(db: Arc<OpenDb>) {
+///
+/// `warmer`: the connection is a warm thread's (see [`reserve_warmer`]). When
+/// the last other connection leaves, the warm is stopped and waited for
+/// (bounded): its connection's close is then the last one, on its thread.
+pub fn detach(db: Arc<OpenDb>, warmer: bool) {
     let find = |open: &HashMap<Key, Entry>| open.iter().find(|(_, e)| Arc::ptr_eq(&e.db, &db)).map(|(k, _)| *k);
     let key = {
         let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
@@ -197,6 +218,15 @@ pub fn detach(db: Arc<OpenDb>) {
         let entry = open.get_mut(&key).expect("found above");
         if entry.refs > 1 {
             entry.refs -= 1;
+            entry.warmers -= usize::from(warmer);
+            let only_warmers = !warmer && entry.refs == entry.warmers;
+            drop(guard);
+            if only_warmers {
+                // No Arc of ours may outlive this: the warm's close must find itself the last.
+                let job = Arc::clone(&db.warm);
+                drop(db);
+                job.stop_and_wait();
+            }
             return;
         }
         key
@@ -208,6 +238,7 @@ pub fn detach(db: Arc<OpenDb>) {
         let open = guard.get_or_insert_with(HashMap::new);
         let entry = open.get_mut(&key).expect("only detach removes an entry, under this gate");
         entry.refs -= 1;
+        entry.warmers -= usize::from(warmer);
         if entry.refs > 0 {
             return; // another connection joined while we waited for the gate
         }

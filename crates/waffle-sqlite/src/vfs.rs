@@ -160,13 +160,16 @@ unsafe fn open(
         (*wf).lock_level = 0;
         (*wf).shm0 = std::ptr::null();
         (*wf).wal_writes = std::ptr::null();
+        (*wf).warmer = false;
     }
     // SAFETY: f has szOsFile = REAL_OFFSET + the base VFS's szOsFile bytes (register sized it so).
     let real = unsafe { file::real(f) };
     // SAFETY: real is inside f; a null pMethods marks it not (yet) open, for close_real.
     unsafe { (*real).pMethods = std::ptr::null() };
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();
-    let config = if is_main {
+    // A warm thread's connection joins the database it warms, whatever its URI says.
+    let warming = is_main && crate::warm::joining();
+    let config = if is_main && !warming {
         // SAFETY: name is xOpen's filename for a main database, not null.
         match unsafe { config_for(name) } {
             Ok(c) => Some(c),
@@ -190,6 +193,17 @@ unsafe fn open(
     }
     #[cfg(test)]
     crate::test_faults::maybe_panic(&crate::test_faults::PANIC_IN_OPEN, "xOpen after the base open");
+    if warming {
+        if let Some(db) = crate::warm::take_joining() {
+            // SAFETY: f is ours to fill; main_close gives the Arc back (to registry::detach as a warmer).
+            unsafe {
+                (*wf).db = Arc::into_raw(db);
+                (*wf).warmer = true;
+                (*wf).base.pMethods = &MAIN_METHODS;
+            }
+            return SQLITE_OK;
+        }
+    }
     let Some(config) = config else {
         // SAFETY: f is ours to fill (as above).
         unsafe { (*wf).base.pMethods = &PASS_METHODS };

@@ -15,6 +15,10 @@
 //! EMULATED link; `--link` sets the link of every grid configuration without one.
 //! `CONFIG/DEVICE` (e.g. `local/hdd-10k`, `grid@1gbe/ssd-2009`) runs that
 //! configuration on an EMULATED device; `--device` sets the others'.
+//! `+warm` (e.g. `grid+warm`, `grid:2@1gbe/hdd-10k+warm`; `--warm` adds it to
+//! every waffle configuration) replaces the warm-up pass over every table and
+//! index with `PRAGMA waffle_warm` (large sequential reads into L1, past it
+//! into the grid); the report says how long it took and what it filled.
 
 use waffle_emulation::LinkProfile;
 
@@ -33,11 +37,16 @@ pub struct ConfigSpec {
     pub link: Option<Option<LinkProfile>>,
     /// As `link`, for the backing device (`Some(None)`: this machine's disk).
     pub device: Option<Option<String>>,
+    /// `+warm`: warm with `PRAGMA waffle_warm` before the run.
+    pub warm: bool,
 }
 
 impl ConfigSpec {
     pub fn parse(s: &str) -> Result<ConfigSpec, String> {
-        let s = s.trim();
+        let given = s.trim();
+        let warm = given.contains("+warm");
+        let stripped = given.replace("+warm", "");
+        let s = stripped.as_str();
         let (s_base, device) = match s.split_once('/') {
             Some((b, d)) => {
                 let d = d.trim();
@@ -76,7 +85,10 @@ impl ConfigSpec {
         if device.is_some() && kind == Kind::Stock {
             return Err(format!("'{s}': stock SQLite reads through the kernel; it has no emulated device"));
         }
-        Ok(ConfigSpec { kind, link, device })
+        if warm && kind == Kind::Stock {
+            return Err(format!("'{given}': stock SQLite has no waffle to warm"));
+        }
+        Ok(ConfigSpec { kind, link, device, warm })
     }
 }
 
@@ -127,6 +139,8 @@ pub struct Plan {
     pub link: Option<LinkProfile>,
     /// An emulated device profile name; None: this machine's disk.
     pub device: Option<String>,
+    /// Warm with `PRAGMA waffle_warm` instead of the pass over every table and index.
+    pub warm: bool,
 }
 
 impl Plan {
@@ -156,6 +170,7 @@ impl Plan {
             node_mib: 0,
             link: None,
             device: spec.device.clone().unwrap_or(default_device),
+            warm: spec.warm,
         };
         match spec.kind {
             Kind::Local => {}
@@ -207,6 +222,10 @@ mod tests {
         assert_eq!(ConfigSpec::parse("local/real").unwrap().device, Some(None));
         assert!(ConfigSpec::parse("local/floppy").is_err());
         assert!(ConfigSpec::parse("stock/hdd-10k").is_err());
+        let w = ConfigSpec::parse("grid:2@1gbe/hdd-10k+warm").unwrap();
+        assert!(w.warm && w.kind == Kind::Grid { nodes: 2 } && w.device == Some(Some("hdd-10k".to_string())));
+        assert!(!ConfigSpec::parse("grid").unwrap().warm);
+        assert!(ConfigSpec::parse("stock+warm").is_err());
 
         let b = 64 << 20;
         let s = 4 << 20;

@@ -159,6 +159,8 @@ pub struct ConfigResult {
     pub grid: Option<GridTraffic>,
     /// The cache's working-set estimate against the file (waffle configurations).
     pub working_set: Option<WorkingSet>,
+    /// `+warm`: how long `PRAGMA waffle_warm` took and what it filled.
+    pub warm: Option<crate::warm::Warmed>,
     /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).
     pub counters: serde_json::Map<String, serde_json::Value>,
     pub ratio_to_local: Option<f64>,
@@ -184,9 +186,9 @@ fn finite(x: f64) -> Option<f64> {
     x.is_finite().then_some(x)
 }
 
-/// A configuration's kind without its link and device (`grid:2@1gbe/hdd-10k` -> `grid:2`).
+/// A configuration's kind without its link, device and warming (`grid:2@1gbe/hdd-10k+warm` -> `grid:2`).
 pub fn base_name(name: &str) -> &str {
-    name.split(['@', '/']).next().unwrap_or(name)
+    name.split(['@', '/', '+']).next().unwrap_or(name)
 }
 
 /// Fills each result's ratios to the first `local`, `all-local` and `stock`
@@ -327,6 +329,9 @@ pub fn print_table(results: &[ConfigResult]) {
                 .map_or(" (the run outlasted the 15-minute window)".into(), |x| format!(", 15m/warm-up {x:.3}")),
             ws.advice
         );
+        if let Some(w) = &r.warm {
+            println!("  {}: {}", r.name, w.summary());
+        }
     }
     for r in results.iter().filter(|r| r.grid.is_some()) {
         let g = r.grid.as_ref().expect("filtered");

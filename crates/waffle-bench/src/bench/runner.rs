@@ -107,9 +107,9 @@ pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u
 /// The pages the warm-up's pass read: the whole file, or the tables and
 /// indexes the workload names and page 1 (counted by SQLite's `dbstat` on a
 /// connection of its own). 0 when unknown.
-fn prewarmed_pages(workload: &dyn Workload, path: &Path, stats: &Value) -> u64 {
+fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, stats: &Value) -> u64 {
     let Some(page_bytes) = stats["page_bytes"].as_u64().filter(|&b| b > 0) else { return 0 };
-    let Some(names) = workload.prewarmed() else {
+    let Some(names) = names else {
         return std::fs::metadata(path).map_or(0, |m| m.len()) / page_bytes;
     };
     let count = || -> rusqlite::Result<u64> {
@@ -200,13 +200,25 @@ pub fn run_config(
         .map_err(|e| err("open", e))?;
 
     let started = Instant::now();
-    eprintln!(
-        "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
-        plan.name,
-        opts.warmup.as_secs_f64()
-    );
-    for sql in workload.prewarm() {
-        conns[0].query_row(&sql, [], |_| Ok(())).map_err(|e| err(&sql, e))?;
+    let mut warmed = None;
+    if plan.warm {
+        eprintln!(
+            "waffle bench: {}: warming up (PRAGMA waffle_warm, then {:.0} s of the workload)",
+            plan.name,
+            opts.warmup.as_secs_f64()
+        );
+        let w = crate::warm::warm(&conns[0], None, None).map_err(|e| format!("{}: warm: {e}", plan.name))?;
+        eprintln!("waffle bench: {}: {}", plan.name, w.summary());
+        warmed = Some(w);
+    } else {
+        eprintln!(
+            "waffle bench: {}: warming up (a pass over every table and index, then {:.0} s of the workload)",
+            plan.name,
+            opts.warmup.as_secs_f64()
+        );
+        for sql in workload.prewarm() {
+            conns[0].query_row(&sql, [], |_| Ok(())).map_err(|e| err(&sql, e))?;
+        }
     }
     if !opts.warmup.is_zero() {
         let (t, _, _) = phase(workload, &mut conns, opts.warmup, opts.seed ^ 0x5eed);
@@ -229,7 +241,12 @@ pub fn run_config(
     }
     let after = if plan.waffle { waffle_stats(&conns[0], false).map_err(|e| err("stats", e))? } else { Value::Null };
     let within_15m = started.elapsed() < Duration::from_secs(15 * 60);
-    let known_pages = if plan.waffle { prewarmed_pages(workload, &path, &after) } else { 0 };
+    // PRAGMA waffle_warm (a `+warm` configuration) reads the whole file; the pass, what the workload names.
+    let known_pages = match (plan.waffle, plan.warm) {
+        (false, _) => 0,
+        (true, true) => prewarmed_pages(None, &path, &after),
+        (true, false) => prewarmed_pages(workload.prewarmed(), &path, &after),
+    };
 
     let mc: Vec<_> = grid.iter().filter_map(|a| memcached_stats(a)).collect();
     drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
@@ -333,6 +350,7 @@ pub fn run_config(
         hits,
         grid: grid_traffic,
         working_set: if plan.waffle { WorkingSet::from_stats(&after, known_pages, within_15m) } else { None },
+        warm: warmed,
         ratio_to_local: None,
         ratio_to_all_local: None,
         ratio_to_stock: None,

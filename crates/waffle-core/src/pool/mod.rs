@@ -191,6 +191,24 @@ impl Pool {
         self.shard(page).update(|cache| cache.insert(page, version, bytes, true, evicted));
     }
 
+    /// Inserts `page` only if its shard has room for it without evicting
+    /// anything (warming fills free space, never pushes hot pages out).
+    /// Gives the bytes back when there is no room or the page is cached.
+    pub fn insert_if_room(&self, page: u64, version: u64, bytes: Box<[u8]>) -> Result<(), Box<[u8]>> {
+        self.shard(page).update(|cache| {
+            if bytes.is_empty()
+                || cache.contains(page)
+                || cache.used_bytes() + bytes.len() as u64 > cache.budget_bytes()
+            {
+                return Err(bytes);
+            }
+            let mut evicted = Vec::new();
+            cache.insert(page, version, bytes, false, &mut evicted);
+            debug_assert!(evicted.is_empty(), "an insert with room evicted");
+            Ok(())
+        })
+    }
+
     /// Drops the entry if present (no eviction report).
     pub fn remove(&self, page: u64) -> bool {
         self.shard(page).update(|cache| cache.remove(page))

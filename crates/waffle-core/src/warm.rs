@@ -1,0 +1,410 @@
+//! Warming: reading pages ahead of demand, in large sequential reads, into L1
+//! while it has free room and past it into the grid.
+//!
+//! The adapter names runs of pages (a whole file, or the sorted pages of a
+//! table's b-tree) and calls [`PageCache::warm_run`] in bounded pieces
+//! ([`Budget`]): between pieces it lets writers in (SQLite: the piece runs
+//! inside a read transaction, see waffle-sqlite's warm.rs). Each read covers
+//! up to [`WARM_READ_BYTES`] of the run.
+//!
+//! The rule of every read below L1 holds here too: a page's version is
+//! captured before the read, and the bytes are installed (or queued for the
+//! grid) only if the version is unchanged, checked under the page's stripe
+//! lock. A write that raced the read has bumped the version (and put its own
+//! bytes in L1, or discarded a queued copy), so the older bytes are dropped.
+//!
+//! Placement: L1 only where its shard has free room (a warm never evicts a
+//! page someone read); past that, the pusher, waiting for room in its bounded
+//! queue instead of dropping older pages (each page waits at most
+//! [`PUSH_WAIT`], then counts as dropped). A page the grid already holds at
+//! its version (presence `Held`) is not pushed again.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::backing::{Backing, PageId};
+use crate::cache::PageCache;
+use crate::versions::{split, MAX_PAGES};
+
+/// Most bytes one warming read asks the backing for.
+pub const WARM_READ_BYTES: usize = 1 << 20;
+/// How long one page may wait for room in the push queue before it is given
+/// up, where nothing else waits for the warm (an adapter holding a lock for
+/// the warm's reads gives a shorter [`Budget::push_wait`]).
+pub const PUSH_WAIT: Duration = Duration::from_secs(10);
+
+/// Sees each page a warm read (page number, bytes) and says whether to warm
+/// it: a walk reads the small gaps between its pages rather than split a read.
+pub type Visit<'a> = dyn FnMut(u64, &[u8]) -> bool + 'a;
+
+/// What became of one warmed page.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// Into L1's free room.
+    L1,
+    /// Queued for the grid.
+    Pushed,
+    /// Already there: L1 (a read brought it meanwhile) or the grid (presence `Held`).
+    Held,
+    /// A write changed the page after its version was captured: the read bytes were dropped.
+    Raced,
+    /// L1 full and no grid, or no room in the push queue in time.
+    NoRoom,
+}
+
+/// Where one piece of warming stops: `bytes` read, `deadline` passed, or `cancel` set.
+pub struct Budget<'a> {
+    pub bytes: u64,
+    pub deadline: Instant,
+    pub cancel: &'a AtomicBool,
+    /// How long one page may wait for room in the push queue (then it counts as dropped).
+    pub push_wait: Duration,
+}
+
+impl Budget<'_> {
+    pub fn spent(&self) -> bool {
+        self.bytes == 0 || Instant::now() >= self.deadline || self.cancel.load(Ordering::Relaxed)
+    }
+}
+
+/// How the last warm ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Finish {
+    Done,
+    Cancelled,
+    Failed(String),
+}
+
+#[derive(Default)]
+struct State {
+    running: bool,
+    target: String,
+    started: Option<Instant>,
+    elapsed: Duration,
+    finish: Option<Finish>,
+}
+
+/// A warm's progress, shown in the stats under "warm". One warm runs at a time.
+#[derive(Default)]
+pub struct WarmProgress {
+    state: Mutex<State>,
+    planned: AtomicU64,
+    read: AtomicU64,
+    l1: AtomicU64,
+    pushed: AtomicU64,
+    skipped: AtomicU64,
+    dropped: AtomicU64,
+    bytes: AtomicU64,
+    reads: AtomicU64,
+}
+
+fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+impl WarmProgress {
+    /// Starts a warm of `target` (counters from 0); refused while one runs.
+    pub fn begin(&self, target: &str) -> Result<(), String> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if s.running {
+            return Err(format!("a warm of {} is running (PRAGMA waffle_stats shows its progress)", s.target));
+        }
+        for c in
+            [&self.planned, &self.read, &self.l1, &self.pushed, &self.skipped, &self.dropped, &self.bytes, &self.reads]
+        {
+            c.store(0, Ordering::Relaxed);
+        }
+        *s = State { running: true, target: target.to_string(), started: Some(Instant::now()), ..State::default() };
+        Ok(())
+    }
+
+    /// `pages` more pages to warm (a table's walk finds them level by level).
+    pub fn plan(&self, pages: u64) {
+        add(&self.planned, pages);
+    }
+
+    pub fn finish(&self, how: Finish) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.running = false;
+        s.elapsed = s.started.map_or(Duration::ZERO, |t| t.elapsed());
+        s.finish = Some(how);
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).running
+    }
+
+    fn count(&self, placed: Placed) {
+        add(
+            match placed {
+                Placed::L1 => &self.l1,
+                Placed::Pushed => &self.pushed,
+                Placed::Held | Placed::Raced => &self.skipped,
+                Placed::NoRoom => &self.dropped,
+            },
+            1,
+        );
+    }
+
+    pub fn to_json(&self) -> Value {
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let state = match (&s.finish, s.running) {
+            (_, true) => "running",
+            (None, false) => "idle",
+            (Some(Finish::Done), false) => "done",
+            (Some(Finish::Cancelled), false) => "cancelled",
+            (Some(Finish::Failed(_)), false) => "failed",
+        };
+        let elapsed = if s.running { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        json!({
+            "state": state,
+            "target": s.target,
+            "planned_pages": get(&self.planned),
+            "read_pages": get(&self.read),
+            "l1_pages": get(&self.l1),
+            "pushed_pages": get(&self.pushed),
+            "skipped_pages": get(&self.skipped),
+            "dropped_pages": get(&self.dropped),
+            "read_bytes": get(&self.bytes),
+            "disk_reads": get(&self.reads),
+            "elapsed_ms": elapsed.as_millis() as u64,
+            "error": match &s.finish { Some(Finish::Failed(e)) => Some(e.as_str()), _ => None },
+        })
+    }
+}
+
+impl PageCache {
+    /// Warms pages `first..first + count` of one file (the run may not leave
+    /// `first`'s segment) with reads of up to [`WARM_READ_BYTES`], until the
+    /// run is done or `budget` is spent. Pages L1 or the push queue hold are
+    /// skipped (not read, unless `visit` wants every page). `visit` sees
+    /// each page read (the adapter walks its b-trees with it) and picks the
+    /// pages to warm; without it, every page is. Returns how
+    /// many pages of the run are done: all of them once the end of the file
+    /// is reached.
+    pub fn warm_run(
+        &self,
+        first: u64,
+        count: u64,
+        file: &dyn Backing,
+        budget: &mut Budget<'_>,
+        mut visit: Option<&mut Visit<'_>>,
+    ) -> io::Result<u64> {
+        let page_bytes = self.page_bytes();
+        if page_bytes == 0 {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the page size is not known yet"));
+        }
+        let (_, index) = split(first);
+        let count = count.min(MAX_PAGES - index as u64);
+        let per_read = (WARM_READ_BYTES / page_bytes).max(1) as u64;
+        let p = self.warm_progress();
+        let mut done = 0;
+        while done < count && !budget.spent() {
+            if self.is_fused() {
+                return Err(io::Error::other("the cache turned itself off (see \"fused\")"));
+            }
+            let start = first + done;
+            let n = per_read.min(count - done);
+            // Captured before the read: None where L1 or the push queue has the page.
+            let versions: Vec<Option<u64>> = (start..start + n).map(|pg| self.warm_version(pg)).collect();
+            // The span read: from the first to the last page to warm (all of them for a visitor).
+            let (lo, hi) = if visit.is_some() {
+                (0, n as usize)
+            } else {
+                match versions.iter().position(Option::is_some) {
+                    Some(lo) => (lo, versions.iter().rposition(Option::is_some).expect("one is some") + 1),
+                    None => (0, 0),
+                }
+            };
+            add(&p.skipped, (n as usize - (hi - lo)) as u64);
+            if hi > lo {
+                let mut span = vec![0u8; (hi - lo) * page_bytes];
+                let got = file.read_pages(PageId::of(start + lo as u64), page_bytes, &mut span)?;
+                add(&p.reads, 1);
+                add(&p.bytes, got as u64);
+                budget.bytes = budget.bytes.saturating_sub(got as u64);
+                let whole = got / page_bytes;
+                for (k, chunk) in span.chunks_exact(page_bytes).take(whole).enumerate() {
+                    let page = start + (lo + k) as u64;
+                    if let Some(v) = visit.as_deref_mut() {
+                        if !v(page, chunk) {
+                            continue;
+                        }
+                    }
+                    match versions[lo + k] {
+                        Some(version) => {
+                            add(&p.read, 1);
+                            p.count(self.warm_place(page, version, Box::from(chunk), budget.push_wait, budget.cancel));
+                        }
+                        None => add(&p.skipped, 1),
+                    }
+                }
+                if whole < hi - lo {
+                    return Ok(count); // the end of the file: nothing after it exists
+                }
+            }
+            done += n;
+        }
+        Ok(done)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CacheOptions, Source};
+    use std::sync::{Arc, OnceLock};
+
+    const PAGE: usize = 512;
+
+    /// An in-memory file (as in cache.rs's tests) whose reads can run a hook
+    /// first: a write that lands while warming's read is in flight.
+    struct Mem {
+        bytes: Arc<Mutex<Vec<u8>>>,
+        during_read: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    }
+
+    impl Backing for Mem {
+        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+            if let Some(hook) = self.during_read.get() {
+                hook();
+            }
+            let f = self.bytes.lock().unwrap();
+            let at = (first.byte_offset(page_bytes) as usize).min(f.len());
+            let n = buf.len().min(f.len() - at);
+            buf[..n].copy_from_slice(&f[at..at + n]);
+            Ok(n)
+        }
+        fn is_direct(&self) -> bool {
+            false
+        }
+    }
+
+    /// A file of `pages` pages, page i filled with i, and a cache whose L1 holds `l1_pages`.
+    fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, Mem, Arc<PageCache>) {
+        let bytes: Vec<u8> = (0..pages).flat_map(|i| vec![i as u8; PAGE]).collect();
+        let bytes = Arc::new(Mutex::new(bytes));
+        let mem = Mem { bytes: Arc::clone(&bytes), during_read: OnceLock::new() };
+        let cache = PageCache::new(CacheOptions {
+            cache_id: 7,
+            saved: None,
+            page_bytes: PAGE,
+            local_bytes: l1_pages * PAGE as u64,
+            push_queue_bytes: 0,
+            grid: None,
+            seal_key: None,
+            page_check: None,
+        });
+        (bytes, mem, Arc::new(cache))
+    }
+
+    fn budget(cancel: &AtomicBool) -> Budget<'_> {
+        Budget { bytes: u64::MAX, deadline: Instant::now() + Duration::from_secs(60), cancel, push_wait: PUSH_WAIT }
+    }
+
+    fn counts(c: &PageCache) -> Value {
+        c.warm_progress().to_json()
+    }
+
+    #[test]
+    fn a_warm_fills_l1_with_large_reads_and_stops_at_the_end_of_the_file() {
+        let (_, mem, c) = setup(40, 64);
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("all").unwrap();
+        let done = c.warm_run(0, 1000, &mem, &mut budget(&cancel), None).unwrap();
+        assert_eq!(done, 1000, "the end of the file ends the run");
+        let j = counts(&c);
+        assert_eq!((j["read_pages"].as_u64(), j["l1_pages"].as_u64()), (Some(40), Some(40)));
+        assert_eq!(j["disk_reads"], 1, "one read for 40 pages of 512 bytes: {j}");
+        let mut buf = vec![0u8; PAGE];
+        assert_eq!(c.read(17, &mut buf, &mem).unwrap().1, Source::L1);
+        assert_eq!(buf[0], 17);
+        assert_eq!(c.stats().disk_reads.get(), 0);
+    }
+
+    #[test]
+    fn a_warm_never_evicts_and_skips_what_l1_has() {
+        let (_, mem, c) = setup(64, 8);
+        let mut buf = vec![0u8; PAGE];
+        c.read(3, &mut buf, &mem).unwrap(); // a hot page, in L1 before the warm
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("all").unwrap();
+        c.warm_run(0, 64, &mem, &mut budget(&cancel), None).unwrap();
+        let j = counts(&c);
+        assert!(c.stats_json()["l1"]["pages"].as_u64().unwrap() <= 8);
+        assert_eq!(c.read(3, &mut buf, &mem).unwrap().1, Source::L1, "the hot page stayed: {j}");
+        let l1 = j["l1_pages"].as_u64().unwrap();
+        assert!((1..=7).contains(&l1), "free room filled, nothing more: {j}");
+        assert_eq!(j["skipped_pages"], 1, "page 3 was in L1: {j}");
+        assert_eq!(j["dropped_pages"].as_u64().unwrap(), 63 - l1, "no grid: the rest had nowhere to go: {j}");
+    }
+
+    #[test]
+    fn a_write_during_the_read_wins() {
+        let (file, mem, c) = setup(8, 64);
+        let (hook_cache, hook_file) = (Arc::clone(&c), Arc::clone(&file));
+        // The database writes page 5 (the file first, then the cache) while warming's read is in flight.
+        let _ = mem.during_read.set(Box::new(move || {
+            if hook_cache.stats().disk_writes.get() == 0 {
+                hook_file.lock().unwrap()[5 * PAGE..6 * PAGE].fill(0xEE);
+                hook_cache.wrote(5, &[0xEE; PAGE]);
+            }
+        }));
+        // The warm's versions were captured before the hook ran: the read sees 0xEE, yet it is the
+        // older capture that decides, so warming's copy is dropped and the write's stays.
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("all").unwrap();
+        c.warm_run(0, 8, &mem, &mut budget(&cancel), None).unwrap();
+        let j = counts(&c);
+        assert_eq!(j["skipped_pages"], 1, "page 5 raced a write: {j}");
+        assert_eq!(j["l1_pages"], 7, "{j}");
+        let mut buf = vec![0u8; PAGE];
+        assert_eq!(c.read(5, &mut buf, &mem).unwrap().1, Source::L1);
+        assert_eq!(buf[0], 0xEE);
+    }
+
+    #[test]
+    fn a_budget_bounds_a_piece_and_cancel_stops_it() {
+        let (_, mem, c) = setup(4096, 8192);
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("all").unwrap();
+        let mut b = Budget {
+            bytes: 1,
+            deadline: Instant::now() + Duration::from_secs(60),
+            cancel: &cancel,
+            push_wait: PUSH_WAIT,
+        };
+        let done = c.warm_run(0, 4096, &mem, &mut b, None).unwrap();
+        assert_eq!(done, (WARM_READ_BYTES / PAGE) as u64, "one read, then the byte budget is spent");
+        cancel.store(true, Ordering::Relaxed);
+        assert_eq!(c.warm_run(done, 4096 - done, &mem, &mut budget(&cancel), None).unwrap(), 0);
+        assert!(c.warm_progress().begin("again").is_err(), "one warm at a time");
+        c.warm_progress().finish(Finish::Cancelled);
+        assert_eq!(counts(&c)["state"], "cancelled");
+        c.warm_progress().begin("again").unwrap();
+    }
+
+    #[test]
+    fn a_visitor_sees_every_page_even_those_l1_has() {
+        let (_, mem, c) = setup(10, 64);
+        let mut buf = vec![0u8; PAGE];
+        c.read(2, &mut buf, &mem).unwrap();
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("t").unwrap();
+        let mut seen = Vec::new();
+        let mut visit = |page: u64, bytes: &[u8]| {
+            seen.push((page, bytes[0]));
+            page != 4 // a gap page the walk reads through but does not want
+        };
+        c.warm_run(1, 4, &mem, &mut budget(&cancel), Some(&mut visit)).unwrap();
+        assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4)]);
+        let j = counts(&c);
+        assert_eq!((j["l1_pages"].as_u64(), j["skipped_pages"].as_u64()), (Some(2), Some(1)), "{j}");
+        assert_eq!(c.stats_json()["l1"]["pages"], 3, "page 2 read before, pages 1 and 3 warmed");
+    }
+}

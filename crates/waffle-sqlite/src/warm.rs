@@ -1,0 +1,429 @@
+//! `PRAGMA waffle_warm` (the whole database) and `PRAGMA waffle_warm='name'`
+//! (a table with its indexes, or one index): a background thread reads the
+//! pages in large sequential reads and places them in L1's free room and past
+//! it in the grid (waffle_core::warm). The PRAGMA returns once the names are
+//! looked up; progress shows in `PRAGMA waffle_stats` under "warm".
+//!
+//! Locking. The thread reads the file behind SQLite's back, so it reads only
+//! inside a read transaction of a connection of its own to the same file,
+//! opened through this VFS (it joins the database's cache; the registry
+//! counts it apart). The version captured before each read makes a write by
+//! this process's waffle connections safe (it bumps the version: the warm's
+//! copy is dropped). What it cannot see is a writer that bypasses the cache:
+//! in rollback mode such a writer may spill uncommitted pages into the file
+//! and later roll them back from a hot journal, and nothing (no version, no
+//! change counter) tells the cache. A read transaction shuts that out: while
+//! it holds SHARED, no writer may write the database file (that needs
+//! EXCLUSIVE), a hot journal was rolled back before SHARED was granted, and
+//! taking it ran the coherence check for other writers (file.rs, main_lock).
+//! In WAL mode the read mark keeps checkpoints from writing pages past this
+//! snapshot, and a checkpoint's pages are forgotten at the next read mark of
+//! any connection here (coherence.rs), as for SQLite's own reads. So each
+//! piece of work is `BEGIN; PRAGMA page_count` (the shared lock or read mark,
+//! and the database's size), at most PIECE_BYTES or PIECE_TIME of reads,
+//! then `COMMIT` to let writers in, and again. A rollback-mode writer waits
+//! for a piece at most that long (its busy timeout must allow it).
+//!
+//! A name warms its b-trees: a table name warms the table and every index of
+//! it (`tbl_name` matches), an index name that index. Each tree is walked
+//! level by level: the pages of one level are sorted and read in contiguous
+//! runs with large reads, and each page read names the next level (child
+//! pages, overflow chains: btree.rs).
+//!
+//! Closing: when the last connection of the database's users closes, the warm
+//! is told to stop and the close waits for it (at most STOP_WAIT); the warm
+//! thread's own close is then the last one and closes the cache.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::os::raw::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use waffle_core::backing::{Backing, PageId};
+use waffle_core::warm::{Budget, Finish};
+
+use crate::btree::{self, Header};
+use crate::connection::{Conn, SqlError};
+use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
+use crate::registry::{self, OpenDb};
+
+/// Most bytes read in one read transaction.
+const PIECE_BYTES: u64 = 4 << 20;
+/// Longest one read transaction reads.
+const PIECE_TIME: Duration = Duration::from_millis(100);
+/// How long one page waits for room in the push queue: the read transaction
+/// is held meanwhile, and writers wait for it (a page that waits longer is dropped).
+const PUSH_WAIT: Duration = Duration::from_secs(1);
+/// One try for the read lock waits this long (then the stop flag is looked at again).
+const LOCK_TRY_MS: c_int = 100;
+/// A walk reads through gaps of at most this many pages between its pages
+/// (trees built side by side interleave in the file) rather than split a read.
+const MERGE_GAP_PAGES: u64 = 16;
+/// A warm that cannot get a read lock for this long gives up.
+const LOCK_WAIT: Duration = Duration::from_secs(30);
+/// How long the PRAGMA waits for the warm to look its names up.
+const LOOKUP_WAIT: Duration = Duration::from_secs(2);
+/// How long a closing database waits for its warm to stop.
+const STOP_WAIT: Duration = Duration::from_secs(15);
+
+/// The warm thread of one database: at most one at a time.
+#[derive(Default)]
+pub struct Job {
+    stop: AtomicBool,
+    running: Mutex<bool>,
+    ended: Condvar,
+}
+
+impl Job {
+    fn begin(&self) -> bool {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if *running {
+            return false;
+        }
+        *running = true;
+        self.stop.store(false, Ordering::Release);
+        true
+    }
+
+    fn end(&self) {
+        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = false;
+        self.ended.notify_all();
+    }
+
+    /// Tells a running warm to stop and waits (at most STOP_WAIT) for its thread to end.
+    pub fn stop_and_wait(&self) {
+        self.stop.store(true, Ordering::Release);
+        let deadline = Instant::now() + STOP_WAIT;
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        while *running {
+            let now = Instant::now();
+            if now >= deadline {
+                eprintln!("waffle: a warm did not stop within {STOP_WAIT:?} of its database's close");
+                return;
+            }
+            running = self.ended.wait_timeout(running, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+}
+
+thread_local! {
+    /// Set by a warm thread around its sqlite3_open_v2: the database its connection joins.
+    static JOINING: RefCell<Option<Arc<OpenDb>>> = const { RefCell::new(None) };
+}
+
+/// Whether this thread is a warm thread opening its connection (vfs.rs).
+pub fn joining() -> bool {
+    JOINING.with(|j| j.borrow().is_some())
+}
+
+/// The reference the warm thread's connection takes over (vfs.rs).
+pub fn take_joining() -> Option<Arc<OpenDb>> {
+    JOINING.with(|j| j.borrow_mut().take())
+}
+
+enum Target {
+    All,
+    Named(String),
+}
+
+/// Answers `PRAGMA waffle_warm[='name']`: starts the warm, waits (at most
+/// LOOKUP_WAIT) for its plan, and says what it warms.
+pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
+    let (target, label) = match value.map(str::trim) {
+        None => (Target::All, "the whole database".to_string()),
+        Some("") => return (SQLITE_ERROR, Some("PRAGMA waffle_warm takes a table or index name, or no value".into())),
+        Some(name) => (Target::Named(name.to_string()), format!("'{name}'")),
+    };
+    if db.cache.is_fused() {
+        return (SQLITE_ERROR, Some("PRAGMA waffle_warm: the cache is off for this database (see \"fused\")".into()));
+    }
+    if !db.warm.begin() {
+        let running = db.cache.warm_progress().to_json();
+        return (
+            SQLITE_ERROR,
+            Some(format!(
+                "PRAGMA waffle_warm refused: a warm of {} is running; PRAGMA waffle_stats shows its progress",
+                running["target"]
+            )),
+        );
+    }
+    if let Err(e) = db.cache.warm_progress().begin(&label) {
+        db.warm.end();
+        return (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm refused: {e}")));
+    }
+    let give_up = |why: String| {
+        db.cache.warm_progress().finish(Finish::Failed(why.clone()));
+        db.warm.end();
+        (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm: {why}")))
+    };
+    let Some(ticket) = registry::reserve_warmer(db) else {
+        return give_up("the database is not open".into());
+    };
+    let (tx, rx) = mpsc::channel();
+    let handed = Arc::clone(&ticket);
+    let spawned = std::thread::Builder::new().name("waffle-warm".into()).spawn(move || thread_main(handed, target, tx));
+    if let Err(e) = spawned {
+        registry::detach(ticket, true);
+        return give_up(format!("cannot start the warm thread: {e}"));
+    }
+    drop(ticket);
+    match rx.recv_timeout(LOOKUP_WAIT) {
+        Ok(Ok(plan)) => (SQLITE_OK, Some(format!("started: {plan}"))),
+        Ok(Err(e)) => (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm: {e}"))),
+        Err(RecvTimeoutError::Timeout) => (
+            SQLITE_OK,
+            Some(format!(
+                "started: {label}, waiting for a read lock (a writer holds the database); PRAGMA waffle_stats shows the warm"
+            )),
+        ),
+        Err(RecvTimeoutError::Disconnected) => (SQLITE_ERROR, Some("PRAGMA waffle_warm: the warm ended at once".into())),
+    }
+}
+
+/// The warm thread: opens its connection (joining `db`), warms, and closes it.
+fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>) {
+    let job = Arc::clone(&db.warm);
+    JOINING.with(|j| *j.borrow_mut() = Some(Arc::clone(&db)));
+    // A file this process may not write: a read-only connection. Asked with access(2), never by
+    // opening the file: closing a descriptor of it would drop every POSIX lock SQLite holds on it.
+    let read_only = !writable(&db.path);
+    let conn = Conn::open(&db.path, crate::VFS_NAME, read_only);
+    // Still here: SQLite never reached our xOpen for the main file.
+    let unused = take_joining();
+    let mut reply = Some(reply);
+    let outcome = match (&conn, &unused) {
+        (Ok(conn), None) => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db, conn, target, &mut reply)))
+                .unwrap_or_else(|_| Err("internal error".into()))
+        }
+        (Ok(_), Some(_)) => Err("the warm's connection did not join the database's cache".into()),
+        (Err(e), _) => Err(e.to_string()),
+    };
+    let (finish, failed) = match outcome {
+        Ok(()) => (Finish::Done, None),
+        Err(_) if job.stop.load(Ordering::Acquire) => (Finish::Cancelled, None),
+        Err(e) => (Finish::Failed(e.clone()), Some(e)),
+    };
+    db.cache.warm_progress().finish(finish);
+    // No Arc of ours may outlive the connection's close: it may be the last one, which closes the cache.
+    drop(db);
+    drop(conn);
+    if let Some(ticket) = unused {
+        registry::detach(ticket, true);
+    }
+    job.end();
+    // Told last: a PRAGMA that failed leaves no warm running behind it (the next one is not refused).
+    if let (Some(r), Some(e)) = (reply.take(), failed) {
+        let _ = r.send(Err(e));
+    }
+}
+
+fn writable(path: &std::path::Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else { return false };
+    // SAFETY: a NUL-terminated path; access reads it and nothing else.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
+}
+
+/// Pages of one b-tree level to read, and what each page is.
+#[derive(Default)]
+struct Walk {
+    /// SQLite page number -> whether it is an overflow page (else a b-tree page).
+    kinds: HashMap<u32, bool>,
+    next: Vec<(u32, bool)>,
+    seen: HashSet<u32>,
+}
+
+impl Walk {
+    /// The next level as sorted runs of cache pages (SQLite's page n is cache
+    /// page n - 1), small gaps included; the visitor skips the gaps' pages.
+    fn level(&mut self, page_count: u32) -> Vec<(u64, u64)> {
+        self.kinds.clear();
+        let mut pages: Vec<u32> = Vec::new();
+        for (n, overflow) in std::mem::take(&mut self.next) {
+            if n >= 1 && n <= page_count && self.seen.insert(n) {
+                self.kinds.insert(n, overflow);
+                pages.push(n);
+            }
+        }
+        pages.sort_unstable();
+        let mut runs: Vec<(u64, u64)> = Vec::new();
+        for n in pages {
+            match runs.last_mut() {
+                Some((first, count)) if n as u64 - 1 - (*first + *count) <= MERGE_GAP_PAGES => {
+                    *count = n as u64 - *first
+                }
+                _ => runs.push((n as u64 - 1, 1)),
+            }
+        }
+        runs
+    }
+}
+
+fn run(
+    db: &OpenDb,
+    conn: &Conn,
+    target: Target,
+    reply: &mut Option<Sender<Result<String, String>>>,
+) -> Result<(), String> {
+    conn.busy_timeout(LOCK_TRY_MS);
+    let stop = &db.warm.stop;
+    let progress = db.cache.warm_progress();
+    // The plan, in a first read transaction.
+    let mut page_count = read_lock(conn, stop)?;
+    let planned = plan(db, conn, &target, page_count);
+    conn.exec("COMMIT").map_err(|e| e.to_string())?;
+    let (header, roots, text) = planned?;
+    let mut walk = None;
+    let mut runs: Vec<(u64, u64)> = Vec::new();
+    match roots {
+        None => {
+            runs.push((0, page_count as u64));
+            progress.plan(page_count as u64);
+        }
+        Some(roots) => walk = Some(Walk { next: roots.into_iter().map(|r| (r, false)).collect(), ..Walk::default() }),
+    }
+    if let Some(r) = reply.take() {
+        let _ = r.send(Ok(text));
+    }
+    let mut at = 0;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            return Err("stopped".into());
+        }
+        page_count = read_lock(conn, stop)?;
+        let mut budget =
+            Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
+        let piece = piece(db, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
+        conn.exec("COMMIT").map_err(|e| e.to_string())?;
+        if piece? {
+            return Ok(());
+        }
+    }
+}
+
+/// The pages of the database's size, the b-tree roots a name warms (None: every page), and what the PRAGMA says.
+fn plan(
+    db: &OpenDb,
+    conn: &Conn,
+    target: &Target,
+    page_count: u32,
+) -> Result<(Header, Option<Vec<u32>>, String), String> {
+    let page_bytes = db.cache.page_bytes();
+    if page_bytes == 0 {
+        return Err("the page size is not known yet".into());
+    }
+    let mut page1 = vec![0u8; page_bytes];
+    let n = db
+        .with_backing(|f: &dyn Backing| f.read_pages(PageId::of(0), page_bytes, &mut page1))
+        .map_err(|e| e.to_string())?;
+    let header = match Header::parse(&page1[..n]) {
+        Some(h) if h.page_bytes == page_bytes => h,
+        _ => return Err("page 1 is not a database header this cache reads".into()),
+    };
+    let name = match target {
+        Target::All => return Ok((header, None, format!("the whole database, {page_count} pages planned"))),
+        Target::Named(name) => name,
+    };
+    let mut trees: Vec<(String, String, u32)> = Vec::new();
+    conn.query(
+        "SELECT type, name, rootpage FROM sqlite_master WHERE type IN ('table', 'index') AND rootpage > 0 \
+         AND (name = ?1 COLLATE NOCASE OR tbl_name = ?1 COLLATE NOCASE) ORDER BY type DESC, name",
+        &[name],
+        |row| trees.push((row.text(0), row.text(1), row.int64(2).clamp(0, u32::MAX as i64) as u32)),
+    )
+    .map_err(|e| e.to_string())?;
+    if trees.is_empty() {
+        return Err(format!("no table or index named '{name}' in this database"));
+    }
+    let indexes = trees.iter().filter(|(kind, ..)| kind == "index").count();
+    let what = match trees.iter().find(|(kind, ..)| kind == "table") {
+        Some((_, table, _)) => format!("table {table} and {indexes} index{}", if indexes == 1 { "" } else { "es" }),
+        None => format!("index {}", trees[0].1),
+    };
+    let roots = trees.iter().map(|(.., root)| *root).collect();
+    Ok((header, Some(roots), format!("{what}; pages planned as the b-trees are walked")))
+}
+
+/// Starts a read transaction (`BEGIN; PRAGMA page_count`) and returns the
+/// database's size in pages. Waits for writers in LOCK_TRY_MS steps, at most
+/// LOCK_WAIT, and stops early when told to.
+fn read_lock(conn: &Conn, stop: &AtomicBool) -> Result<u32, String> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    conn.exec("BEGIN").map_err(|e| e.to_string())?;
+    loop {
+        let mut pages = 0;
+        match conn.query("PRAGMA page_count", &[], |row| pages = row.int64(0).clamp(0, u32::MAX as i64) as u32) {
+            Ok(()) => return Ok(pages),
+            Err(e) if e.is_busy() && Instant::now() < deadline && !stop.load(Ordering::Acquire) => continue,
+            Err(e) => {
+                let _ = conn.exec("ROLLBACK");
+                return Err(lock_error(e, stop));
+            }
+        }
+    }
+}
+
+fn lock_error(e: SqlError, stop: &AtomicBool) -> String {
+    if stop.load(Ordering::Acquire) {
+        "stopped".into()
+    } else if e.is_busy() {
+        format!("no read lock for {LOCK_WAIT:?}: {e}")
+    } else {
+        e.to_string()
+    }
+}
+
+/// One read transaction's worth of warming. True when everything is done.
+fn piece(
+    db: &OpenDb,
+    budget: &mut Budget<'_>,
+    runs: &mut Vec<(u64, u64)>,
+    at: &mut usize,
+    mut walk: Option<&mut Walk>,
+    header: Header,
+    page_count: u32,
+) -> Result<bool, String> {
+    let progress = db.cache.warm_progress();
+    while !budget.spent() {
+        if *at == runs.len() {
+            let Some(w) = walk.as_deref_mut() else { return Ok(true) };
+            *runs = w.level(page_count);
+            *at = 0;
+            progress.plan(w.kinds.len() as u64);
+            if runs.is_empty() {
+                return Ok(true);
+            }
+        }
+        let (first, count) = runs[*at];
+        let done = match walk.as_deref_mut() {
+            None => db.with_backing(|f: &dyn Backing| db.cache.warm_run(first, count, f, budget, None)),
+            Some(w) => {
+                let Walk { kinds, next, .. } = w;
+                let mut visit = |page: u64, bytes: &[u8]| {
+                    let n = (page + 1) as u32;
+                    match kinds.get(&n) {
+                        Some(true) => next.push((btree::overflow_next(bytes), true)),
+                        Some(false) => {
+                            let links = btree::links(n, bytes, header.usable_bytes);
+                            next.extend(links.children.into_iter().map(|c| (c, false)));
+                            next.extend(links.overflow.into_iter().map(|c| (c, true)));
+                        }
+                        None => return false, // a gap: another tree's page
+                    }
+                    true
+                };
+                db.with_backing(|f: &dyn Backing| db.cache.warm_run(first, count, f, budget, Some(&mut visit)))
+            }
+        }
+        .map_err(|e| e.to_string())?;
+        if done >= count {
+            *at += 1;
+        } else {
+            runs[*at] = (first + done, count - done);
+        }
+    }
+    Ok(false)
+}
