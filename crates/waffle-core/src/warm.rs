@@ -299,6 +299,7 @@ mod tests {
             grid: None,
             seal_key: None,
             page_check: None,
+            codec: crate::codec::DEFAULT,
         });
         (bytes, mem, Arc::new(cache))
     }
