@@ -19,7 +19,10 @@
 //! every waffle configuration) replaces the warm-up pass over every table and
 //! index with `PRAGMA waffle_warm` (large sequential reads into L1, past it
 //! into the grid); the report says how long it took and what it filled.
+//! `+compress=CODEC` (e.g. `grid+compress=off`, `all-local+compress=lz4`)
+//! sets `waffle_compress` for that configuration (default: waffle's default).
 
+use waffle_core::codec::Codec;
 use waffle_emulation::LinkProfile;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,13 +42,22 @@ pub struct ConfigSpec {
     pub device: Option<Option<String>>,
     /// `+warm`: warm with `PRAGMA waffle_warm` before the run.
     pub warm: bool,
+    /// `+compress=CODEC`: `waffle_compress` for this configuration (None: the default).
+    pub codec: Option<Codec>,
 }
 
 impl ConfigSpec {
     pub fn parse(s: &str) -> Result<ConfigSpec, String> {
         let given = s.trim();
         let warm = given.contains("+warm");
-        let stripped = given.replace("+warm", "");
+        let mut stripped = given.replace("+warm", "");
+        let mut codec = None;
+        if let Some(at) = stripped.find("+compress=") {
+            let rest = &stripped[at + "+compress=".len()..];
+            let end = rest.find('+').unwrap_or(rest.len());
+            codec = Some(Codec::parse(&rest[..end]).map_err(|e| format!("'{given}': {e}"))?);
+            stripped = format!("{}{}", &stripped[..at], &rest[end..]);
+        }
         let s = stripped.as_str();
         let (s_base, device) = match s.split_once('/') {
             Some((b, d)) => {
@@ -88,7 +100,10 @@ impl ConfigSpec {
         if warm && kind == Kind::Stock {
             return Err(format!("'{given}': stock SQLite has no waffle to warm"));
         }
-        Ok(ConfigSpec { kind, link, device, warm })
+        if codec.is_some() && kind == Kind::Stock {
+            return Err(format!("'{given}': stock SQLite has no waffle to compress"));
+        }
+        Ok(ConfigSpec { kind, link, device, warm, codec })
     }
 }
 
@@ -141,6 +156,8 @@ pub struct Plan {
     pub device: Option<String>,
     /// Warm with `PRAGMA waffle_warm` instead of the pass over every table and index.
     pub warm: bool,
+    /// `waffle_compress` (None: the default).
+    pub codec: Option<Codec>,
 }
 
 impl Plan {
@@ -171,6 +188,7 @@ impl Plan {
             link: None,
             device: spec.device.clone().unwrap_or(default_device),
             warm: spec.warm,
+            codec: spec.codec,
         };
         match spec.kind {
             Kind::Local => {}
@@ -226,6 +244,11 @@ mod tests {
         assert!(w.warm && w.kind == Kind::Grid { nodes: 2 } && w.device == Some(Some("hdd-10k".to_string())));
         assert!(!ConfigSpec::parse("grid").unwrap().warm);
         assert!(ConfigSpec::parse("stock+warm").is_err());
+        let c = ConfigSpec::parse("grid:2/hdd-10k+compress=zstd:3+warm").unwrap();
+        assert_eq!((c.codec, c.warm, c.kind), (Some(Codec::Zstd { level: 3 }), true, Kind::Grid { nodes: 2 }));
+        assert_eq!(ConfigSpec::parse("all-local+compress=off").unwrap().codec, Some(Codec::Off));
+        assert!(ConfigSpec::parse("grid+compress=gzip").unwrap_err().contains("lz4"));
+        assert!(ConfigSpec::parse("stock+compress=off").is_err());
 
         let b = 64 << 20;
         let s = 4 << 20;

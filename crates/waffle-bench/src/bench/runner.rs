@@ -52,6 +52,10 @@ fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> ru
             plan.device.as_deref().unwrap_or("real"),
             plan.link.map_or("loopback", |l| l.name),
         );
+        let uri = match plan.codec {
+            Some(c) => format!("{uri}&waffle_compress={c}"),
+            None => uri,
+        };
         Connection::open_with_flags(uri, flags)?
     } else {
         Connection::open_with_flags(path, flags)?
