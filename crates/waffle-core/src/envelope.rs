@@ -265,6 +265,12 @@ pub fn open_into(value: &[u8], expect: Identity, key: Option<&SealKey>, out: &mu
 }
 
 fn open_plain(value: &[u8], expect: Identity, stored: Stored, out: &mut [u8]) -> Result<(), Reject> {
+    unpack(stored, plain_payload(value, expect)?, out)
+}
+
+/// A plain value's payload once its length, crc32c and identity are checked
+/// (magic, format and flags are the caller's).
+fn plain_payload(value: &[u8], expect: Identity) -> Result<&[u8], Reject> {
     let payload_len = u32_at(value, 32) as usize;
     if payload_len > MAX_PAYLOAD_BYTES || HEADER_BYTES + payload_len + TRAILER_BYTES != value.len() {
         return Err(Reject::Length);
@@ -274,7 +280,7 @@ fn open_plain(value: &[u8], expect: Identity, stored: Stored, out: &mut [u8]) ->
         return Err(Reject::Checksum);
     }
     check_identity(value, expect)?;
-    unpack(stored, &value[HEADER_BYTES..body_end], out)
+    Ok(&value[HEADER_BYTES..body_end])
 }
 
 /// The checked payload into the page: copied, or decompressed to exactly its size.
@@ -361,19 +367,11 @@ pub fn open(value: &[u8], expect: Identity, page_bytes: usize) -> Result<&[u8], 
     if value[0..4] != MAGIC || value[4] != FORMAT || value[5] != 0 || value[6..8] != [0, 0] {
         return Err(Reject::Format);
     }
-    let payload_len = u32_at(value, 32) as usize;
-    if payload_len > MAX_PAYLOAD_BYTES || HEADER_BYTES + payload_len + TRAILER_BYTES != value.len() {
-        return Err(Reject::Length);
-    }
-    let body_end = HEADER_BYTES + payload_len;
-    if crc32c::crc32c(&value[..body_end]) != u32_at(value, body_end) {
-        return Err(Reject::Checksum);
-    }
-    check_identity(value, expect)?;
-    if payload_len != page_bytes {
+    let payload = plain_payload(value, expect)?;
+    if payload.len() != page_bytes {
         return Err(Reject::Size);
     }
-    Ok(&value[HEADER_BYTES..body_end])
+    Ok(payload)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
