@@ -11,7 +11,7 @@ use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n
 use waffle_testkit::db_file::leaf_pages_by_rowid;
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
-use waffle_testkit::raw_client::{envelope_identity, key, mg};
+use waffle_testkit::raw_client::{envelope_identity, key, mg, page_of};
 use waffle_testkit::temp_dir::TempDir;
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
@@ -45,9 +45,9 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
     let copy = mg(&holder, &key).unwrap();
     assert_eq!(envelope_identity(&copy).0, id, "the copy names another cache");
     assert_eq!(envelope_identity(&copy).1, page - 1, "the copy names another page");
-    let payload = &copy[waffle_core::envelope::HEADER_BYTES..copy.len() - waffle_core::envelope::TRAILER_BYTES];
+    let payload = page_of(&copy, 4096).expect("the copy opens as a page");
     assert_eq!(
-        payload,
+        &payload[..],
         &std::fs::read(&path).unwrap()[(page as usize - 1) * 4096..][..4096],
         "the copy is the page on disk"
     );

@@ -48,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use mysql_support::*;
 use serde_json::Value;
+use waffle_testkit::raw_client::page_of;
 
 const ROWS: u64 = 20_000;
 /// The row whose bytes the controls look for in grid values.
@@ -199,11 +200,20 @@ impl Mc {
         Some(v)
     }
 
-    /// The keys of cache `id` whose values contain `needle` (unsealed values hold the page bytes).
+    /// The keys of cache `id` whose pages contain `needle` (unsealed values, decompressed).
     fn holding(&mut self, id: &str, needle: &[u8]) -> Vec<String> {
         let keys = self.keys_of(id);
-        keys.into_iter().filter(|k| self.get(k).is_some_and(|v| v.windows(needle.len()).any(|w| w == needle))).collect()
+        keys.into_iter().filter(|k| self.page(k).is_some_and(|p| contains(&p, needle))).collect()
     }
+
+    /// The page under `key`, opened as the cache would (InnoDB's default 16 KiB pages).
+    fn page(&mut self, key: &str) -> Option<Vec<u8>> {
+        self.get(key).and_then(|v| page_of(&v, 16384))
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }
 
 fn ids_of(m: &BTreeMap<String, usize>, id: &str) -> usize {
@@ -454,8 +464,7 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
     // asked for, and any that were would be refused by version. What is left
     // of them afterwards depends on timing: the imported file's own pushes
     // overwrite the keys they share.
-    let left =
-        stale.iter().filter(|k| mc.get(k).is_some_and(|v| v.windows(upd.len()).any(|w| w == upd.as_bytes()))).count();
+    let left = stale.iter().filter(|k| mc.page(k).is_some_and(|p| contains(&p, upd.as_bytes()))).count();
     eprintln!(
         "copies of the old file holding {upd:?}: {} before the import, {left} after; version rejects {} -> {}; \
          presence skips {} -> {}; segments dropped {} -> {}; total {:.1} s",

@@ -60,7 +60,15 @@ fn a_tablespace_warms_on_request_while_the_server_writes_it() {
     let sum: u64 = s.sql("SELECT SUM(v) FROM w.t").unwrap().trim().parse().unwrap();
     assert_eq!(sum, 5 * ROWS * (ROWS + 1) / 2, "every row holds the last write");
     s.check_tables(&["w.t"]).unwrap();
-    assert_eq!(sum_rejects(&after), 0, "{after}");
+    // No copy the warm placed was refused. Version rejects are the one kind a
+    // loaded machine may add: a push that failed (node timed out) left the page
+    // marked while an older copy of it, written since, stayed on the node; the
+    // version check refuses it, as designed (tests/faults_nodes.rs).
+    let version_rejects = stat(&after, "l2_rejects.version");
+    assert_eq!(sum_rejects(&after) - version_rejects, 0, "{after}");
+    if version_rejects > 0 {
+        assert!(stat(&after, "l2_push_failures") > 0, "version rejects without a failed push: {after}");
+    }
     assert_eq!(stat(&after, "preload.fallback_reads"), 0, "{after}");
 
     let e = waffle_bench::warm::run_mysql(&data, &["nope/*".to_string()], false).unwrap_err();

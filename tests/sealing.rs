@@ -51,20 +51,31 @@ fn with_a_key_no_plaintext_reaches_the_grid() {
     let grid = node.addr();
     let key_path = key_file.to_str().unwrap().to_string();
 
-    // Control: without a key the rows are there in plaintext.
+    // Control: without a key (and without compression, which would hide
+    // the rows by itself) the rows are there in plaintext.
     let plain_dir = TempDir::new("sealing-wire-plain");
-    let (_, plain) = grid_values(&[("waffle_grid", &grid), ("waffle_local", "8KiB")], &node, &plain_dir);
+    let plain_params = [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_compress", "off")];
+    let (_, plain) = grid_values(&plain_params, &node, &plain_dir);
     assert!(plain.len() > 5, "the control run pushed too little: {} values", plain.len());
     assert!(plain.iter().any(|v| contains(v, MARKER.as_bytes())), "control: plaintext rows must be visible");
 
-    let (_, sealed) =
-        grid_values(&[("waffle_grid", &grid), ("waffle_local", "8KiB"), ("waffle_key_file", &key_path)], &node, &dir);
-    assert!(sealed.len() > 5, "the sealed run pushed too little: {} values", sealed.len());
-    for v in &sealed {
-        assert_eq!(v[5], waffle_core::envelope::FLAG_SEALED, "every value is sealed");
-        assert!(!contains(v, MARKER.as_bytes()), "plaintext row found in a sealed value");
-        assert!(!contains(v, b"xxxxxxxxxxxxxxxx"), "plaintext filler found in a sealed value");
-        assert!(!contains(v, b"SQLite format 3"), "page 1's header in plaintext");
+    // Sealed, raw pages (the seal alone hides them) and compressed ones.
+    for compress in ["off", "zstd"] {
+        let dir = TempDir::new(&format!("sealing-wire-{compress}"));
+        let params = [
+            ("waffle_grid", grid.as_str()),
+            ("waffle_local", "8KiB"),
+            ("waffle_key_file", key_path.as_str()),
+            ("waffle_compress", compress),
+        ];
+        let (_, sealed) = grid_values(&params, &node, &dir);
+        assert!(sealed.len() > 5, "the sealed run ({compress}) pushed too little: {} values", sealed.len());
+        for v in &sealed {
+            assert_ne!(v[5] & waffle_core::envelope::FLAG_SEALED, 0, "every value is sealed");
+            assert!(!contains(v, MARKER.as_bytes()), "plaintext row found in a sealed value ({compress})");
+            assert!(!contains(v, b"xxxxxxxxxxxxxxxx"), "plaintext filler found in a sealed value ({compress})");
+            assert!(!contains(v, b"SQLite format 3"), "page 1's header in plaintext ({compress})");
+        }
     }
 }
 

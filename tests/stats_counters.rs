@@ -183,7 +183,11 @@ fn with_a_grid_pushes_and_hits_count() {
     let pushes = n(&s1, "l2_pushes");
     // 100 leaf pages went through a 4-page L1: nearly all were evicted and pushed.
     assert!(pushes >= 90, "100 pages through a 16 KiB L1 should push at least 90, pushed {pushes}: {s1}");
-    assert!(n(&s1, "l2_push_bytes") >= pushes * 4096, "each push carries a page: {s1}");
+    // Each push carries a page: its payload (compressed or not) in an envelope of 40 bytes.
+    let payload_bytes = n(&s1, "compression.bytes_after");
+    assert_eq!(n(&s1, "compression.pages_compressed") + n(&s1, "compression.pages_raw"), pushes, "{s1}");
+    assert_eq!(n(&s1, "l2_push_bytes"), payload_bytes + 40 * pushes, "each push carries a page: {s1}");
+    assert!(n(&s1, "compression.bytes_before") == pushes * 4096, "{s1}");
     assert_eq!(n(&s1, "push_queue_bytes"), 0, "flushed: nothing waits: {s1}");
     assert_eq!(n(&s1, "l2_push_failures") + n(&s1, "l2_push_drops"), 0, "{s1}");
 
@@ -191,7 +195,10 @@ fn with_a_grid_pushes_and_hits_count() {
     let s2 = stats(&conn);
     let hits = n(&s2, "l2_hits") - n(&s1, "l2_hits");
     assert!(hits >= 90, "re-reading 100 pushed pages should hit the grid at least 90 times, hit {hits}: {s2}");
-    assert!(n(&s2, "l2_fetch_bytes") >= hits * 4096, "{s2}");
+    // Each hit fetched an envelope of at least 40 bytes, and compressed ones were opened.
+    assert!(n(&s2, "l2_fetch_bytes") >= hits * 40, "{s2}");
+    let decompressed = n(&s2, "compression.pages_decompressed") - n(&s1, "compression.pages_decompressed");
+    assert!(decompressed <= hits, "only hits are decompressed: {s2}");
     assert!(n(&s2, "latency.l2.count") > n(&s1, "latency.l2.count"), "{s2}");
     assert!(n(&s2, "latency.l2.p50_us") > 0 && n(&s2, "latency.l2.max_us") >= n(&s2, "latency.l2.p50_us"), "{s2}");
     let node_json = &s2["nodes"][0];

@@ -109,3 +109,16 @@ pub fn envelope_identity(v: &[u8]) -> (u64, u64, u64) {
     let u = |at: usize| u64::from_le_bytes(v[at..at + 8].try_into().unwrap());
     (u(8), u(16), u(24))
 }
+
+/// The page an unsealed envelope holds, decompressed if the cache compressed
+/// it (its own header names the identity; None: not a whole page of `page_bytes`).
+pub fn page_of(v: &[u8], page_bytes: usize) -> Option<Vec<u8>> {
+    if v.len() < waffle_core::envelope::HEADER_BYTES {
+        return None;
+    }
+    let (cache_id, page, version) = envelope_identity(v);
+    let mut out = vec![0u8; page_bytes];
+    let id = waffle_core::envelope::Identity { cache_id, page, version };
+    waffle_core::envelope::open_into(v, id, None, &mut out).ok()?;
+    Some(out)
+}
