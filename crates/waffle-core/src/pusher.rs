@@ -23,6 +23,10 @@ use crate::stats::Stats;
 
 /// Pages per pipelined batch; one round trip per node per batch.
 pub const BATCH_PAGES: usize = 64;
+/// A batch taken while the queue holds more than 1/BEHIND_DIVISOR of its bound
+/// is pushed uncompressed: the pusher is falling behind, and a raw push costs
+/// memcached memory where a dropped page costs a disk read.
+const BEHIND_DIVISOR: u64 = 2;
 
 struct Pending {
     seq: u64,
@@ -287,15 +291,17 @@ fn drain(shared: &Shared) {
                     None => break,
                 }
             }
+            let behind = q.bytes > shared.capacity_bytes / BEHIND_DIVISOR;
             let batch = Arc::new(batch);
             q.in_flight = Some(Arc::clone(&batch));
-            batch
+            (batch, behind)
         };
-        send(shared, &batch);
+        let (batch, behind) = batch;
+        send(shared, &batch, behind);
     }
 }
 
-fn send(shared: &Shared, batch: &[Evicted]) {
+fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
     let Some(grid) = shared.grid.get() else {
         // The grid was removed while these waited: nowhere to push them.
         shared.stats.l2_push_failures.add(batch.len() as u64);
@@ -324,7 +330,7 @@ fn send(shared: &Shared, batch: &[Evicted]) {
         .iter()
         .filter_map(|e| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
-            let stored = compress(shared, &e.bytes, &mut compressed);
+            let stored = compress(shared, &e.bytes, &mut compressed, behind);
             let payload = if stored == Stored::Raw { &e.bytes[..] } else { &compressed[..] };
             let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
@@ -342,9 +348,17 @@ fn send(shared: &Shared, batch: &[Evicted]) {
     stats.l2_push_bytes.add(values.iter().map(|v| v.len() as u64).sum());
 }
 
-/// Compresses one page with the cache's codec into `out` and counts it.
-fn compress(shared: &Shared, page: &[u8], out: &mut Vec<u8>) -> Stored {
+/// Compresses one page with the cache's codec into `out` (not when the
+/// pusher is behind) and counts it.
+fn compress(shared: &Shared, page: &[u8], out: &mut Vec<u8>, behind: bool) -> Stored {
     if shared.codec == Codec::Off {
+        return Stored::Raw;
+    }
+    if behind {
+        let stats = &shared.stats;
+        stats.compress_behind_pages.incr();
+        stats.compress_bytes_in.add(page.len() as u64);
+        stats.compress_bytes_out.add(page.len() as u64);
         return Stored::Raw;
     }
     let t0 = Instant::now();

@@ -177,6 +177,9 @@ pub struct Stats {
     pub compress_bytes_in: Counter,
     pub compress_bytes_out: Counter,
     pub compress_ns: Counter,
+    /// Pages pushed raw although compression is on: the push queue was over
+    /// half full (the pusher behind; compressing would have made it drop pages).
+    pub compress_behind_pages: Counter,
     /// Compressed grid values opened on reads, and the time opening them took
     /// (checksum or tag, and decompression).
     pub decompress_pages: Counter,
@@ -234,6 +237,7 @@ impl Stats {
             compress_bytes_in: Counter::default(),
             compress_bytes_out: Counter::default(),
             compress_ns: Counter::default(),
+            compress_behind_pages: Counter::default(),
             decompress_pages: Counter::default(),
             decompress_ns: Counter::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
@@ -334,6 +338,7 @@ impl Stats {
             json!({
                 "pages_compressed": self.compress_pages.get(),
                 "pages_raw": self.compress_raw_pages.get(),
+                "pages_raw_behind": self.compress_behind_pages.get(),
                 "bytes_before": bytes_in,
                 "bytes_after": bytes_out,
                 // Page bytes per payload byte: 2.0 means the grid holds twice the pages.
