@@ -274,7 +274,7 @@ impl Drop for Pusher {
 
 fn drain(shared: &Shared) {
     loop {
-        let batch = {
+        let (batch, behind) = {
             let mut q = shared.queue.lock().unwrap();
             q.in_flight = None;
             shared.idle.notify_all();
@@ -296,7 +296,6 @@ fn drain(shared: &Shared) {
             q.in_flight = Some(Arc::clone(&batch));
             (batch, behind)
         };
-        let (batch, behind) = batch;
         send(shared, &batch, behind);
     }
 }
