@@ -176,7 +176,6 @@ fn fill(codec: Codec, slab_args: &[String], node_mib: u32, pages: &[Vec<u8>]) ->
     let limit_bytes = u64::from(node_mib) << 20;
     let mut offered_bytes = 0u64;
     let mut round = 0u64;
-    let mut compressed = Vec::new();
     loop {
         order.shuffle(&mut rng);
         let cache_id = 0xCA9A_0000_0000_0000 | round;
@@ -185,9 +184,8 @@ fn fill(codec: Codec, slab_args: &[String], node_mib: u32, pages: &[Vec<u8>]) ->
                 .iter()
                 .map(|&i| {
                     let id = Identity { cache_id, page: i as u64, version: 1 };
-                    let stored = codec.compress(&pages[i], &mut compressed);
-                    let payload = if stored == Stored::Raw { &pages[i][..] } else { &compressed[..] };
-                    let v = envelope::seal_stored(id, payload, stored, None).expect("plain envelopes need no nonce");
+                    let (v, _) =
+                        envelope::seal_page(id, &pages[i], None, codec).expect("plain envelopes need no nonce");
                     (envelope::key(cache_id, i as u64), v)
                 })
                 .collect();

@@ -83,30 +83,11 @@ pub fn warm(conn: &Connection, table: Option<&str>, bar: Option<&ProgressBar>) -
     if let Some(bar) = bar {
         bar.set_message(said.trim_start_matches("started: ").to_string());
     }
-    let (mut last_done, mut last_change) = (u64::MAX, Instant::now());
+    let mut progress = Progress::new();
     loop {
         let w = warm_stats(conn)?;
-        let g = |k: &str| w[k].as_u64().unwrap_or(0);
-        let done = g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages");
-        if let Some(bar) = bar {
-            bar.set_length(g("planned_pages").max(1));
-            bar.set_position(done);
-        }
-        match w["state"].as_str() {
-            Some("running") => {}
-            Some("done") => return Ok(Warmed::from_json(&w, t0.elapsed().as_secs_f64())),
-            other => {
-                return Err(format!(
-                    "the warm ended {}: {}",
-                    other.unwrap_or("?"),
-                    w["error"].as_str().unwrap_or("no reason given")
-                ))
-            }
-        }
-        if done != last_done {
-            (last_done, last_change) = (done, Instant::now());
-        } else if last_change.elapsed() > STALL {
-            return Err(format!("the warm made no progress for {STALL:?}"));
+        if let Some(warmed) = progress.step(&w, bar, t0.elapsed().as_secs_f64())? {
+            return Ok(warmed);
         }
         std::thread::sleep(POLL);
     }
@@ -253,7 +234,7 @@ pub fn run_mysql(dir: &Path, tablespaces: &[String], progress: bool) -> Result<W
 fn follow_mysql(stats_path: &Path, request: &Path, id: &str, bar: Option<&ProgressBar>) -> Result<Warmed, String> {
     let t0 = Instant::now();
     let ours = format!("request {id}:");
-    let (mut last_done, mut last_change) = (u64::MAX, Instant::now());
+    let mut progress = Progress::new();
     loop {
         std::thread::sleep(POLL * 2);
         // The stats file is replaced whole (renamed over): a read sees one version.
@@ -273,16 +254,40 @@ fn follow_mysql(stats_path: &Path, request: &Path, id: &str, bar: Option<&Progre
             }
             continue;
         }
+        if let Some(bar) = bar {
+            bar.set_message(w["target"].as_str().unwrap_or_default().to_string());
+        }
+        let elapsed_s = w["elapsed_ms"].as_u64().unwrap_or(0) as f64 / 1000.0;
+        if let Some(warmed) = progress.step(&w, bar, elapsed_s)? {
+            return Ok(warmed);
+        }
+    }
+}
+
+/// Follows a warm's `"warm"` stats object (the PRAGMA's or the preload's
+/// stats file): moves the bar, and ends with the result, the warm's own
+/// error, or a stall after STALL without progress.
+struct Progress {
+    last_done: u64,
+    last_change: Instant,
+}
+
+impl Progress {
+    fn new() -> Progress {
+        Progress { last_done: u64::MAX, last_change: Instant::now() }
+    }
+
+    /// Some(result) once the warm is done; `elapsed_s` is what the result reports.
+    fn step(&mut self, w: &Value, bar: Option<&ProgressBar>, elapsed_s: f64) -> Result<Option<Warmed>, String> {
         let g = |k: &str| w[k].as_u64().unwrap_or(0);
         let done = g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages");
         if let Some(bar) = bar {
-            bar.set_message(w["target"].as_str().unwrap_or_default().to_string());
             bar.set_length(g("planned_pages").max(1));
             bar.set_position(done);
         }
         match w["state"].as_str() {
             Some("running") => {}
-            Some("done") => return Ok(Warmed::from_json(&w, g("elapsed_ms") as f64 / 1000.0)),
+            Some("done") => return Ok(Some(Warmed::from_json(w, elapsed_s))),
             other => {
                 return Err(format!(
                     "the warm ended {}: {}",
@@ -291,10 +296,11 @@ fn follow_mysql(stats_path: &Path, request: &Path, id: &str, bar: Option<&Progre
                 ))
             }
         }
-        if done != last_done {
-            (last_done, last_change) = (done, Instant::now());
-        } else if last_change.elapsed() > STALL {
+        if done != self.last_done {
+            (self.last_done, self.last_change) = (done, Instant::now());
+        } else if self.last_change.elapsed() > STALL {
             return Err(format!("the warm made no progress for {STALL:?}"));
         }
+        Ok(None)
     }
 }

@@ -2,8 +2,6 @@
 //! the warm-up (a pass over every table and index, then the workload for
 //! `--warmup` seconds), then the measured run.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -87,25 +85,10 @@ fn sqlite_cache_counts(conn: &Connection) -> (u64, u64) {
     (out[0], out[1])
 }
 
-/// memcached's `stats` of one node (a few fields), on loopback.
+/// memcached's `stats` of one node, its numeric fields (waffle_nodes::stats, bounded).
 pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u64>> {
-    let mut s = TcpStream::connect(addr).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"stats\r\n").ok()?;
-    let mut m = std::collections::HashMap::new();
-    for line in BufReader::new(s).lines() {
-        let line = line.ok()?;
-        if line.starts_with("END") {
-            break;
-        }
-        let mut parts = line.split_whitespace();
-        if let (Some("STAT"), Some(k), Some(v)) = (parts.next(), parts.next(), parts.next()) {
-            if let Ok(v) = v.parse() {
-                m.insert(k.to_string(), v);
-            }
-        }
-    }
-    Some(m)
+    let all = waffle_nodes::stats(addr.parse().ok()?).ok()?;
+    Some(all.into_iter().filter_map(|(k, v)| Some((k, v.parse().ok()?))).collect())
 }
 
 /// The pages the warm-up's pass read: the whole file, or the tables and
