@@ -66,7 +66,10 @@ fn a_full_read_counts_every_page_of_the_file_once() {
     assert_eq!(again, total);
     read_rows(&conn, (0..ROWS).step_by(7));
     let s2 = stats(&conn);
-    assert!(n(&s2, "l1_hits") > n(&s1, "l1_hits") + 1000, "the second pass read L1: {s2}");
+    // From L1: as demand hits, or as hits on the pages the first pass's
+    // read-ahead left there (a scan's re-read counts those as read_ahead_hits).
+    let from_l1 = |s: &Value| n(s, "l1_hits") + n(s, "read_ahead_hits");
+    assert!(from_l1(&s2) > from_l1(&s1) + 1000, "the second pass read L1: {s2}");
     if n(&s2, "working_set.pages_1m") != est {
         // A minute boundary passed between the two reads: the 1-minute window
         // then holds the second pass alone, which is the same set of pages.
