@@ -26,7 +26,7 @@ use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache};
 use waffle_testkit::db::n;
 use waffle_testkit::fake_node::{FakeNode, SetPause};
-use waffle_testkit::mem_file::MemFile;
+use waffle_testkit::mem_file::{patterned, set_page, MemFile};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
 
@@ -48,19 +48,12 @@ fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
     file.lock().unwrap()[p as usize * PAGE..][..PAGE].to_vec()
 }
 
-fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
-    file.lock().unwrap()[p as usize * PAGE..][..PAGE].copy_from_slice(bytes);
-}
-
 #[test]
 fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epochs() {
     let nodes = [start_node(16), start_node(16)];
     let fake = Arc::new(FakeNode::start());
     let grids = [grid(&nodes[0].addr()), grid(&nodes[1].addr()), grid(&fake.addr())];
-    let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
-    for p in 0..PAGES {
-        set_page(&file, p, &pattern(p, PAGE));
-    }
+    let file = patterned(PAGES, PAGE);
     let cache = Arc::new(PageCache::new(CacheOptions {
         cache_id: 0x30de1,
         saved: None,

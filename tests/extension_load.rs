@@ -36,6 +36,16 @@ fn run(cmd: &mut Command, input: &str) -> Output {
     run_with_input(cmd, input, CHILD_TIMEOUT)
 }
 
+/// Runs `sql` in the `sqlite3` shell on `uri`, with the extension `so` loaded and `.bail on`;
+/// fails the test if the shell does. Returns stdout's lines and stderr.
+fn shell_on(so: &Path, uri: &str, sql: &str) -> (Vec<String>, String) {
+    let script = format!(".bail on\n.load {}\n.open '{uri}'\n{sql}", so.display());
+    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &script);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "sqlite3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    (stdout.lines().map(str::to_owned).collect(), stderr)
+}
+
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
@@ -76,27 +86,20 @@ fn host(name: &str, file: &str) -> Host {
 #[test]
 fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
     let Host { so, node, db, uri, _dir } = host("ext-shell", "shell.db");
-    let script = format!(
-        ".bail on\n.load {so}\n.open '{uri}'\n\
-         PRAGMA cache_size = 10;\n\
+    let sql = "PRAGMA cache_size = 10;\n\
          CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
          WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 200)\n\
            INSERT INTO t SELECT i, printf('%.3000c', char(65 + i % 26)) FROM c;\n\
          PRAGMA waffle_flush;\n\
          SELECT count(*), sum(length(v)), sum(unicode(v)) FROM t;\n\
-         PRAGMA waffle_stats;\n",
-        so = so.display()
-    );
-    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &script);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "sqlite3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 3, "expected flush, totals, stats; got:\n{stdout}\nstderr: {stderr}");
+         PRAGMA waffle_stats;\n";
+    let (lines, stderr) = shell_on(&so, &uri, sql);
+    assert_eq!(lines.len(), 3, "expected flush, totals, stats; got:\n{lines:?}\nstderr: {stderr}");
     assert_eq!(lines[0], "ok", "PRAGMA waffle_flush");
     let letters: u64 = (1..=200u64).map(|i| 65 + i % 26).sum();
     assert_eq!(lines[1], format!("200|600000|{letters}"), "the rows read back through waffle");
     let s: Value =
-        serde_json::from_str(lines[2]).unwrap_or_else(|e| panic!("waffle_stats is not JSON ({e}): {}", lines[2]));
+        serde_json::from_str(&lines[2]).unwrap_or_else(|e| panic!("waffle_stats is not JSON ({e}): {}", lines[2]));
     assert_eq!(s["config"]["grid"][0], Value::String(node.addr()), "{s}");
     assert_eq!(n(&s, "config.local_bytes"), 64 << 10, "{s}");
     assert!(n(&s, "disk_writes") >= 200, "{s}");
@@ -114,24 +117,17 @@ fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
 #[test]
 fn the_sqlite3_shell_warms_a_table_through_the_extension() {
     let Host { so, uri, _dir, node: _node, .. } = host("ext-warm", "warm.db");
-    let script = format!(
-        ".bail on\n.load {so}\n.open '{uri}'\n\
-         CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
+    let sql = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);\n\
          CREATE TABLE u(x);\n\
          WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < 300)\n\
            INSERT INTO t SELECT i, printf('%.3000c', char(65 + i % 26)) FROM c;\n\
          PRAGMA waffle_warm='t';\n\
          .system sleep 2\n\
-         PRAGMA waffle_stats;\n",
-        so = so.display()
-    );
-    let out = run(Command::new(sqlite3_shell()).arg(":memory:"), &script);
-    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
-    assert!(out.status.success(), "sqlite3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "expected the warm's row and the stats; got:\n{stdout}\nstderr: {stderr}");
+         PRAGMA waffle_stats;\n";
+    let (lines, stderr) = shell_on(&so, &uri, sql);
+    assert_eq!(lines.len(), 2, "expected the warm's row and the stats; got:\n{lines:?}\nstderr: {stderr}");
     assert!(lines[0].starts_with("started: table t and 0 indexes"), "{}", lines[0]);
-    let s: Value = serde_json::from_str(lines[1]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[1]));
+    let s: Value = serde_json::from_str(&lines[1]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[1]));
     let w = &s["warm"];
     assert_eq!(w["state"], "done", "{s}");
     // 300 rows of 3000 bytes: one 4 KiB leaf each, and the interior pages above them.

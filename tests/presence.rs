@@ -11,7 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use waffle_core::{envelope, PageCache, Source};
 use waffle_testkit::db::n;
-use waffle_testkit::mem_file::{cache_on, MemFile};
+use waffle_testkit::mem_file::{cache_on, patterned, set_page, MemFile};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{mg, node_stat};
@@ -19,10 +19,6 @@ use waffle_testkit::raw_client::{mg, node_stat};
 const PAGE: usize = 4096;
 const PAGES: u64 = 32;
 const L1_PAGES: u64 = 4;
-
-fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
-    file.lock().unwrap()[p as usize * PAGE..][..PAGE].copy_from_slice(bytes);
-}
 
 fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
     file.lock().unwrap()[p as usize * PAGE..][..PAGE].to_vec()
@@ -36,10 +32,7 @@ fn stats(cache: &PageCache) -> Value {
 fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart() {
     let mut node = start_node(16);
     let (_grid, cache) = cache_on(&node.addr(), 0x9e5, PAGE, L1_PAGES, None);
-    let file = Arc::new(Mutex::new(vec![0u8; PAGES as usize * PAGE]));
-    for p in 0..PAGES {
-        set_page(&file, p, &pattern(p, PAGE));
-    }
+    let file = patterned(PAGES, PAGE);
     let disk = MemFile(Arc::clone(&file));
     let mut buf = vec![0u8; PAGE];
     // Lookups that asked the grid (node requests also count the pusher's stores).
@@ -150,10 +143,7 @@ fn pages_pushed_longer_ago_than_the_grid_keeps_are_not_asked_for() {
     const MANY: u64 = 4000;
     let node = start_node(4);
     let (_grid, cache) = cache_on(&node.addr(), 0x4eac, PAGE, L1_PAGES, None);
-    let file = Arc::new(Mutex::new(vec![0u8; MANY as usize * PAGE]));
-    for p in 0..MANY {
-        set_page(&file, p, &pattern(p, PAGE));
-    }
+    let file = patterned(MANY, PAGE);
     let disk = MemFile(Arc::clone(&file));
     let mut buf = vec![0u8; PAGE];
     let mut pass = |label: &str, order: &mut dyn Iterator<Item = u64>| {

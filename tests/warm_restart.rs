@@ -231,3 +231,48 @@ fn a_rolled_back_snapshot_never_reads_the_other_timelines_pages() {
     check_rows(&conn, |id| value(id, 3), 100);
     assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
 }
+
+/// A database deleted and replaced by a copy of the same size and mtime (`cp -p`, tar, a restore;
+/// ext4 may even reuse the inode number), with the sidecar of the file it replaced beside it.
+/// SQLite's cacheflush and e_walckpt tests do this. The copy holds other rows, so a warm open
+/// would read the replaced file's pages from the grid; the copy must open cold and read its own.
+#[test]
+fn a_file_replaced_by_a_copy_of_the_same_size_and_mtime_opens_cold() {
+    let Closed { _node, addr, dir, db, first_id } = closed("copy-p");
+    let old_mtime = std::fs::metadata(&db).unwrap().modified().unwrap();
+    let old_len = std::fs::metadata(&db).unwrap().len();
+
+    // The copy: the same database with every row rewritten (same lengths), by a plain connection.
+    let copy = dir.join("copy.db");
+    std::fs::copy(&db, &copy).unwrap();
+    {
+        let plain = Connection::open(&copy).unwrap();
+        let tx = plain.unchecked_transaction().unwrap();
+        for id in 1..=200i64 {
+            tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 2), id]).unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    assert_eq!(std::fs::metadata(&copy).unwrap().len(), old_len, "the copy must have the replaced file's size");
+    // And its header's change counter (bytes 24..28, copied to 92..96 as SQLite keeps them): the
+    // header bytes the cache's signature holds are alike, so only what a copy cannot carry over
+    // (ctime, the inode) tells the two files apart.
+    let original = std::fs::read(&db).unwrap();
+    let mut bytes = std::fs::read(&copy).unwrap();
+    bytes[24..28].copy_from_slice(&original[24..28]);
+    bytes[92..96].copy_from_slice(&original[24..28]);
+    assert_eq!(bytes[24..40], original[24..40], "the two headers' bytes 24..40 are alike");
+    std::fs::write(&copy, &bytes).unwrap();
+
+    // `cp -p`: the original is deleted, the copy takes its name and its mtime.
+    std::fs::remove_file(&db).unwrap();
+    std::fs::copy(&copy, &db).unwrap();
+    std::fs::File::options().write(true).open(&db).unwrap().set_modified(old_mtime).unwrap();
+
+    let conn = reopen(&db, &addr);
+    check_rows(&conn, |id| value(id, 2), 200);
+    let s = stats(&conn);
+    assert_eq!(n(&s, "l2_hits"), 0, "nothing of the replaced file may be read from the grid: {s}");
+    let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(r, "ok");
+}

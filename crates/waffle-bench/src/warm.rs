@@ -149,15 +149,7 @@ pub fn run(o: &WarmOptions) -> Result<Vec<Warmed>, String> {
         if o.tables.is_empty() { vec![None] } else { o.tables.iter().map(|t| Some(t.as_str())).collect() };
     let mut out = Vec::new();
     for target in targets {
-        let bar = o.progress.then(|| {
-            let bar = ProgressBar::new(1);
-            bar.set_style(
-                ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pages  {msg}")
-                    .expect("a valid template"),
-            );
-            bar.enable_steady_tick(Duration::from_millis(200));
-            bar
-        });
+        let bar = o.progress.then(pages_bar);
         let warmed = warm(&conn, target, bar.as_ref());
         if let Some(bar) = &bar {
             bar.finish_and_clear();
@@ -173,6 +165,15 @@ pub fn run(o: &WarmOptions) -> Result<Vec<Warmed>, String> {
     }
     drop(conn);
     Ok(out)
+}
+
+/// A bar of pages warmed out of pages planned (its length set once the plan is known).
+fn pages_bar() -> ProgressBar {
+    let bar = ProgressBar::new(1);
+    let style = ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pages  {msg}");
+    bar.set_style(style.expect("a valid template"));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    bar
 }
 
 /// The preload's control file, beside its stats file (waffle-preload's warm.rs).
@@ -215,15 +216,7 @@ pub fn run_mysql(dir: &Path, tablespaces: &[String], progress: bool) -> Result<W
     let tmp = request.with_extension(format!("tmp{}", std::process::id()));
     std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
     std::fs::rename(&tmp, &request).map_err(|e| format!("{}: {e}", request.display()))?;
-    let bar = progress.then(|| {
-        let bar = ProgressBar::new(1);
-        bar.set_style(
-            ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} pages  {msg}")
-                .expect("a valid template"),
-        );
-        bar.enable_steady_tick(Duration::from_millis(200));
-        bar
-    });
+    let bar = progress.then(pages_bar);
     let result = follow_mysql(&stats_path, &request, &id, bar.as_ref());
     if let Some(bar) = &bar {
         bar.finish_and_clear();

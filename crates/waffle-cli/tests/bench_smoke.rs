@@ -36,6 +36,20 @@ fn run(args: &[&str]) -> String {
     stdout
 }
 
+/// Runs `waffle` with `cmd` (words split on spaces) in `dir`, its JSON report written to
+/// `dir/<json>` and, with `charts`, its charts to `dir/charts`; returns stdout and the report.
+fn run_in(dir: &TempDir, cmd: &str, json: &str, charts: bool) -> (String, Value) {
+    let report = dir.0.join(json);
+    let chart_dir = dir.0.join("charts");
+    let mut args: Vec<&str> = cmd.split_whitespace().collect();
+    args.extend(["--dir", dir.0.to_str().unwrap(), "--json", report.to_str().unwrap()]);
+    if charts {
+        args.extend(["--charts", chart_dir.to_str().unwrap()]);
+    }
+    let stdout = run(&args);
+    (stdout, read_json(&report))
+}
+
 fn read_json(p: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(p).expect("json written")).expect("valid json")
 }
@@ -85,35 +99,14 @@ fn check_config(c: &Value) {
 #[test]
 fn bench_oltp_all_configurations() {
     let dir = TempDir::new("oltp");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("out.json");
-    let charts = dir.0.join("charts");
-    let stdout = run(&[
-        "bench",
-        "--data",
-        "3MiB",
-        "--memory",
-        "30%",
-        "--threads",
-        "2",
-        "--warmup",
-        "0",
-        "--duration",
-        "1",
-        "--configs",
-        "local,grid,all-local,stock,grid:2@10gbe",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-        "--charts",
-        charts.to_str().unwrap(),
-    ]);
+    let cmd = "bench --data 3MiB --memory 30% --threads 2 --warmup 0 --duration 1 \
+               --configs local,grid,all-local,stock,grid:2@10gbe";
+    let (stdout, v) = run_in(&dir, cmd, "out.json", true);
+    let (json, charts) = (dir.0.join("out.json"), dir.0.join("charts"));
     for c in ["local", "grid", "all-local", "stock", "grid:2@10gbe"] {
         assert!(stdout.contains(c), "{c} missing from the table:\n{stdout}");
     }
     assert!(stdout.contains("EMULATED"), "the emulated link must be labelled:\n{stdout}");
-    let v = read_json(&json);
     assert_eq!(v["workload"], "oltp-read-only");
     assert_eq!(v["unit"], "tps");
     let configs = v["configs"].as_array().expect("configs");
@@ -132,27 +125,8 @@ fn bench_oltp_all_configurations() {
     assert_png(&again.join("bench-oltp-read-only.png"));
 
     // A second run reuses the dataset.
-    let json2 = dir.0.join("again.json");
-    run(&[
-        "bench",
-        "--data",
-        "3MiB",
-        "--threads",
-        "1",
-        "--warmup",
-        "0",
-        "--duration",
-        "0.5",
-        "--configs",
-        "local",
-        "--dist",
-        "pareto",
-        "--dir",
-        d,
-        "--json",
-        json2.to_str().unwrap(),
-    ]);
-    let v2 = read_json(&json2);
+    let cmd = "bench --data 3MiB --threads 1 --warmup 0 --duration 0.5 --configs local --dist pareto";
+    let (_, v2) = run_in(&dir, cmd, "again.json", false);
     assert_eq!(v2["dataset"]["built_now"], false);
     assert_eq!(v2["params"]["distribution"], "pareto:0.2");
 }
@@ -160,32 +134,9 @@ fn bench_oltp_all_configurations() {
 #[test]
 fn bench_tpcc_and_scan() {
     let dir = TempDir::new("tpcc");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("tpcc.json");
-    run(&[
-        "bench",
-        "--workload",
-        "tpcc",
-        "--warehouses",
-        "1",
-        "--items",
-        "200",
-        "--customers",
-        "30",
-        "--threads",
-        "2",
-        "--warmup",
-        "0",
-        "--duration",
-        "1",
-        "--configs",
-        "local,grid@1gbe/hdd-10k",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let v = read_json(&json);
+    let cmd = "bench --workload tpcc --warehouses 1 --items 200 --customers 30 --threads 2 --warmup 0 \
+               --duration 1 --configs local,grid@1gbe/hdd-10k";
+    let (_, v) = run_in(&dir, cmd, "tpcc.json", false);
     assert_eq!(v["unit"], "NOTPM");
     let configs = v["configs"].as_array().unwrap();
     configs.iter().for_each(check_config);
@@ -194,28 +145,9 @@ fn bench_tpcc_and_scan() {
     assert!(configs[0]["transactions"].as_u64().unwrap() > 0, "no TPC-C transaction completed");
     assert!(configs[1]["device"].as_str().unwrap().contains("hdd-10k (EMULATED)"));
 
-    let json = dir.0.join("scan.json");
+    let cmd = "bench --workload scan --data 2MiB --warmup 0 --duration 0.5 --configs local,grid";
+    let (_, v) = run_in(&dir, cmd, "scan.json", true);
     let charts = dir.0.join("charts");
-    run(&[
-        "bench",
-        "--workload",
-        "scan",
-        "--data",
-        "2MiB",
-        "--warmup",
-        "0",
-        "--duration",
-        "0.5",
-        "--configs",
-        "local,grid",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-        "--charts",
-        charts.to_str().unwrap(),
-    ]);
-    let v = read_json(&json);
     assert_eq!(v["unit"], "scans/min");
     assert_eq!(v["params"]["threads"], 1);
     v["configs"].as_array().unwrap().iter().for_each(check_config);
@@ -225,31 +157,9 @@ fn bench_tpcc_and_scan() {
 #[test]
 fn sweep_draws_throughput_against_memory() {
     let dir = TempDir::new("sweep");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("sweep.json");
-    let charts = dir.0.join("charts");
-    let stdout = run(&[
-        "bench",
-        "sweep",
-        "--data",
-        "2MiB",
-        "--points",
-        "50,120",
-        "--threads",
-        "2",
-        "--warmup",
-        "0",
-        "--duration",
-        "0.5",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-        "--charts",
-        charts.to_str().unwrap(),
-    ]);
+    let cmd = "bench sweep --data 2MiB --points 50,120 --threads 2 --warmup 0 --duration 0.5";
+    let (stdout, v) = run_in(&dir, cmd, "sweep.json", true);
     assert!(stdout.contains("grid/local"), "{stdout}");
-    let v = read_json(&json);
     let points = v["points"].as_array().unwrap();
     assert_eq!(points.len(), 2);
     for p in points {
@@ -257,34 +167,15 @@ fn sweep_draws_throughput_against_memory() {
         assert_eq!(cs.iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["local", "grid"]);
         cs.iter().for_each(check_config);
     }
-    assert_png(&charts.join("sweep-oltp-read-only.png"));
+    assert_png(&dir.0.join("charts/sweep-oltp-read-only.png"));
 }
 
 #[test]
 fn probe_reports_disk_and_grid_latency() {
     let dir = TempDir::new("probe");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("probe.json");
-    let charts = dir.0.join("charts");
-    let stdout = run(&[
-        "probe",
-        "--threads",
-        "1,2",
-        "--seconds",
-        "0.3",
-        "--file-size",
-        "2MiB",
-        "--link",
-        "1gbe",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-        "--charts",
-        charts.to_str().unwrap(),
-    ]);
+    let cmd = "probe --threads 1,2 --seconds 0.3 --file-size 2MiB --link 1gbe";
+    let (stdout, v) = run_in(&dir, cmd, "probe.json", true);
     assert!(stdout.contains("1gbe (EMULATED)"), "{stdout}");
-    let v = read_json(&json);
     let series = v["series"].as_array().unwrap();
     assert_eq!(
         series.iter().map(|s| s["name"].as_str().unwrap()).collect::<Vec<_>>(),
@@ -301,7 +192,7 @@ fn probe_reports_disk_and_grid_latency() {
     for r in v["grid_hit_over_bare_mg"].as_array().unwrap() {
         finite_or_null(&r["grid_hit_over_bare_mg_p50"], "ratio");
     }
-    assert_png(&charts.join("probe.png"));
+    assert_png(&dir.0.join("charts/probe.png"));
 }
 
 #[test]
@@ -327,27 +218,8 @@ fn bad_arguments_are_refused_with_a_reason() {
 #[test]
 fn warm_a_database_and_a_bench_configuration() {
     let dir = TempDir::new("warm");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("warm.json");
-    run(&[
-        "bench",
-        "--workload",
-        "scan",
-        "--data",
-        "2MiB",
-        "--warmup",
-        "0",
-        "--duration",
-        "0.5",
-        "--configs",
-        "local,grid",
-        "--warm",
-        "--dir",
-        d,
-        "--json",
-        json.to_str().unwrap(),
-    ]);
-    let v = read_json(&json);
+    let cmd = "bench --workload scan --data 2MiB --warmup 0 --duration 0.5 --configs local,grid --warm";
+    let (_, v) = run_in(&dir, cmd, "warm.json", false);
     let configs = v["configs"].as_array().unwrap();
     configs.iter().for_each(check_config);
     assert_eq!(configs[1]["name"], "grid+warm");

@@ -23,6 +23,7 @@ use std::io;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::versions;
 
@@ -76,6 +77,24 @@ pub trait Backing: Send + Sync {
     fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize>;
     /// Whether reads bypass the kernel page cache.
     fn is_direct(&self) -> bool;
+}
+
+/// A file held in memory and shared with whoever writes it: tests write it
+/// first, as the database would, then tell the cache. The one in-memory
+/// backing of the core's unit tests and the test kit.
+pub struct MemoryFile(pub Arc<Mutex<Vec<u8>>>);
+
+impl Backing for MemoryFile {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        let f = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let at = usize::try_from(first.byte_offset(page_bytes)).unwrap_or(usize::MAX).min(f.len());
+        let n = buf.len().min(f.len() - at);
+        buf[..n].copy_from_slice(&f[at..at + n]);
+        Ok(n)
+    }
+    fn is_direct(&self) -> bool {
+        false
+    }
 }
 
 /// A read-only handle on the database file, O_DIRECT where the filesystem allows.

@@ -831,23 +831,7 @@ mod tests {
     use super::*;
     use std::panic::AssertUnwindSafe;
 
-    // The same in-memory file as `waffle_testkit::mem_file::MemFile`, kept here: the testkit
-    // depends on this crate, so as a dev-dependency it would link a second copy of it, whose
-    // `Backing` is not the trait these unit tests (compiled with the crate itself) call.
-    struct Mem(Arc<Mutex<Vec<u8>>>);
-
-    impl Backing for Mem {
-        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-            let f = self.0.lock().unwrap();
-            let at = (first.byte_offset(page_bytes) as usize).min(f.len());
-            let n = buf.len().min(f.len() - at);
-            buf[..n].copy_from_slice(&f[at..at + n]);
-            Ok(n)
-        }
-        fn is_direct(&self) -> bool {
-            false
-        }
-    }
+    use crate::backing::MemoryFile as Mem;
 
     fn cache() -> PageCache {
         let opts = CacheOptions {

@@ -179,16 +179,12 @@ mod tests {
         p
     }
 
+    /// Bytes that do not compress (seeded by their length, so the same every run).
     fn noise(len: usize) -> Vec<u8> {
-        let mut x = 0x9E37_79B9_7F4A_7C15u64;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
+        use rand::{RngCore, SeedableRng};
+        let mut v = vec![0u8; len];
+        rand::rngs::SmallRng::seed_from_u64(len as u64).fill_bytes(&mut v);
+        v
     }
 
     #[test]

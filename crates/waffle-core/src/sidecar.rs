@@ -278,6 +278,14 @@ mod tests {
         db
     }
 
+    /// A temp database whose sidecar a clean close wrote (cache id 5, 4 KiB pages, `saved()`).
+    fn closed_cleanly(name: &str) -> PathBuf {
+        let db = temp_db(name);
+        let (s, _) = Sidecar::acquire(&db).unwrap();
+        assert!(s.close_clean(5, 4096, &saved(), &[]).unwrap(), "alone: the close saves");
+        db
+    }
+
     fn saved() -> SavedVersions {
         SavedVersions { default: 2, table: vec![0, 5, 9, 3] }
     }
@@ -297,9 +305,7 @@ mod tests {
 
     #[test]
     fn several_processes_share_and_only_the_last_out_saves() {
-        let db = temp_db("shared");
-        let (first, _) = Sidecar::acquire(&db).unwrap();
-        assert!(first.close_clean(5, 4096, &saved(), &[]).unwrap());
+        let db = closed_cleanly("shared");
         // flock conflicts between two open file descriptions, even in one
         // process: two acquires here behave as two processes.
         let (a, warm_a) = Sidecar::acquire(&db).unwrap();
@@ -316,9 +322,7 @@ mod tests {
 
     #[test]
     fn a_crash_beside_another_process_leaves_the_sidecar_dirty() {
-        let db = temp_db("crash-shared");
-        let (s, _) = Sidecar::acquire(&db).unwrap();
-        assert!(s.close_clean(5, 4096, &saved(), &[]).unwrap());
+        let db = closed_cleanly("crash-shared");
         let (a, warm) = Sidecar::acquire(&db).unwrap();
         assert!(warm.is_some());
         let (b, _) = Sidecar::acquire(&db).unwrap();
@@ -330,9 +334,7 @@ mod tests {
 
     #[test]
     fn a_write_between_sessions_makes_the_open_cold() {
-        let db = temp_db("modified");
-        let (s, _) = Sidecar::acquire(&db).unwrap();
-        s.close_clean(1, 4096, &saved(), &[]).unwrap();
+        let db = closed_cleanly("modified");
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(b"more").unwrap();
         let (_s, warm) = Sidecar::acquire(&db).unwrap();
         assert_eq!(warm, None);
@@ -340,9 +342,7 @@ mod tests {
 
     #[test]
     fn a_corrupt_sidecar_is_a_cold_start() {
-        let db = temp_db("corrupt");
-        let (s, _) = Sidecar::acquire(&db).unwrap();
-        s.close_clean(1, 4096, &saved(), &[]).unwrap();
+        let db = closed_cleanly("corrupt");
         let path = Sidecar::path_for(&db);
         let mut b = std::fs::read(&path).unwrap();
         for i in 0..b.len() {

@@ -257,15 +257,16 @@ impl PageCache {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backing::MemoryFile;
     use crate::cache::{CacheOptions, Source};
     use std::sync::{Arc, OnceLock};
 
     const PAGE: usize = 512;
 
-    /// An in-memory file (as in cache.rs's tests) whose reads can run a hook
-    /// first: a write that lands while warming's read is in flight.
+    /// An in-memory file whose reads can run a hook first: a write that lands
+    /// while warming's read is in flight.
     struct Mem {
-        bytes: Arc<Mutex<Vec<u8>>>,
+        file: MemoryFile,
         during_read: OnceLock<Box<dyn Fn() + Send + Sync>>,
     }
 
@@ -274,11 +275,7 @@ mod tests {
             if let Some(hook) = self.during_read.get() {
                 hook();
             }
-            let f = self.bytes.lock().unwrap();
-            let at = (first.byte_offset(page_bytes) as usize).min(f.len());
-            let n = buf.len().min(f.len() - at);
-            buf[..n].copy_from_slice(&f[at..at + n]);
-            Ok(n)
+            self.file.read_pages(first, page_bytes, buf)
         }
         fn is_direct(&self) -> bool {
             false
@@ -289,7 +286,7 @@ mod tests {
     fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, Mem, Arc<PageCache>) {
         let bytes: Vec<u8> = (0..pages).flat_map(|i| vec![i as u8; PAGE]).collect();
         let bytes = Arc::new(Mutex::new(bytes));
-        let mem = Mem { bytes: Arc::clone(&bytes), during_read: OnceLock::new() };
+        let mem = Mem { file: MemoryFile(Arc::clone(&bytes)), during_read: OnceLock::new() };
         let cache = PageCache::new(CacheOptions {
             cache_id: 7,
             saved: None,

@@ -29,13 +29,7 @@ fn relaxed() -> GridOptions {
 
 /// Short deadlines for the fault tests.
 fn tight() -> GridOptions {
-    GridOptions {
-        timeout_ms: 50,
-        connect_timeout_ms: 50,
-        backoff_min_ms: 100,
-        backoff_max_ms: 400,
-        ..GridOptions::default()
-    }
+    GridOptions { timeout_ms: 50, connect_timeout_ms: 50, ..relaxed() }
 }
 
 fn start_node() -> Node {

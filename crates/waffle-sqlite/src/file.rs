@@ -1,5 +1,5 @@
-//! The shim's file: our `sqlite3_file` header, then the real file's bytes
-//! (the layout of SQLite's ext/misc/cksumvfs.c).
+//! The methods of a cached main database file and of its WAL (the header
+//! they work on and the plain pass-through methods are in pass_through.rs).
 //!
 //! The main database file goes through the cache: whole-page reads are served
 //! by [`PageCache`](waffle_core::PageCache), writes reach the real file first
@@ -17,51 +17,15 @@ use waffle_core::backing::Backing;
 
 use crate::coherence::{FileSig, Forget, Frames};
 use crate::ffi::*;
+use crate::pass_through::*;
 use crate::registry::{self, OpenDb};
 use crate::wal_index;
-
-#[repr(C)]
-pub struct WaffleFile {
-    pub base: sqlite3_file,
-    /// The cache of the main database; null for pass-through files.
-    pub db: *const OpenDb,
-    /// The page a sequential reader would read next, and how many pages in a
-    /// row this handle has read in order. One connection uses a handle at a
-    /// time, so no lock is needed.
-    pub seq_next: u64,
-    pub seq_run: u32,
-    /// The lock level SQLite holds through this handle (what it asked for and got).
-    pub lock_level: c_int,
-    /// Region 0 of the WAL's shared memory as mapped for this handle; null when unmapped.
-    pub shm0: *const u8,
-    /// For a WAL file of a cached database: its write counter (`OpenDb::wal_writes`); null otherwise.
-    pub wal_writes: *const std::sync::atomic::AtomicU64,
-    /// The main file of a warm thread's connection (warm.rs; registry counts it apart).
-    pub warmer: bool,
-}
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.
 const SEQUENTIAL_AFTER_PAGES: u32 = 3;
 /// A forward step of at most this many pages still counts as sequential: a
 /// b-tree scan skips the interior pages between its leaves (SQLite holds them).
 const SEQUENTIAL_GAP_PAGES: u64 = 8;
-
-/// Where the real file starts: right after our header, 8-byte aligned.
-pub const REAL_OFFSET: usize = std::mem::size_of::<WaffleFile>().next_multiple_of(8);
-
-/// # Safety
-/// `f` points to a file allocated with szOsFile = REAL_OFFSET + the real VFS's szOsFile.
-pub unsafe fn real(f: *mut sqlite3_file) -> *mut sqlite3_file {
-    // SAFETY: REAL_OFFSET is inside the szOsFile bytes at f (the caller's promise).
-    unsafe { (f as *mut u8).add(REAL_OFFSET) as *mut sqlite3_file }
-}
-
-/// # Safety
-/// `r` is a real file the base VFS opened and has not closed (its pMethods is set).
-unsafe fn methods(r: *mut sqlite3_file) -> &'static sqlite3_io_methods {
-    // SAFETY: an open real file's pMethods points to the base VFS's method table (static in SQLite's VFSes).
-    unsafe { &*(*r).pMethods }
-}
 
 /// # Safety
 /// `f` is ours (see "the main database file" below); the reference is not kept past the callback.
@@ -109,28 +73,6 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
 /// A WAL file of a cached database: passes through, counting writes.
 pub static WAL_METHODS: sqlite3_io_methods =
     sqlite3_io_methods { iVersion: 3, xClose: Some(wal_close), xWrite: Some(wal_write), ..PASS_METHODS };
-
-pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
-    iVersion: 3,
-    xClose: Some(pass_close),
-    xRead: Some(pass_read),
-    xWrite: Some(pass_write),
-    xTruncate: Some(pass_truncate),
-    xSync: Some(pass_sync),
-    xFileSize: Some(pass_file_size),
-    xLock: Some(pass_lock),
-    xUnlock: Some(pass_unlock),
-    xCheckReservedLock: Some(pass_check_reserved_lock),
-    xFileControl: Some(pass_file_control),
-    xSectorSize: Some(pass_sector_size),
-    xDeviceCharacteristics: Some(pass_device_characteristics),
-    xShmMap: Some(pass_shm_map),
-    xShmLock: Some(pass_shm_lock),
-    xShmBarrier: Some(pass_shm_barrier),
-    xShmUnmap: Some(pass_shm_unmap),
-    xFetch: Some(pass_fetch),
-    xUnfetch: Some(pass_unfetch),
-};
 
 // ---- the main database file ----
 //
@@ -552,200 +494,4 @@ unsafe extern "C" fn no_fetch(_f: *mut sqlite3_file, _off: i64, _amt: c_int, pp:
 
 unsafe extern "C" fn no_unfetch(_f: *mut sqlite3_file, _off: i64, _p: *mut c_void) -> c_int {
     SQLITE_OK
-}
-
-// ---- pass-through to the real file ----
-//
-// Each is called (by SQLite, or by a callback above with its own arguments)
-// with a file that is ours and whose real file the base VFS opened (we install
-// methods only after that open succeeded): real(f) is that file and methods(r)
-// its base VFS's table. The other arguments are SQLite's, passed on unchanged,
-// so the base VFS's method gets the contract SQLite gave ours. This is the
-// "pass-through" each SAFETY comment below refers to.
-
-unsafe extern "C" fn pass_close(f: *mut sqlite3_file) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        if (*r).pMethods.is_null() {
-            return SQLITE_OK;
-        }
-        let rc = methods(r).xClose.map_or(SQLITE_OK, |x| x(r));
-        (*r).pMethods = std::ptr::null();
-        rc
-    }
-}
-
-unsafe extern "C" fn pass_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, off: i64) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xRead.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
-    }
-}
-
-unsafe extern "C" fn pass_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, off: i64) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xWrite.map_or(SQLITE_IOERR, |x| x(r, buf, amt, off))
-    }
-}
-
-unsafe extern "C" fn pass_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xTruncate.map_or(SQLITE_IOERR, |x| x(r, size))
-    }
-}
-
-unsafe extern "C" fn pass_sync(f: *mut sqlite3_file, flags: c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xSync.map_or(SQLITE_IOERR, |x| x(r, flags))
-    }
-}
-
-unsafe extern "C" fn pass_file_size(f: *mut sqlite3_file, size: *mut i64) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xFileSize.map_or(SQLITE_IOERR, |x| x(r, size))
-    }
-}
-
-unsafe extern "C" fn pass_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xLock.map_or(SQLITE_IOERR, |x| x(r, level))
-    }
-}
-
-unsafe extern "C" fn pass_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xUnlock.map_or(SQLITE_IOERR, |x| x(r, level))
-    }
-}
-
-unsafe extern "C" fn pass_check_reserved_lock(f: *mut sqlite3_file, out: *mut c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xCheckReservedLock.map_or(SQLITE_IOERR, |x| x(r, out))
-    }
-}
-
-unsafe extern "C" fn pass_file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xFileControl.map_or(SQLITE_NOTFOUND, |x| x(r, op, arg))
-    }
-}
-
-unsafe extern "C" fn pass_sector_size(f: *mut sqlite3_file) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xSectorSize.map_or(4096, |x| x(r))
-    }
-}
-
-unsafe extern "C" fn pass_device_characteristics(f: *mut sqlite3_file) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        methods(r).xDeviceCharacteristics.map_or(0, |x| x(r))
-    }
-}
-
-unsafe extern "C" fn pass_shm_map(
-    f: *mut sqlite3_file,
-    pg: c_int,
-    sz: c_int,
-    extend: c_int,
-    pp: *mut *mut c_void,
-) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion < 2 {
-            return SQLITE_IOERR;
-        }
-        m.xShmMap.map_or(SQLITE_IOERR, |x| x(r, pg, sz, extend, pp))
-    }
-}
-
-unsafe extern "C" fn pass_shm_lock(f: *mut sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion < 2 {
-            return SQLITE_IOERR;
-        }
-        m.xShmLock.map_or(SQLITE_IOERR, |x| x(r, offset, n, flags))
-    }
-}
-
-unsafe extern "C" fn pass_shm_barrier(f: *mut sqlite3_file) {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion >= 2 {
-            if let Some(x) = m.xShmBarrier {
-                x(r)
-            }
-        }
-    }
-}
-
-unsafe extern "C" fn pass_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion < 2 {
-            return SQLITE_OK;
-        }
-        m.xShmUnmap.map_or(SQLITE_OK, |x| x(r, delete))
-    }
-}
-
-unsafe extern "C" fn pass_fetch(f: *mut sqlite3_file, off: i64, amt: c_int, pp: *mut *mut c_void) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion < 3 {
-            *pp = std::ptr::null_mut();
-            return SQLITE_OK;
-        }
-        m.xFetch.map_or_else(
-            || {
-                *pp = std::ptr::null_mut();
-                SQLITE_OK
-            },
-            |x| x(r, off, amt, pp),
-        )
-    }
-}
-
-unsafe extern "C" fn pass_unfetch(f: *mut sqlite3_file, off: i64, p: *mut c_void) -> c_int {
-    // SAFETY: pass-through (see above).
-    unsafe {
-        let r = real(f);
-        let m = methods(r);
-        if m.iVersion < 3 {
-            return SQLITE_OK;
-        }
-        m.xUnfetch.map_or(SQLITE_OK, |x| x(r, off, p))
-    }
 }

@@ -15,6 +15,7 @@
 //!                     (file signature; wal-index via wal_index.rs)
 //!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process;
 //!                     other processes may have their own (shared sidecar lock)
+//!  every other file and method ──> pass_through.rs ──> the default VFS's file
 //! ```
 //!
 //! Two ways in, one source:
@@ -36,6 +37,7 @@ mod coherence;
 mod connection;
 mod ffi;
 mod file;
+mod pass_through;
 mod pragma;
 mod registry;
 #[cfg(test)]

@@ -11,7 +11,8 @@ use waffle_core::Config;
 
 use crate::api::Api;
 use crate::ffi::*;
-use crate::file::{self, WaffleFile, MAIN_METHODS, PASS_METHODS, REAL_OFFSET};
+use crate::file::{self, MAIN_METHODS};
+use crate::pass_through::{self, WaffleFile, PASS_METHODS, REAL_OFFSET};
 use crate::registry;
 
 pub const VFS_NAME: &CStr = c"waffle";
@@ -117,7 +118,7 @@ unsafe extern "C" fn x_open(
             // SAFETY: f is SQLite's szOsFile bytes, whose real file `open` set to closed (null
             // methods) before anything that can panic, so close_real closes it only if it opened.
             unsafe {
-                close_real(file::real(f));
+                close_real(pass_through::real(f));
                 (*(f as *mut WaffleFile)).base.pMethods = std::ptr::null();
             }
             SQLITE_CANTOPEN
@@ -163,7 +164,7 @@ unsafe fn open(
         (*wf).warmer = false;
     }
     // SAFETY: f has szOsFile = REAL_OFFSET + the base VFS's szOsFile bytes (register sized it so).
-    let real = unsafe { file::real(f) };
+    let real = unsafe { pass_through::real(f) };
     // SAFETY: real is inside f; a null pMethods marks it not (yet) open, for close_real.
     unsafe { (*real).pMethods = std::ptr::null() };
     let is_main = flags & SQLITE_OPEN_MAIN_DB != 0 && !name.is_null();

@@ -2,10 +2,8 @@
 //! test writes it first, as the database would, then tells the cache. And the
 //! cache those tests build over one node.
 
-use std::io;
 use std::sync::{Arc, Mutex};
 
-use waffle_core::backing::{Backing, PageId};
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
 use waffle_core::{CacheOptions, PageCache, PageCheck};
 
@@ -35,18 +33,15 @@ pub fn cache_on(
     (grid, cache)
 }
 
-/// The "file": a vector shared between the test and the cache's reads.
-pub struct MemFile(pub Arc<Mutex<Vec<u8>>>);
+/// The "file": a vector shared between the test and the cache's reads (the core's own).
+pub use waffle_core::backing::MemoryFile as MemFile;
 
-impl Backing for MemFile {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-        let f = self.0.lock().unwrap();
-        let at = (first.byte_offset(page_bytes) as usize).min(f.len());
-        let n = buf.len().min(f.len() - at);
-        buf[..n].copy_from_slice(&f[at..at + n]);
-        Ok(n)
-    }
-    fn is_direct(&self) -> bool {
-        false
-    }
+/// A file of `pages` pages of `page_bytes`, page p holding `pattern(p, page_bytes)`.
+pub fn patterned(pages: u64, page_bytes: usize) -> Arc<Mutex<Vec<u8>>> {
+    Arc::new(Mutex::new((0..pages).flat_map(|p| crate::pattern(p, page_bytes)).collect()))
+}
+
+/// Writes page `p` of `file` (its size: `bytes.len()`), as the database would before telling the cache.
+pub fn set_page(file: &Mutex<Vec<u8>>, p: u64, bytes: &[u8]) {
+    file.lock().unwrap()[p as usize * bytes.len()..][..bytes.len()].copy_from_slice(bytes);
 }

@@ -20,7 +20,8 @@
 use indicatif::ProgressBar;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::types::Value;
+use rusqlite::{params, params_from_iter, Connection, OptionalExtension};
 
 use super::workload::{set_busy_handler, transaction, Rate, Tally, Workload};
 
@@ -121,6 +122,18 @@ fn astring(rng: &mut SmallRng, min: usize, max: usize) -> String {
     (0..len).map(|_| CHARS[rng.gen_range(0..CHARS.len())] as char).collect()
 }
 
+/// A warehouse's or a district's name, address (street 1 and 2, city, state, zip) and tax rate.
+fn place(rng: &mut SmallRng) -> [Value; 7] {
+    let mut text = |min, max| Value::Text(astring(rng, min, max));
+    let (name, street_1, street_2, city, state) = (text(6, 10), text(10, 20), text(10, 20), text(10, 20), text(2, 2));
+    let zip = Value::Text(zip(rng));
+    [name, street_1, street_2, city, state, zip, Value::Real(rng.gen_range(0..=2000) as f64 / 10_000.0)]
+}
+
+fn zip(rng: &mut SmallRng) -> String {
+    format!("{}11111", nstring(rng, 4))
+}
+
 fn nstring(rng: &mut SmallRng, len: usize) -> String {
     (0..len).map(|_| char::from(b'0' + rng.gen_range(0..10u8))).collect()
 }
@@ -184,19 +197,10 @@ impl Tpcc {
 
     fn load_warehouse(&self, conn: &mut Connection, rng: &mut SmallRng, w: i64) -> rusqlite::Result<()> {
         let tx = conn.transaction()?;
-        let zip = |rng: &mut SmallRng| format!("{}11111", nstring(rng, 4));
+        let warehouse = [Value::Integer(w)].into_iter().chain(place(rng));
         tx.execute(
             "INSERT INTO warehouse VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 300000.0)",
-            params![
-                w,
-                astring(rng, 6, 10),
-                astring(rng, 10, 20),
-                astring(rng, 10, 20),
-                astring(rng, 10, 20),
-                astring(rng, 2, 2),
-                zip(rng),
-                rng.gen_range(0..=2000) as f64 / 10_000.0
-            ],
+            params_from_iter(warehouse),
         )?;
         {
             let mut ins = tx.prepare(
@@ -226,20 +230,10 @@ impl Tpcc {
         let delivered_below = c * 7 / 10 + 1; // orders 1..=70% are delivered
         let since = now_s();
         for d in 1..=DISTRICTS {
+            let district = [Value::Integer(w), Value::Integer(d)].into_iter().chain(place(rng));
             tx.execute(
                 "INSERT INTO district VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 30000.0, ?10)",
-                params![
-                    w,
-                    d,
-                    astring(rng, 6, 10),
-                    astring(rng, 10, 20),
-                    astring(rng, 10, 20),
-                    astring(rng, 10, 20),
-                    astring(rng, 2, 2),
-                    zip(rng),
-                    rng.gen_range(0..=2000) as f64 / 10_000.0,
-                    c + 1
-                ],
+                params_from_iter(district.chain([Value::Integer(c + 1)])),
             )?;
             let mut cust = tx.prepare_cached(
                 "INSERT INTO customer VALUES (?1, ?2, ?3, ?4, 'OE', ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, 50000.0, ?14, \

@@ -93,10 +93,7 @@ impl<C: Clock> Grid<C> {
     /// As [`Grid::take`], `open` given the value where it lies in the
     /// connection's buffer (no copy, no allocation): a hit is what it returns.
     pub fn take_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
-        let start = Instant::now();
-        let (fetch, value_bytes) = self.fetch_one(key, true, open);
-        self.emulate_one(start, key, &fetch, value_bytes);
-        fetch
+        self.fetch_emulated(key, true, open)
     }
 
     /// A lookup of `key` answered (`hit` or not) in `took`, link included:
@@ -136,8 +133,13 @@ impl<C: Clock> Grid<C> {
 
     /// As [`Grid::get`], `open` given the value in place (as [`Grid::take_with`]).
     pub fn get_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
+        self.fetch_emulated(key, false, open)
+    }
+
+    /// One fetch (exclusive: `take`), then the emulated link's delay for it, if any.
+    fn fetch_emulated<R>(&self, key: &[u8], exclusive: bool, open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
         let start = Instant::now();
-        let (fetch, value_bytes) = self.fetch_one(key, false, open);
+        let (fetch, value_bytes) = self.fetch_one(key, exclusive, open);
         self.emulate_one(start, key, &fetch, value_bytes);
         fetch
     }
