@@ -238,7 +238,7 @@ fn a_rolled_back_snapshot_never_reads_the_other_timelines_pages() {
 /// would read the replaced file's pages from the grid; the copy must open cold and read its own.
 #[test]
 fn a_file_replaced_by_a_copy_of_the_same_size_and_mtime_opens_cold() {
-    let Closed { _node, addr, dir, db, first_id } = closed("copy-p");
+    let Closed { _node, addr, dir, db, .. } = closed("copy-p");
     let old_mtime = std::fs::metadata(&db).unwrap().modified().unwrap();
     let old_len = std::fs::metadata(&db).unwrap().len();
 
