@@ -71,7 +71,7 @@ fn with_a_key_no_plaintext_reaches_the_grid() {
         let (_, sealed) = grid_values(&params, &node, &dir);
         assert!(sealed.len() > 5, "the sealed run ({compress}) pushed too little: {} values", sealed.len());
         for v in &sealed {
-            assert_ne!(v[5] & waffle_core::envelope::FLAG_SEALED, 0, "every value is sealed");
+            assert_ne!(v[5] & waffle_core::envelope::FLAG_SEALED, 0, "every value is sealed (flags {:#x})", v[5]);
             assert!(!contains(v, MARKER.as_bytes()), "plaintext row found in a sealed value ({compress})");
             assert!(!contains(v, b"xxxxxxxxxxxxxxxx"), "plaintext filler found in a sealed value ({compress})");
             assert!(!contains(v, b"SQLite format 3"), "page 1's header in plaintext ({compress})");

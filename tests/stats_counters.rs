@@ -111,8 +111,8 @@ fn without_a_grid_only_l1_and_disk_count() {
         let flushed: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).unwrap();
         assert_eq!(flushed, "ok", "PRAGMA waffle_flush without a grid has nothing to wait for");
     }
-    // Reopened: L1 starts empty, so the first reads go to the disk.
-    let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
+    // Reopened with the hot list's reload off: L1 starts empty, so the first reads go to the disk.
+    let conn = open_waffle(&path, &[("waffle_local", "64MiB"), ("waffle_hot_list", "off")]);
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     read_all(&conn, 200);
     let s = stats(&conn);

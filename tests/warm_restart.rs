@@ -61,8 +61,12 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     let before_crash = keys_in_grid(&db, &addr, child_id);
     assert!(before_crash.len() > 50, "the child's pages should be in the grid: only {}", before_crash.len());
 
-    // Session 4: cold. A new identity; nothing from before is asked for.
-    let conn = reopen(&db, &addr);
+    // Session 4: cold. A new identity; nothing from before is asked for. The hot list's
+    // reload off: its disk preload into the tiny L1 would be evicted, pushed and read back
+    // (copies of this incarnation, which the strict no-hit check below would count;
+    // tests/hot_list.rs covers the reload after a crash).
+    let conn = open_waffle(&db, &[params_for(&addr), vec![("waffle_hot_list", "off")]].concat());
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     let new_id = cache_id(&conn);
     assert_ne!(new_id, child_id, "after a crash the reopen must take a new cache id");
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
@@ -130,7 +134,8 @@ fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
     let old_keys = keys_in_grid(&db, &addr, child_id);
     assert!(old_keys.len() > 50, "the child's pages (some from the lost transaction) should be in the grid");
 
-    let conn = reopen(&db, &addr);
+    let conn = open_waffle(&db, &[params_for(&addr), vec![("waffle_hot_list", "off")]].concat());
+    conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     assert_ne!(cache_id(&conn), child_id, "after a crash the reopen must take a new cache id");
     // The committed state: generation 2 for 1..=50 and 201..=300, 1 otherwise; never 3.
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
@@ -166,7 +171,8 @@ fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
     let kept = node_stat(&node.addr(), "curr_items") - items_before;
     assert!(kept * 10 >= l1_pages * 9, "the close left {kept} of {l1_pages} L1 pages in the grid");
 
-    let conn = open_waffle(&db, &params);
+    // The hot list's reload off: the rows' reads themselves bring L1's pages from the grid.
+    let conn = open_waffle(&db, &[params.clone(), vec![("waffle_hot_list", "off")]].concat());
     check_rows(&conn, |id| value(id, 1), 800);
     let s = stats(&conn);
     let from_grid = n(&s, "l2_hits") + n(&s, "read_ahead_pages_l2");

@@ -162,6 +162,8 @@ struct BenchArgs {
     workload: String,
     /// Configurations, in order: local, grid, grid:N, all-local, stock; grid[:N]@LINK for an emulated link,
     /// CONFIG/DEVICE for an emulated device. Default: local,grid,all-local (sweep: local,grid).
+    /// CONFIG+restart also measures a clean close and reopen after the run (--restart-duration
+    /// seconds against the steady state); +nohot opens with waffle_hot_list=off (the control).
     #[arg(long, value_delimiter = ',')]
     configs: Option<Vec<String>>,
     /// Database size (oltp-read-only, scan), e.g. 256MiB.
@@ -185,6 +187,9 @@ struct BenchArgs {
     /// Measured seconds per configuration (default 30; sweep 10).
     #[arg(long)]
     duration: Option<f64>,
+    /// Seconds of workload measured after a CONFIG+restart's reopen (default 30).
+    #[arg(long)]
+    restart_duration: Option<f64>,
     #[command(flatten)]
     page: PageSize,
     /// Key distribution of oltp-read-only: uniform, pareto[:h] (sysbench, h=0.2), zipf[:theta].
@@ -302,6 +307,7 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         threads: a.threads.map(|t| t as usize),
         warmup_s: seconds(a.warmup, if sweep { 5.0 } else { 10.0 }, "warmup")?,
         duration_s: seconds(a.duration, if sweep { 10.0 } else { 30.0 }, "duration")?,
+        restart_s: seconds(a.restart_duration, waffle_bench::bench::restart::DEFAULT_SECONDS, "duration")?,
         page_bytes: a.page.page_size,
         dist: a.dist.clone(),
         warehouses: a.warehouses,

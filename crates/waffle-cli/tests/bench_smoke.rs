@@ -243,3 +243,45 @@ fn warm_a_database_and_a_bench_configuration() {
     let stderr = String::from_utf8_lossy(&bad.stderr);
     assert!(stderr.contains("'no_such'"), "{stderr}");
 }
+
+/// `CONFIG+restart`: the restart's run is reported, with the hot list's
+/// reload (trusted: a clean close under the same identity) and without it (`+nohot`).
+#[test]
+fn bench_restart_reports_the_reopen_against_the_steady_state() {
+    let dir = TempDir::new("restart");
+    let d = dir.0.to_str().unwrap();
+    let json = dir.0.join("out.json");
+    let stdout = run(&[
+        "bench",
+        "--data",
+        "3MiB",
+        "--memory",
+        "30%",
+        "--threads",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "1",
+        "--restart-duration",
+        "2",
+        "--configs",
+        "grid+restart,grid+restart+nohot",
+        "--dir",
+        d,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("restart: closed in"), "{stdout}");
+    let v = read_json(&json);
+    let configs = v["configs"].as_array().expect("configs");
+    assert_eq!(configs.len(), 2);
+    for (c, hot) in configs.iter().zip(["done", "off"]) {
+        check_config(c);
+        let r = &c["restart"];
+        assert!(r["tps"].as_f64().is_some_and(|t| t > 0.0) && r["steady_tps"].as_f64().is_some(), "{r}");
+        assert!(r["per_second"].as_array().is_some_and(|s| (1..=3).contains(&s.len())), "{r}");
+        assert_eq!(r["hot_list"]["state"], hot, "{r}");
+    }
+    assert_eq!(configs[0]["restart"]["hot_list"]["trusted"], true, "{}", configs[0]["restart"]);
+}

@@ -24,6 +24,7 @@ use crate::backing::{Backing, PageId};
 use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
+use crate::hot_list::HotListProgress;
 use crate::pool::{Evicted, Pool};
 use crate::presence::{Presence, Verdict};
 use crate::pusher::{GridSlot, Pusher};
@@ -118,6 +119,8 @@ pub struct PageCache {
     working_set: WorkingSet,
     /// The last (or running) warm's progress (warm.rs).
     warm: WarmProgress,
+    /// What the hot list of the last clean close did at this open (hot_list.rs).
+    hot_list: HotListProgress,
 }
 
 impl PageCache {
@@ -153,6 +156,7 @@ impl PageCache {
             fuse_reason: Mutex::new(None),
             working_set: WorkingSet::new(),
             warm: WarmProgress::default(),
+            hot_list: HotListProgress::default(),
         }
     }
 
@@ -602,6 +606,7 @@ impl PageCache {
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
         m.insert("warm".into(), self.warm.to_json());
+        m.insert("hot_list".into(), self.hot_list.to_json());
         m
     }
 
@@ -755,6 +760,11 @@ impl PageCache {
         &self.warm
     }
 
+    /// What the hot list reload did (or does) at this open.
+    pub fn hot_list_progress(&self) -> &HotListProgress {
+        &self.hot_list
+    }
+
     /// The version to capture before warming `page` reads it, or None when
     /// the page needs no warming: L1 or the push queue has it already.
     pub(crate) fn warm_version(&self, page: u64) -> Option<u64> {
@@ -762,6 +772,82 @@ impl PageCache {
             return None;
         }
         Some(self.versions.current(page))
+    }
+
+    /// Places a page read at `version` (captured before the read) into L1's
+    /// free room, never evicting: `L1`, `Held` (a read brought it in
+    /// meanwhile) or `Raced` (a write since the capture wins, checked under
+    /// the page's stripe lock as `fill` does); the bytes come back when the
+    /// page's shard has no room.
+    pub(crate) fn warm_place_l1(&self, page: u64, version: u64, bytes: Box<[u8]>) -> Result<Placed, Box<[u8]>> {
+        if self.is_fused() {
+            return Ok(Placed::Raced);
+        }
+        self.versions.touch(page);
+        let _g = self.stripe(page);
+        if self.versions.current(page) != version {
+            return Ok(Placed::Raced);
+        }
+        match self.pool.insert_if_room(page, version, bytes) {
+            Ok(()) => Ok(Placed::L1),
+            Err(_) if self.pool.contains(page) => Ok(Placed::Held),
+            Err(bytes) => Err(bytes),
+        }
+    }
+
+    /// Bytes of L1's budget not in use.
+    pub fn l1_free_bytes(&self) -> u64 {
+        self.pool.capacity_bytes().saturating_sub(self.pool.used_bytes())
+    }
+
+    /// The pages this cache holds, hottest first, at most `max`: L1 (main
+    /// queue before small, frequent before rare, newer before older), then
+    /// pages the grid is seen to hold, newest push first. Returns them with
+    /// how many of the first are L1's. Call before [`PageCache::close`].
+    pub fn hot_pages(&self, max: usize) -> (Vec<u64>, usize) {
+        let mut pages = self.pool.hot_pages(max);
+        let l1 = pages.len();
+        let in_l1: std::collections::HashSet<u64> = pages.iter().copied().collect();
+        pages.extend(self.presence.held_newest_first(max - l1, |p| in_l1.contains(&p)));
+        (pages, l1)
+    }
+
+    /// Asks the grid in one pipelined request for the pages of `want`
+    /// (page, version captured before) that it may hold, with the envelope
+    /// opened at that version and the adapter's check, as a read-ahead
+    /// window does; the grid keeps its copies. None where the grid had no
+    /// acceptable copy (or was not asked: no grid, presence `Absent`).
+    pub(crate) fn fetch_held(&self, want: &[(u64, u64)]) -> Vec<Option<Box<[u8]>>> {
+        let mut got = vec![None; want.len()];
+        let Some(grid) = self.grid.get() else { return got };
+        let page_bytes = self.page_bytes();
+        let asked: Vec<usize> =
+            (0..want.len()).filter(|&i| self.presence.verdict(want[i].0) != Verdict::Absent).collect();
+        if asked.is_empty() || page_bytes == 0 {
+            return got;
+        }
+        let keys: Vec<String> = asked.iter().map(|&i| envelope::key(self.cache_id, want[i].0)).collect();
+        let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+        for (&i, f) in asked.iter().zip(grid.get_many(&key_refs)) {
+            match f {
+                Fetch::Hit(value) => {
+                    self.stats.l2_fetch_bytes.add(value.len() as u64);
+                    let (page, version) = want[i];
+                    let mut bytes = vec![0u8; page_bytes].into_boxed_slice();
+                    match self
+                        .open_value(&value, Identity { cache_id: self.cache_id, page, version }, &mut bytes)
+                        .and_then(|()| self.check_page(page, &bytes))
+                    {
+                        Ok(()) => got[i] = Some(bytes),
+                        Err(reject) => self.stats.reject(reject),
+                    }
+                }
+                Fetch::Miss => {}
+                Fetch::Skipped => self.stats.l2_skipped.incr(),
+                Fetch::Fault(kind) => self.stats.fault(kind),
+            }
+        }
+        got
     }
 
     /// Places a page warming read at `version` (captured before the read):
@@ -778,23 +864,9 @@ impl PageCache {
         push_wait: Duration,
         cancel: &AtomicBool,
     ) -> Placed {
-        if self.is_fused() {
-            return Placed::Raced;
-        }
-        self.versions.touch(page);
-        let bytes = {
-            let _g = self.stripe(page);
-            if self.versions.current(page) != version {
-                return Placed::Raced;
-            }
-            match self.pool.insert_if_room(page, version, bytes) {
-                Ok(()) => return Placed::L1,
-                Err(bytes) if self.pool.contains(page) => {
-                    drop(bytes);
-                    return Placed::Held; // a read brought it in meanwhile
-                }
-                Err(bytes) => bytes,
-            }
+        let bytes = match self.warm_place_l1(page, version, bytes) {
+            Ok(placed) => return placed,
+            Err(bytes) => bytes,
         };
         if self.grid.get().is_none() {
             return Placed::NoRoom;

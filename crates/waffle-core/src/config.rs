@@ -75,11 +75,17 @@ pub const COMPRESS: Param = Param {
     help: "compress pages pushed to the grid: off|lz4|zstd|zstd:LEVEL (default zstd, level 1)",
 };
 
+pub const HOT_LIST: Param = Param {
+    name: "waffle_hot_list",
+    env: "WAFFLE_HOT_LIST",
+    help: "at a clean close save the pages held, hottest first, and reload them at the next open: on (grid, else disk), grid (what the grid holds of a trusted list), off (default: grid under SQLite, on in the MariaDB preload)",
+};
+
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 11] = [
+pub const PARAMS: [&Param; 12] = [
     &GRID,
     &LOCAL,
     &TIMEOUT_MS,
@@ -91,6 +97,7 @@ pub const PARAMS: [&Param; 11] = [
     &GRID_CHANGE,
     &GRID_BACKOFF,
     &COMPRESS,
+    &HOT_LIST,
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
@@ -135,6 +142,10 @@ pub struct Config {
     pub grid_backoff: bool,
     /// How pages pushed to the grid are compressed (reads accept every form).
     pub compress: Codec,
+    /// Whether a clean close writes the hot list and how the next open
+    /// reloads it (hot_list.rs); None: the adapter's default (SQLite: grid;
+    /// the preload: on).
+    pub hot_list: Option<HotListMode>,
 }
 
 impl Default for Config {
@@ -151,6 +162,32 @@ impl Default for Config {
             grid_change: false,
             grid_backoff: true,
             compress: codec::DEFAULT,
+            hot_list: None,
+        }
+    }
+}
+
+/// `waffle_hot_list`: what a clean close's hot list is used for at the next open.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HotListMode {
+    /// No list written, none reloaded.
+    Off,
+    /// A trusted list's pages that the grid holds, fetched without a lock or a
+    /// connection of the adapter's (SQLite's default).
+    Grid,
+    /// The grid where trusted, else the disk (inside the adapter's read locks).
+    On,
+}
+
+impl HotListMode {
+    pub fn parse(s: &str) -> Result<HotListMode, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "grid" => Ok(HotListMode::Grid),
+            other => match parse_switch(other) {
+                Ok(true) => Ok(HotListMode::On),
+                Ok(false) => Ok(HotListMode::Off),
+                Err(_) => Err("expected on, grid or off".into()),
+            },
         }
     }
 }
@@ -224,6 +261,9 @@ impl Config {
         }
         if let Some(v) = get(&COMPRESS) {
             c.compress = Codec::parse(&v).map_err(|reason| err(&COMPRESS, &v, reason))?;
+        }
+        if let Some(v) = get(&HOT_LIST) {
+            c.hot_list = Some(HotListMode::parse(&v).map_err(|reason| err(&HOT_LIST, &v, reason))?);
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -327,6 +367,7 @@ mod tests {
             ("waffle_grid_backoff", "later"),
             ("waffle_compress", "gzip"),
             ("waffle_compress", "zstd:99"),
+            ("waffle_hot_list", "sometimes"),
         ] {
             let e = parse(&[(param, value)]).unwrap_err();
             assert_eq!(e.param, param);

@@ -34,6 +34,7 @@ pub mod codec;
 pub mod config;
 pub mod envelope;
 pub mod grid;
+pub mod hot_list;
 pub mod pool;
 pub mod presence;
 pub mod pusher;

@@ -92,7 +92,12 @@ impl Presence {
 
     /// Whether `page` is worth a lookup, and its age.
     pub fn verdict(&self, page: u64) -> Verdict {
-        let stamp = self.stamp(page);
+        self.verdict_of(self.stamp(page))
+    }
+
+    /// The verdict of a page whose stamp is `stamp` (taken under the segments' lock already:
+    /// taking it again while a writer waits would deadlock).
+    fn verdict_of(&self, stamp: u32) -> Verdict {
         if stamp == 0 {
             return Verdict::Absent;
         }
@@ -241,6 +246,31 @@ impl Presence {
         }
     }
 
+    /// At most `max` pages the grid is seen to hold ([`Verdict::Held`]),
+    /// newest push first, leaving out those `skip` names (L1 listed them).
+    /// Walks every stamp (a clean close, once).
+    pub fn held_newest_first(&self, max: usize, skip: impl Fn(u64) -> bool) -> Vec<u64> {
+        let pushes = self.pushes.load(Ordering::Relaxed);
+        let mut aged: Vec<(u32, u64)> = Vec::new();
+        {
+            let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+            for (seg, stamps) in segments.iter().enumerate() {
+                for (idx, s) in stamps.iter().enumerate() {
+                    let stamp = s.load(Ordering::Acquire);
+                    if stamp == 0 {
+                        continue;
+                    }
+                    let page = join(seg as u64, idx as u64);
+                    if matches!(self.verdict_of(stamp), Verdict::Held { .. }) && !skip(page) {
+                        aged.push((pushes.wrapping_sub(stamp), page));
+                    }
+                }
+            }
+        }
+        aged.sort_unstable();
+        aged.into_iter().take(max).map(|(_, page)| page).collect()
+    }
+
     /// Stamped pages (for stats).
     pub fn len(&self) -> u64 {
         self.stamped.load(Ordering::Relaxed)
@@ -384,6 +414,22 @@ mod tests {
         assert_eq!(p.reach(), 3000);
         assert!(matches!(p.verdict(4999 - 2000), Verdict::Held { .. }));
         assert_eq!((0..10 * AGED_SAMPLE_EVERY).filter(|_| p.sample_aged()).count() as u64, 10);
+    }
+
+    #[test]
+    fn held_pages_come_newest_push_first_without_the_skipped_or_aged() {
+        let p = Presence::new();
+        for page in [7, 3, 9, 1, 4] {
+            p.insert(page);
+        }
+        p.remove(9);
+        assert_eq!(p.held_newest_first(10, |page| page == 3), [4, 1, 7]);
+        assert_eq!(p.held_newest_first(2, |_| false), [4, 1]);
+        for _ in 0..MISS_STREAK {
+            p.learn(4, false); // misses at age 4: the reach drops to 3, page 7 (age 4) is aged
+        }
+        assert!(matches!(p.verdict(7), Verdict::Aged { .. }));
+        assert_eq!(p.held_newest_first(10, |_| false), [4, 1, 3]);
     }
 
     #[test]

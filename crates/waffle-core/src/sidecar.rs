@@ -74,16 +74,19 @@ impl std::fmt::Display for SidecarError {
 
 impl std::error::Error for SidecarError {}
 
+/// The database file as a clean close left it: which file (device, inode)
+/// and, as far as a stat tells, its contents (size, mtime). The hot list
+/// (hot_list.rs) records the same.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct DbIdentity {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime_ns: i64,
+pub struct DbIdentity {
+    pub dev: u64,
+    pub ino: u64,
+    pub size: u64,
+    pub mtime_ns: i64,
 }
 
 impl DbIdentity {
-    fn of(db: &Path) -> Option<DbIdentity> {
+    pub fn of(db: &Path) -> Option<DbIdentity> {
         let m = std::fs::metadata(db).ok()?;
         Some(DbIdentity {
             dev: m.dev(),
@@ -176,6 +179,13 @@ impl Sidecar {
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Takes the lock exclusively if this is the last process with the
+    /// database open (then [`Sidecar::close_clean`] saves); false otherwise.
+    /// What is written meanwhile (the hot list) no open can read half-done.
+    pub fn lock_last_out(&self) -> io::Result<bool> {
+        flock(&self.file, libc::LOCK_EX)
     }
 
     /// Saves what a warm restart needs, after the database's last write, if

@@ -18,7 +18,8 @@
 //! them), `guard` (re-entry), `state` (which process, still caching?),
 //! `fds` (descriptor table), `runtime` (the cache, segments, stats file),
 //! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`), `warm` (warming
-//! tablespaces on request: `waffle warm --mysql`).
+//! tablespaces on request: `waffle warm --mysql`), `hot_list` (the pages L1
+//! held, written every 30 s and preloaded from disk at the next start).
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -33,6 +34,7 @@ mod filter;
 mod guard;
 #[cfg(not(test))]
 mod hooks;
+mod hot_list;
 mod innodb;
 mod log;
 mod real;

@@ -455,10 +455,26 @@ impl Runtime {
     /// Holds every open, cached tablespace file whose name `which` matches
     /// (one reference each, as a descriptor would): a warm reads them.
     pub fn pin_cached(&self, which: &Filter) -> Vec<Pinned> {
+        self.pin_where(|name| which.matches(name))
+    }
+
+    /// As [`Runtime::pin_cached`], for the tablespaces named in `names` (the hot list's reload).
+    pub fn pin_names(&self, names: &std::collections::HashSet<String>) -> Vec<Pinned> {
+        self.pin_where(|name| names.contains(name))
+    }
+
+    /// The open, cached tablespaces by segment (the hot list names pages by tablespace).
+    pub fn cached_names(&self) -> HashMap<u32, String> {
+        let segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        let named = segs.slots.iter().enumerate();
+        named.filter_map(|(i, s)| s.as_ref().filter(|s| s.cached).map(|s| (i as u32, s.name.clone()))).collect()
+    }
+
+    fn pin_where(&self, pick: impl Fn(&str) -> bool) -> Vec<Pinned> {
         let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
         let mut pinned = Vec::new();
         for (segment, slot) in segs.slots.iter_mut().enumerate() {
-            if let Some(s) = slot.as_mut().filter(|s| s.cached && which.matches(&s.name)) {
+            if let Some(s) = slot.as_mut().filter(|s| s.cached && pick(&s.name)) {
                 s.refs += 1;
                 pinned.push(Pinned {
                     segment: segment as u32,
@@ -803,6 +819,7 @@ fn start_stats_thread() {
             let _ = std::panic::catch_unwind(|| write_stats(false));
             if let Some(rt) = get() {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::warm::poll(rt)));
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::hot_list::tick(rt)));
             }
         }
     });

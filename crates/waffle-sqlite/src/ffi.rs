@@ -21,6 +21,7 @@ pub const SQLITE_READONLY: c_int = 8;
 
 /// xLock/xUnlock levels.
 pub const SQLITE_LOCK_SHARED: c_int = 1;
+pub const SQLITE_LOCK_PENDING: c_int = 3;
 
 /// xShmLock flags and the WAL's lock slots (src/wal.c: WAL_CKPT_LOCK, WAL_READ_LOCK(i)).
 pub const SQLITE_SHM_UNLOCK: c_int = 1;

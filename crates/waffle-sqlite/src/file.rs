@@ -377,9 +377,20 @@ unsafe fn wal_view(f: *mut sqlite3_file) -> Option<wal_index::WalView> {
 }
 
 unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
+    let wf = f as *mut WaffleFile;
+    // A writer of this process first lets a warm's or reload's read transaction end (warm.rs,
+    // PieceGate): it never meets one as SQLITE_BUSY. The warm's own connections never write.
+    // SAFETY: f is ours.
+    let gate =
+        unsafe { (level >= SQLITE_LOCK_PENDING && !(*wf).warmer).then(|| db(f)).flatten() }.map(|db| &db.warm.gate);
+    if let Some(g) = gate {
+        g.writer_enter();
+    }
     // SAFETY: f is ours.
     let rc = unsafe { pass_lock(f, level) };
-    let wf = f as *mut WaffleFile;
+    if let Some(g) = gate {
+        g.writer_leave();
+    }
     // SAFETY: f is ours.
     if rc == SQLITE_OK && level > unsafe { (*wf).lock_level } {
         // SAFETY: f is ours.
@@ -460,8 +471,18 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
         // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
         return unsafe { pass_shm_lock(f, ofst, n, flags) };
     }
+    // An exclusive WAL lock (writer, checkpoint, recovery, read-mark reset) of this process
+    // first lets a warm's or reload's read transaction end, as main_lock does.
+    // SAFETY: f is ours.
+    let gated = exclusive && flags & SQLITE_SHM_LOCK != 0 && !unsafe { (*(f as *mut WaffleFile)).warmer };
+    if gated {
+        db.warm.gate.writer_enter();
+    }
     // SAFETY: as above.
     let rc = unsafe { pass_shm_lock(f, ofst, n, flags) };
+    if gated {
+        db.warm.gate.writer_leave();
+    }
     if rc != SQLITE_OK || flags & SQLITE_SHM_LOCK == 0 {
         return rc;
     }

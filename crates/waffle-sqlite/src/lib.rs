@@ -14,7 +14,9 @@
 //!                     transaction reads, forget what other writers changed
 //!                     (file signature; wal-index via wal_index.rs)
 //!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process;
-//!                     other processes may have their own (shared sidecar lock)
+//!                     other processes may have their own (shared sidecar lock);
+//!                     the last clean close's hot list is reloaded by hot_reload.rs
+//!                     (a thread as the warm's, L1's free room hottest first)
 //!  every other file and method ──> pass_through.rs ──> the default VFS's file
 //! ```
 //!
@@ -37,6 +39,7 @@ mod coherence;
 mod connection;
 mod ffi;
 mod file;
+mod hot_reload;
 mod pass_through;
 mod pragma;
 mod registry;

@@ -16,8 +16,10 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::{Backing, DirectFile};
+use waffle_core::config::HotListMode;
 use waffle_core::grid::{Grid, NodeSpec};
-use waffle_core::sidecar::Sidecar;
+use waffle_core::hot_list::{self, HotList, ReloadFrom, Trust};
+use waffle_core::sidecar::{DbIdentity, Sidecar};
 use waffle_core::{CacheOptions, Config, PageCache};
 use waffle_emulation::{Emulation, Link, OnDevice};
 
@@ -46,8 +48,11 @@ pub struct OpenDb {
     /// Bytes 24..40 of page 1 as the cache last saw them (read or written
     /// through it): what SQLite's pager compares at its next SHARED lock.
     pub header_seen: Mutex<Option<[u8; 16]>>,
-    /// The background warm of this database (`PRAGMA waffle_warm`), if one runs.
+    /// The background warm of this database (`PRAGMA waffle_warm`), if one
+    /// runs, or the hot list's reload (hot_reload.rs).
     pub warm: Arc<crate::warm::Job>,
+    /// The hot list this open found, until its reload starts, and where it reloads from.
+    hot: Mutex<Option<(HotList, ReloadFrom)>>,
     sidecar: Sidecar,
 }
 
@@ -140,6 +145,10 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
         .insert(key, Entry { db: Arc::clone(&db), refs: 1, warmers: 0 });
+    let hot = db.hot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some((list, from)) = hot {
+        crate::hot_reload::start(&db, list, from);
+    }
     Ok(db)
 }
 
@@ -161,6 +170,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         Some((w, sig)) => (w.cache_id, w.page_bytes as usize, Some(w.saved), Some(sig)),
         None => (waffle_core::random_cache_id(), 0, None, None),
     };
+    let saved_id = saved.is_some().then_some(cache_id);
     let cache = PageCache::new(CacheOptions {
         cache_id,
         saved,
@@ -172,6 +182,28 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         codec: config.compress,
         page_check: None,
     });
+    // The last clean close's hot list: reloaded in the background once registered (attach).
+    let progress = cache.hot_list_progress();
+    // `grid` unless told (docs/design.md, "Hot list": why not `on` by default).
+    let mode = config.hot_list.unwrap_or(HotListMode::Grid);
+    let hot = if mode == HotListMode::Off {
+        progress.off();
+        None
+    } else {
+        let (list, trust) = hot_list::load(path, saved_id.map(|id| (id, page_bytes as u64)));
+        progress.planned(list.as_ref(), &trust);
+        let from = match (&trust, mode) {
+            (Trust::Trusted, HotListMode::On) => Some(ReloadFrom::GridThenDisk),
+            (Trust::Trusted, _) => Some(ReloadFrom::GridOnly),
+            (Trust::PagesOnly(_), HotListMode::On) => Some(ReloadFrom::DiskOnly),
+            (Trust::PagesOnly(why), _) => {
+                progress.refuse(format!("{why}; waffle_hot_list=on would read its pages from the disk"));
+                None
+            }
+            (Trust::Ignored(_), _) => None,
+        };
+        list.filter(|l| !l.pages.is_empty()).zip(from)
+    };
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
     Ok(OpenDb {
@@ -186,6 +218,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         wal_writes: Arc::new(AtomicU64::new(0)),
         header_seen: Mutex::new(None),
         warm: Arc::default(),
+        hot: Mutex::new(hot),
         sidecar,
     })
 }
@@ -244,6 +277,12 @@ pub fn detach(db: Arc<OpenDb>, warmer: bool) {
         }
         drop(open.remove(&key));
     }
+    // A reload without a connection (hot_reload.rs, grid only) holds the database too: it stops
+    // first. Not when a warm thread's own connection closes last: its job is that thread, which
+    // ends after this close (and one job runs at a time).
+    if !warmer {
+        db.warm.stop_and_wait();
+    }
     match Arc::try_unwrap(db) {
         Ok(owned) => close(owned),
         Err(_) => debug_assert!(false, "a database with no connections is still referenced"),
@@ -254,6 +293,12 @@ fn close(db: OpenDb) {
     let cache_id = db.cache.cache_id();
     let page_bytes = db.cache.page_bytes() as u64;
     let sig = db.coherence.lock().unwrap_or_else(|e| e.into_inner()).sig();
+    // Listed before the close empties L1 into the grid.
+    let hot = if db.config.hot_list != Some(HotListMode::Off) {
+        DbIdentity::of(&db.path).and_then(|ident| db.cache.hot_list(ident))
+    } else {
+        None
+    };
     let (saved, report) = db.cache.close();
     if report.dropped > 0 {
         eprintln!(
@@ -266,6 +311,18 @@ fn close(db: OpenDb) {
         );
     }
     let extra = sig.map(|s| s.to_bytes()).unwrap_or_default();
+    // The list is written by the close that saves the sidecar (the last one out), before it.
+    if let Some(list) = hot {
+        match db.sidecar.lock_last_out() {
+            Ok(true) => {
+                if let Err(e) = hot_list::write(&db.path, &list) {
+                    eprintln!("waffle: could not save the hot list of {}: {e}", db.path.display());
+                }
+            }
+            Ok(false) => {}
+            Err(e) => eprintln!("waffle: cannot lock the sidecar of {}: {e}", db.path.display()),
+        }
+    }
     if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved, &extra) {
         eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
     }

@@ -21,8 +21,10 @@
 //! any connection here (coherence.rs), as for SQLite's own reads. So each
 //! piece of work is `BEGIN; PRAGMA page_count` (the shared lock or read mark,
 //! and the database's size), at most PIECE_BYTES or PIECE_TIME of reads,
-//! then `COMMIT` to let writers in, and again. A rollback-mode writer waits
-//! for a piece at most that long (its busy timeout must allow it).
+//! then `COMMIT` to let writers in, and again. A rollback-mode writer of
+//! this process waits for the running piece in the VFS (`PieceGate`, so its
+//! own busy timeout may be none); one of another process waits in its busy
+//! handler for at most one piece.
 //!
 //! A name warms its b-trees: a table name warms the table and every index of
 //! it (`tbl_name` matches), an index name that index. Each tree is walked
@@ -51,14 +53,12 @@ use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
 use crate::registry::{self, OpenDb};
 
 /// Most bytes read in one read transaction.
-const PIECE_BYTES: u64 = 4 << 20;
+pub(crate) const PIECE_BYTES: u64 = 4 << 20;
 /// Longest one read transaction reads.
-const PIECE_TIME: Duration = Duration::from_millis(100);
+pub(crate) const PIECE_TIME: Duration = Duration::from_millis(100);
 /// How long one page waits for room in the push queue: the read transaction
 /// is held meanwhile, and writers wait for it (a page that waits longer is dropped).
-const PUSH_WAIT: Duration = Duration::from_secs(1);
-/// One try for the read lock waits this long (then the stop flag is looked at again).
-const LOCK_TRY_MS: c_int = 100;
+pub(crate) const PUSH_WAIT: Duration = Duration::from_secs(1);
 /// A walk reads through gaps of at most this many pages between its pages
 /// (trees built side by side interleave in the file) rather than split a read.
 const MERGE_GAP_PAGES: u64 = 16;
@@ -72,13 +72,91 @@ const STOP_WAIT: Duration = Duration::from_secs(15);
 /// The warm thread of one database: at most one at a time.
 #[derive(Default)]
 pub struct Job {
-    stop: AtomicBool,
+    pub(crate) stop: AtomicBool,
     running: Mutex<bool>,
     ended: Condvar,
+    /// Keeps this process's writers from meeting the job's read transactions (see [`PieceGate`]).
+    pub gate: PieceGate,
+}
+
+/// The job's read transactions and this process's writers take turns, so a
+/// writer of this process (whose busy timeout may be none, SQLite's default)
+/// never gets SQLITE_BUSY because of a reader it did not open: a connection
+/// that asks for PENDING or EXCLUSIVE first waits (at most WRITER_WAIT) for
+/// the running piece to end, and no piece starts while such a writer waits.
+/// A piece is marked before its lock is asked for, and one lock attempt is
+/// made at a time, so a writer never waits longer than one piece.
+#[derive(Default)]
+pub struct PieceGate {
+    state: Mutex<GateState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+struct GateState {
+    in_piece: bool,
+    writers: u32,
+}
+
+/// How long a writer waits for a piece to end (a piece is about PIECE_TIME).
+const WRITER_WAIT: Duration = Duration::from_secs(2);
+/// A piece's lock attempt that met a writer waits this long before the next.
+const LOCK_RETRY: Duration = Duration::from_millis(10);
+
+impl PieceGate {
+    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Before a piece asks for its read lock: waits while writers of this process wait.
+    fn enter_piece(&self, stop: &AtomicBool) {
+        let mut g = self.lock();
+        while g.writers > 0 && !stop.load(Ordering::Acquire) {
+            g = self.changed.wait_timeout(g, LOCK_RETRY).unwrap_or_else(|e| e.into_inner()).0;
+        }
+        g.in_piece = true;
+    }
+
+    /// The piece's read transaction ended (or its lock was not granted).
+    pub(crate) fn leave_piece(&self) {
+        self.lock().in_piece = false;
+        self.changed.notify_all();
+    }
+
+    /// A connection of this process is about to ask for PENDING or EXCLUSIVE.
+    pub fn writer_enter(&self) {
+        let mut g = self.lock();
+        g.writers += 1;
+        let deadline = Instant::now() + WRITER_WAIT;
+        while g.in_piece {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            g = self.changed.wait_timeout(g, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
+        }
+    }
+
+    /// That connection's lock call returned.
+    pub fn writer_leave(&self) {
+        let mut g = self.lock();
+        g.writers = g.writers.saturating_sub(1);
+        drop(g);
+        self.changed.notify_all();
+    }
+}
+
+/// A piece's read transaction, marked in the gate until dropped (after its COMMIT).
+pub(crate) struct Piece<'a>(&'a PieceGate);
+
+impl Drop for Piece<'_> {
+    fn drop(&mut self) {
+        self.0.leave_piece();
+    }
 }
 
 impl Job {
-    fn begin(&self) -> bool {
+    pub(crate) fn begin(&self) -> bool {
         let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
         if *running {
             return false;
@@ -88,7 +166,7 @@ impl Job {
         true
     }
 
-    fn end(&self) {
+    pub(crate) fn end(&self) {
         *self.running.lock().unwrap_or_else(|e| e.into_inner()) = false;
         self.ended.notify_all();
     }
@@ -140,7 +218,13 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
     if db.cache.is_fused() {
         return (SQLITE_ERROR, Some("PRAGMA waffle_warm: the cache is off for this database (see \"fused\")".into()));
     }
-    if !db.warm.begin() {
+    // The job is busy with the hot list's reload (hot_reload.rs): an explicit warm replaces it.
+    let began = db.warm.begin()
+        || (!db.cache.warm_progress().is_running() && {
+            db.warm.stop_and_wait();
+            db.warm.begin()
+        });
+    if !began {
         let running = db.cache.warm_progress().to_json();
         return (
             SQLITE_ERROR,
@@ -186,38 +270,60 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
 /// The warm thread: opens its connection (joining `db`), warms, and closes it.
 fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>) {
     let job = Arc::clone(&db.warm);
+    let mut reply = Some(reply);
+    let mut failed = None;
+    on_own_connection(
+        db,
+        false,
+        |db, conn| run(db, conn, target, &mut reply),
+        |db, outcome| {
+            let finish = match outcome {
+                Ok(()) => Finish::Done,
+                Err(_) if job.stop.load(Ordering::Acquire) => Finish::Cancelled,
+                Err(e) => {
+                    failed = Some(e.clone());
+                    Finish::Failed(e)
+                }
+            };
+            db.cache.warm_progress().finish(finish);
+        },
+    );
+    job.end();
+    // Told last: a PRAGMA that failed leaves no warm running behind it (the next one is not refused).
+    if let (Some(r), Some(e)) = (reply.take(), failed) {
+        let _ = r.send(Err(e));
+    }
+}
+
+/// Opens a connection of this thread's own that joins `db` (a warmer, see
+/// registry::reserve_warmer), runs `body` with it, hands the outcome to
+/// `finish` while `db` is still open, and closes the connection: that close
+/// may be the database's last, which closes the cache.
+pub(crate) fn on_own_connection(
+    db: Arc<OpenDb>,
+    read_only: bool,
+    body: impl FnOnce(&OpenDb, &Conn) -> Result<(), String>,
+    finish: impl FnOnce(&OpenDb, Result<(), String>),
+) {
     JOINING.with(|j| *j.borrow_mut() = Some(Arc::clone(&db)));
     // A file this process may not write: a read-only connection. Asked with access(2), never by
     // opening the file: closing a descriptor of it would drop every POSIX lock SQLite holds on it.
-    let read_only = !writable(&db.path);
+    let read_only = read_only || !writable(&db.path);
     let conn = Conn::open(&db.path, crate::VFS_NAME, read_only);
     // Still here: SQLite never reached our xOpen for the main file.
     let unused = take_joining();
-    let mut reply = Some(reply);
     let outcome = match (&conn, &unused) {
-        (Ok(conn), None) => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&db, conn, target, &mut reply)))
-                .unwrap_or_else(|_| Err("internal error".into()))
-        }
-        (Ok(_), Some(_)) => Err("the warm's connection did not join the database's cache".into()),
+        (Ok(conn), None) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&db, conn)))
+            .unwrap_or_else(|_| Err("internal error".into())),
+        (Ok(_), Some(_)) => Err("the connection did not join the database's cache".into()),
         (Err(e), _) => Err(e.to_string()),
     };
-    let (finish, failed) = match outcome {
-        Ok(()) => (Finish::Done, None),
-        Err(_) if job.stop.load(Ordering::Acquire) => (Finish::Cancelled, None),
-        Err(e) => (Finish::Failed(e.clone()), Some(e)),
-    };
-    db.cache.warm_progress().finish(finish);
+    finish(&db, outcome);
     // No Arc of ours may outlive the connection's close: it may be the last one, which closes the cache.
     drop(db);
     drop(conn);
     if let Some(ticket) = unused {
         registry::detach(ticket, true);
-    }
-    job.end();
-    // Told last: a PRAGMA that failed leaves no warm running behind it (the next one is not refused).
-    if let (Some(r), Some(e)) = (reply.take(), failed) {
-        let _ = r.send(Err(e));
     }
 }
 
@@ -268,13 +374,14 @@ fn run(
     target: Target,
     reply: &mut Option<Sender<Result<String, String>>>,
 ) -> Result<(), String> {
-    conn.busy_timeout(LOCK_TRY_MS);
-    let stop = &db.warm.stop;
+    conn.busy_timeout(0);
+    let (stop, gate) = (&db.warm.stop, &db.warm.gate);
     let progress = db.cache.warm_progress();
     // The plan, in a first read transaction.
-    let mut page_count = read_lock(conn, stop)?;
+    let (mut page_count, first) = read_lock(conn, stop, gate)?;
     let planned = plan(db, conn, &target, page_count);
     conn.exec("COMMIT").map_err(|e| e.to_string())?;
+    drop(first);
     let (header, roots, text) = planned?;
     let mut walk = None;
     let mut runs: Vec<(u64, u64)> = Vec::new();
@@ -293,11 +400,14 @@ fn run(
         if stop.load(Ordering::Acquire) {
             return Err("stopped".into());
         }
-        page_count = read_lock(conn, stop)?;
+        let marked;
+        (page_count, marked) = read_lock(conn, stop, gate)?;
         let mut budget =
             Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
         let piece = piece(db, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
-        conn.exec("COMMIT").map_err(|e| e.to_string())?;
+        let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
+        drop(marked);
+        committed?;
         if piece? {
             return Ok(());
         }
@@ -348,16 +458,23 @@ fn plan(
 }
 
 /// Starts a read transaction (`BEGIN; PRAGMA page_count`) and returns the
-/// database's size in pages. Waits for writers in LOCK_TRY_MS steps, at most
-/// LOCK_WAIT, and stops early when told to.
-fn read_lock(conn: &Conn, stop: &AtomicBool) -> Result<u32, String> {
+/// database's size in pages, with the piece marked in `gate` until the
+/// returned guard drops (after the COMMIT). One lock attempt at a time (the
+/// connection's busy timeout is 0), LOCK_RETRY apart, at most LOCK_WAIT in
+/// all; stops early when told to.
+pub(crate) fn read_lock<'a>(conn: &Conn, stop: &AtomicBool, gate: &'a PieceGate) -> Result<(u32, Piece<'a>), String> {
     let deadline = Instant::now() + LOCK_WAIT;
     conn.exec("BEGIN").map_err(|e| e.to_string())?;
     loop {
+        gate.enter_piece(stop);
+        let piece = Piece(gate);
         let mut pages = 0;
         match conn.query("PRAGMA page_count", &[], |row| pages = row.int64(0).clamp(0, u32::MAX as i64) as u32) {
-            Ok(()) => return Ok(pages),
-            Err(e) if e.is_busy() && Instant::now() < deadline && !stop.load(Ordering::Acquire) => continue,
+            Ok(()) => return Ok((pages, piece)),
+            Err(e) if e.is_busy() && Instant::now() < deadline && !stop.load(Ordering::Acquire) => {
+                drop(piece);
+                std::thread::sleep(LOCK_RETRY);
+            }
             Err(e) => {
                 let _ = conn.exec("ROLLBACK");
                 return Err(lock_error(e, stop));

@@ -37,7 +37,8 @@ pub fn uri_flags() -> OpenFlags {
 /// variable in the environment cannot change what a test measures. The cost
 /// back-off is pinned off: on a fast temp disk it would keep most requests
 /// from the grid path these tests exercise (the tests of the back-off itself
-/// turn it on).
+/// turn it on). The hot list is pinned `on` (SQLite's default is `grid`): the end-to-end tests
+/// run with its fullest reload (grid, then disk through a connection of its own).
 pub fn open_waffle(path: &Path, params: &[(&str, &str)]) -> Connection {
     try_open_waffle(path, params).unwrap_or_else(|e| panic!("open {} through waffle: {e}", path.display()))
 }
@@ -50,6 +51,7 @@ pub fn try_open_waffle(path: &Path, params: &[(&str, &str)]) -> rusqlite::Result
         ("waffle_local", "256MiB"),
         ("waffle_timeout_ms", "1000"),
         ("waffle_grid_backoff", "off"),
+        ("waffle_hot_list", "on"),
     ];
     for (k, v) in pinned {
         if !all.iter().any(|(name, _)| *name == k) {

@@ -21,6 +21,12 @@
 //! into the grid); the report says how long it took and what it filled.
 //! `+compress=CODEC` (e.g. `grid+compress=off`, `all-local+compress=lz4`)
 //! sets `waffle_compress` for that configuration (default: waffle's default).
+//! `+restart` (issue 13 target d) measures a warm restart after the measured
+//! run: every connection closes cleanly (L1 to the grid, the sidecar and the
+//! hot list saved), the same number reopen on the same nodes, and the
+//! workload runs for `--restart-duration` seconds, reported second by second
+//! against the measured run's steady state. `+nohot` opens with
+//! `waffle_hot_list=off` (the control: the restart's L1 fills on demand).
 
 use waffle_core::codec::Codec;
 use waffle_emulation::LinkProfile;
@@ -44,13 +50,19 @@ pub struct ConfigSpec {
     pub warm: bool,
     /// `+compress=CODEC`: `waffle_compress` for this configuration (None: the default).
     pub codec: Option<Codec>,
+    /// `+restart`: a clean close and reopen after the measured run, measured too.
+    pub restart: bool,
+    /// Not `+nohot`: `waffle_hot_list=on` (the default).
+    pub hot_list: bool,
 }
 
 impl ConfigSpec {
     pub fn parse(s: &str) -> Result<ConfigSpec, String> {
         let given = s.trim();
         let warm = given.contains("+warm");
-        let mut stripped = given.replace("+warm", "");
+        let restart = given.contains("+restart");
+        let hot_list = !given.contains("+nohot");
+        let mut stripped = given.replace("+warm", "").replace("+restart", "").replace("+nohot", "");
         let mut codec = None;
         if let Some(at) = stripped.find("+compress=") {
             let rest = &stripped[at + "+compress=".len()..];
@@ -97,13 +109,13 @@ impl ConfigSpec {
         if device.is_some() && kind == Kind::Stock {
             return Err(format!("'{s}': stock SQLite reads through the kernel; it has no emulated device"));
         }
-        if warm && kind == Kind::Stock {
-            return Err(format!("'{given}': stock SQLite has no waffle to warm"));
+        if (warm || restart || !hot_list) && kind == Kind::Stock {
+            return Err(format!("'{given}': stock SQLite has no waffle to warm or restart"));
         }
         if codec.is_some() && kind == Kind::Stock {
             return Err(format!("'{given}': stock SQLite has no waffle to compress"));
         }
-        Ok(ConfigSpec { kind, link, device, warm, codec })
+        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list })
     }
 }
 
@@ -158,6 +170,10 @@ pub struct Plan {
     pub warm: bool,
     /// `waffle_compress` (None: the default).
     pub codec: Option<Codec>,
+    /// Measure a clean close and reopen after the measured run.
+    pub restart: bool,
+    /// `waffle_hot_list` of the connections.
+    pub hot_list: bool,
 }
 
 impl Plan {
@@ -189,6 +205,8 @@ impl Plan {
             device: spec.device.clone().unwrap_or(default_device),
             warm: spec.warm,
             codec: spec.codec,
+            restart: spec.restart,
+            hot_list: spec.hot_list,
         };
         match spec.kind {
             Kind::Local => {}
@@ -249,6 +267,11 @@ mod tests {
         assert_eq!(ConfigSpec::parse("all-local+compress=off").unwrap().codec, Some(Codec::Off));
         assert!(ConfigSpec::parse("grid+compress=gzip").unwrap_err().contains("lz4"));
         assert!(ConfigSpec::parse("stock+compress=off").is_err());
+        let r = ConfigSpec::parse("grid+restart+nohot").unwrap();
+        assert!(r.restart && !r.hot_list && !r.warm && r.kind == Kind::Grid { nodes: 1 });
+        let r = ConfigSpec::parse("grid:2@1gbe+restart").unwrap();
+        assert!(r.restart && r.hot_list && r.link.is_some());
+        assert!(ConfigSpec::parse("stock+restart").is_err());
 
         let b = 64 << 20;
         let s = 4 << 20;

@@ -16,6 +16,7 @@ pub mod configs;
 pub mod dataset;
 pub mod oltp;
 pub mod report;
+pub mod restart;
 pub mod runner;
 pub mod scan;
 pub mod tpcc;
@@ -50,6 +51,8 @@ pub struct BenchOptions {
     pub threads: Option<usize>,
     pub warmup_s: f64,
     pub duration_s: f64,
+    /// `+restart`: seconds the workload runs after the restart.
+    pub restart_s: f64,
     pub page_bytes: u32,
     pub dist: oltp::Dist,
     pub warehouses: u64,
@@ -82,6 +85,7 @@ impl Default for BenchOptions {
             threads: None,
             warmup_s: 10.0,
             duration_s: 30.0,
+            restart_s: restart::DEFAULT_SECONDS,
             page_bytes: 4096,
             dist: oltp::Dist::Uniform,
             warehouses: 2,
@@ -123,6 +127,7 @@ fn run_options(o: &BenchOptions, threads: usize, budget_bytes: u64, seed: u64) -
         threads,
         warmup: Duration::from_secs_f64(o.warmup_s),
         duration: Duration::from_secs_f64(o.duration_s),
+        restart: Duration::from_secs_f64(o.restart_s),
         timeout_ms: o.timeout_ms,
         budget_bytes,
         seed,

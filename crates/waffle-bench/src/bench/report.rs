@@ -161,6 +161,8 @@ pub struct ConfigResult {
     pub working_set: Option<WorkingSet>,
     /// `+warm`: how long `PRAGMA waffle_warm` took and what it filled.
     pub warm: Option<crate::warm::Warmed>,
+    /// `+restart`: the clean close and reopen after the measured run.
+    pub restart: Option<super::restart::Restart>,
     /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).
     pub counters: serde_json::Map<String, serde_json::Value>,
     pub ratio_to_local: Option<f64>,
@@ -331,6 +333,9 @@ pub fn print_table(results: &[ConfigResult]) {
         );
         if let Some(w) = &r.warm {
             println!("  {}: {}", r.name, w.summary());
+        }
+        if let Some(x) = &r.restart {
+            println!("  {}: {}", r.name, x.summary());
         }
     }
     for r in results.iter().filter(|r| r.grid.is_some()) {

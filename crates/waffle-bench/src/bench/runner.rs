@@ -3,7 +3,7 @@
 //! `--warmup` seconds), then the measured run.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub seed: u64,
     /// The dataset's page size: the grid's memcached nodes get slab classes for it.
     pub page_bytes: u32,
+    /// `+restart`: how long the workload runs after the restart.
+    pub restart: Duration,
 }
 
 pub fn device_label(device: &Option<String>) -> String {
@@ -37,18 +39,19 @@ pub fn device_label(device: &Option<String>) -> String {
     }
 }
 
-fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> rusqlite::Result<Connection> {
+pub(super) fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> rusqlite::Result<Connection> {
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = if plan.waffle {
         waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
         let uri = format!(
-            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_device={}&waffle_link={}",
+            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_device={}&waffle_link={}&waffle_hot_list={}",
             path.display(),
             grid.join(","),
             plan.l1_bytes,
             opts.timeout_ms.max(1),
             plan.device.as_deref().unwrap_or("real"),
             plan.link.map_or("loopback", |l| l.name),
+            if plan.hot_list { "on" } else { "off" },
         );
         let uri = match plan.codec {
             Some(c) => format!("{uri}&waffle_compress={c}"),
@@ -63,7 +66,7 @@ fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> ru
     Ok(conn)
 }
 
-fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
+pub(super) fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
     let sql = if reset { "PRAGMA waffle_stats=reset" } else { "PRAGMA waffle_stats" };
     let text: String = conn.query_row(sql, [], |r| r.get(0))?;
     Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
@@ -109,21 +112,24 @@ fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, stats: &Value)
 
 /// Runs the workload on every connection until `length` has passed (each
 /// thread finishes the transaction it is in). Returns the summed tally, the
-/// merged latency histogram (microseconds) and the elapsed seconds.
-fn phase(
+/// merged latency histogram (microseconds) and the elapsed seconds; with
+/// `per_second`, also the transactions done in each whole second.
+pub(super) fn phase(
     workload: &dyn Workload,
     conns: &mut [Connection],
     length: Duration,
     seed: u64,
+    mut per_second: Option<&mut Vec<u64>>,
 ) -> (Tally, Histogram<u64>, f64) {
     let stop = AtomicBool::new(false);
+    let done = AtomicU64::new(0);
     let start = Instant::now();
     let results: Vec<(Tally, Histogram<u64>)> = std::thread::scope(|s| {
         let handles: Vec<_> = conns
             .iter_mut()
             .enumerate()
             .map(|(i, conn)| {
-                let stop = &stop;
+                let (stop, done) = (&stop, &done);
                 s.spawn(move || {
                     let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(i as u64 + 1));
                     let mut tally = Tally::default();
@@ -134,6 +140,7 @@ fn phase(
                         workload.run_one(conn, &mut rng, &mut tally);
                         if tally.done > before {
                             hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
+                            done.fetch_add(tally.done - before, Ordering::Relaxed);
                         }
                     }
                     (tally, hist)
@@ -141,8 +148,18 @@ fn phase(
             })
             .collect();
         let deadline = start + length;
+        let (mut next_second, mut counted) = (start + Duration::from_secs(1), 0);
         while Instant::now() < deadline && !handles.iter().all(|h| h.is_finished()) {
-            std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(100)));
+            let wake = deadline.min(next_second);
+            std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
+            if Instant::now() >= next_second {
+                let now = done.load(Ordering::Relaxed);
+                if let Some(series) = per_second.as_deref_mut() {
+                    series.push(now - counted);
+                }
+                counted = now;
+                next_second += Duration::from_secs(1);
+            }
         }
         stop.store(true, Ordering::Relaxed);
         handles.into_iter().map(|h| h.join().expect("benchmark thread")).collect()
@@ -169,12 +186,11 @@ pub fn run_config(
     opts: &RunOptions,
 ) -> Result<ConfigResult, String> {
     let err = |what: &str, e: rusqlite::Error| format!("{}: {what}: {e}", plan.name);
-    let path: PathBuf = if workload.writes() {
-        dataset::working_copy(ds)?
-    } else {
-        let _ = std::fs::remove_file(crate::dataset::with_suffix(&ds.path, "-waffle"));
-        ds.path.clone()
-    };
+    let path: PathBuf = if workload.writes() { dataset::working_copy(ds)? } else { ds.path.clone() };
+    // Every configuration starts cold: what an earlier one's clean close saved
+    // (a sidecar naming nodes that are gone, a hot list) would preload it.
+    let _ = std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&path));
+    let _ = std::fs::remove_file(waffle_core::hot_list::path_for(&path));
     let nodes: Vec<Node> = (0..plan.nodes)
         .map(|_| Node::start_for_pages(plan.node_mib, opts.page_bytes))
         .collect::<Result<_, _>>()
@@ -208,7 +224,7 @@ pub fn run_config(
         }
     }
     if !opts.warmup.is_zero() {
-        let (t, _, _) = phase(workload, &mut conns, opts.warmup, opts.seed ^ 0x5eed);
+        let (t, _, _) = phase(workload, &mut conns, opts.warmup, opts.seed ^ 0x5eed, None);
         if t.done == 0 && t.errors > 0 {
             return Err(format!("{}: every transaction of the warm-up failed", plan.name));
         }
@@ -219,7 +235,7 @@ pub fn run_config(
         sqlite_cache_counts(c);
     });
     eprintln!("waffle bench: {}: measuring {:.0} s", plan.name, opts.duration.as_secs_f64());
-    let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed);
+    let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed, None);
     let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
     for c in &conns {
         let (h, m) = sqlite_cache_counts(c);
@@ -234,7 +250,15 @@ pub fn run_config(
     let known_pages = if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), &path, &after) } else { 0 };
 
     let mc: Vec<_> = grid.iter().filter_map(|a| memcached_stats(a)).collect();
-    drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
+    let restart = if plan.restart {
+        let steady_tps = tally.done as f64 / seconds;
+        let r = super::restart::measure(workload, &path, plan, opts, &grid, conns, steady_tps)?;
+        eprintln!("waffle bench: {}: {}", plan.name, r.summary());
+        Some(r)
+    } else {
+        drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
+        None
+    };
     drop(nodes);
 
     let (unit, rate) = workload.unit();
@@ -336,6 +360,7 @@ pub fn run_config(
         grid: grid_traffic,
         working_set: if plan.waffle { WorkingSet::from_stats(&after, known_pages, within_15m) } else { None },
         warm: warmed,
+        restart,
         ratio_to_local: None,
         ratio_to_all_local: None,
         ratio_to_stock: None,

@@ -240,6 +240,18 @@ impl Pool {
         }
     }
 
+    /// At most `max` cached pages, hottest first (S3-FIFO's own signals: main
+    /// before small, frequency, then age; unread scan pages left out), the
+    /// shards merged by rank. Locks the shards one after the other.
+    pub fn hot_pages(&self, max: usize) -> Vec<u64> {
+        let mut ranked = Vec::with_capacity(self.len().min(max));
+        for shard in self.shards.iter() {
+            shard.lock().hot_order(&mut ranked);
+        }
+        ranked.sort_unstable();
+        ranked.into_iter().take(max).map(|(_, page)| page).collect()
+    }
+
     /// Whether `page` is cached. Does not count as an access.
     pub fn contains(&self, page: u64) -> bool {
         self.shard(page).lock().contains(page)

@@ -239,6 +239,27 @@ impl S3Fifo {
         self.clear();
     }
 
+    /// Every entry but unread scan pages, hottest first, with its rank:
+    /// main before small (main holds what was read again), then higher
+    /// frequency first, then nearer the head (newer) first. The rank is
+    /// `(queue, 3 - freq, position as a fraction of the queue in 2^-16)`, so
+    /// shards of different sizes merge into one order (hot_list.rs).
+    pub(super) fn hot_order(&self, out: &mut Vec<(u32, u64)>) {
+        for (queue_rank, list) in [(0u32, &self.main), (1, &self.small)] {
+            let (mut idx, mut at) = (list.head, 0u64);
+            while idx != NIL {
+                let slot = &self.slots[idx as usize];
+                if !slot.scan {
+                    let position = (at << 16) / list.len.max(1) as u64;
+                    let rank = (queue_rank << 20) | (u32::from(MAX_FREQ - slot.freq) << 17) | position as u32;
+                    out.push((rank, slot.page));
+                }
+                at += 1;
+                idx = slot.next;
+            }
+        }
+    }
+
     /// Evicts until `extra` more bytes fit in the budget.
     fn make_room(&mut self, extra: u64, evicted: &mut Vec<Evicted>) {
         debug_assert!(extra <= self.budget_bytes);
@@ -538,6 +559,30 @@ mod tests {
         assert!(s.contains(1), "page 1 had frequency left and was reinserted");
         assert!(pages(&ev).contains(&0), "page 0 (freq 0, oldest in main) went: {:?}", pages(&ev));
         s.validate();
+    }
+
+    #[test]
+    fn hot_order_puts_main_before_small_frequent_before_rare_and_leaves_scans_out() {
+        let mut s = S3Fifo::new(1000);
+        let mut ev = Vec::new();
+        for page in 0..10 {
+            s.insert(page, 0, entry(100, 0), page == 9, &mut ev);
+        }
+        s.get(0, &mut [0; 100]);
+        s.insert(10, 0, entry(100, 0), false, &mut ev); // page 0 (read) moves to main, page 1 goes
+        for _ in 0..3 {
+            s.get(5, &mut [0; 100]);
+        }
+        let mut order = Vec::new();
+        s.hot_order(&mut order);
+        order.sort_unstable();
+        let pages: Vec<u64> = order.iter().map(|&(_, p)| p).collect();
+        assert_eq!(pages[0], 0, "main first: {pages:?}");
+        assert_eq!(pages[1], 5, "then the most read of small: {pages:?}");
+        assert_eq!(pages[2], 10, "then small, newest first: {pages:?}");
+        assert!(!pages.contains(&9), "an unread scan page is not hot: {pages:?}");
+        assert!(!pages.contains(&1), "evicted: {pages:?}");
+        assert_eq!(pages.len(), 9);
     }
 
     #[test]

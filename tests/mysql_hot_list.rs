@@ -1,0 +1,84 @@
+//! The MariaDB preload's hot list (crates/waffle-preload/src/hot_list.rs):
+//! the stats thread writes the pages L1 holds by tablespace, a clean
+//! shutdown keeps them, and the next server start preloads them from the
+//! disk into L1 (never from the grid: every start is a new cache identity).
+//! Checked: the list names the table's pages, the restart loads them when
+//! InnoDB opens the table, nothing is asked of the grid, the data is right
+//! (CHECK TABLE, the sum) and no grid copy or page check failed.
+
+#[path = "mysql_support.rs"]
+mod mysql_support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use mysql_support::*;
+use waffle_testkit::wait::wait_for;
+
+const ROWS: u64 = 2000;
+
+/// Lines of the list that name tablespace `name`.
+fn listed(list: &Path, name: &str) -> usize {
+    let text = std::fs::read_to_string(list).unwrap_or_default();
+    text.lines().filter(|l| l.split_once('\t').is_some_and(|(_, n)| n == name)).count()
+}
+
+#[test]
+fn the_next_server_start_preloads_the_listed_pages_from_disk() {
+    let _serial = serial();
+    let dir = TempDir::new("mysql-hot-list");
+    let node = start_node(64);
+    let data = fresh_datadir(&dir, "db");
+    // InnoDB's own buffer pool dump and load off: its load would read the same pages at the
+    // start (through L1), and this test is about waffle's list.
+    let options = || {
+        let mut o = waffle_options(&node.addr(), "16MiB", &[("WAFFLE_HOT_LIST_INTERVAL_MS", "300")]);
+        o.extra_args.extend(
+            ["--innodb-buffer-pool-dump-at-shutdown=0", "--innodb-buffer-pool-load-at-startup=0"].map(String::from),
+        );
+        o
+    };
+    let s = start(&data, options());
+    s.sql_script(
+        &format!(
+            "SET SESSION max_recursive_iterations = 100000;
+             CREATE DATABASE w;
+             CREATE TABLE w.t (id INT PRIMARY KEY, v BIGINT NOT NULL, pad VARCHAR(2000) NOT NULL) ENGINE=InnoDB;
+             INSERT INTO w.t WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {ROWS})
+               SELECT i, i, REPEAT(CHAR(65 + i % 26), 1500) FROM c;"
+        ),
+        Duration::from_secs(120),
+    )
+    .unwrap();
+    // Read the table through a 6 MiB buffer pool: its pages pass through L1 (16 MiB: room
+    // for them beside what InnoDB reads at start).
+    for _ in 0..3 {
+        s.sql("SELECT SUM(LENGTH(pad)) FROM w.t").unwrap();
+    }
+    let list = s.stats_path().with_file_name("waffle-hot.list");
+    wait_for(Duration::from_secs(20), "the hot list to name w/t", || listed(&list, "w/t") > 50);
+    s.shutdown().unwrap();
+    let kept = listed(&list, "w/t");
+    assert!(kept > 50, "the shutdown kept the table's entries: {kept}");
+
+    let s = start(&data, options());
+    let before = stats_after(&s, "the stats file", |v| v["state"] == "active");
+    assert_eq!(before["hot_list"]["trusted"], false, "{before}");
+    // A point query opens the table (InnoDB opens tablespaces on first use); the reload follows.
+    assert_eq!(s.sql("SELECT v FROM w.t WHERE id = 7").unwrap().trim(), "7");
+    let after = stats_after(&s, "the reload", |v| stat(v, "hot_list.from_disk_pages") >= 50);
+    let h = &after["hot_list"];
+    assert_eq!((stat(&after, "hot_list.from_grid_pages"), stat(&after, "hot_list.grid_requests")), (0, 0), "{h}");
+    assert!(stat(&after, "hot_list.disk_reads") < stat(&after, "hot_list.from_disk_pages"), "runs: {h}");
+    assert!(stat(&after, "l1.pages") >= 50, "{after}");
+    eprintln!("{kept} pages of w/t listed; at the restart: {h}");
+
+    let total: u64 = s.sql("SELECT SUM(v) FROM w.t").unwrap().trim().parse().unwrap();
+    assert_eq!(total, ROWS * (ROWS + 1) / 2);
+    s.check_tables(&["w.t"]).unwrap();
+    let end = s.wait_stats(Duration::from_secs(5), |_| true).unwrap();
+    assert_eq!(sum(&end, "preload.innodb_rejects") + stat(&end, "l2_rejects_total"), 0, "{end}");
+    assert_eq!(stat(&end, "preload.fallback_reads"), 0, "{end}");
+    assert!(log_errors(&s, &[]).is_empty(), "{}", s.log());
+    s.shutdown().unwrap();
+}
