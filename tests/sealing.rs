@@ -124,9 +124,13 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
 
     // The same values read without the key are refused (sealed, no key), not served.
     drop(conn);
-    let conn = open_waffle(&db, &[("waffle_grid", grid.as_str()), ("waffle_local", "8KiB")]);
+    // No hot-list reload: it would fill L1 with pages the scan then evicts and pushes (plain,
+    // under the same names) before reading them back, hits on this session's own copies.
+    let no_key = [("waffle_grid", grid.as_str()), ("waffle_local", "8KiB"), ("waffle_hot_list", "off")];
+    let conn = open_waffle(&db, &no_key);
     conn.execute_batch("PRAGMA cache_size=4").unwrap();
     assert_eq!(blob_total(&conn), want);
     let s = stats(&conn);
     assert_eq!(n(&s, "l2_hits"), 0, "a sealed value was served without the key: {s}");
+    assert!(n(&s, "l2_rejects.seal") > 0, "the sealed values were asked for and refused: {s}");
 }
