@@ -11,10 +11,7 @@ use mysql_support::*;
 
 #[test]
 fn native_aio_is_refused_loudly_and_everything_passes_through() {
-    let _serial = serial();
-    let dir = TempDir::new("aio");
-    let node = start_node(16);
-    let data = fresh_datadir(&dir, "db");
+    let OneServer { turn: _turn, dir: _dir, node, data } = one_server("aio", 16);
     let mut opts = waffle_options(&node.addr(), "1MiB", &[]);
     opts.native_aio = true;
     let s = start(&data, opts);

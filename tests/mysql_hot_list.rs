@@ -25,10 +25,7 @@ fn listed(list: &Path, name: &str) -> usize {
 
 #[test]
 fn the_next_server_start_preloads_the_listed_pages_from_disk() {
-    let _serial = serial();
-    let dir = TempDir::new("mysql-hot-list");
-    let node = start_node(64);
-    let data = fresh_datadir(&dir, "db");
+    let OneServer { turn: _turn, dir: _dir, node, data } = one_server("mysql-hot-list", 64);
     // InnoDB's own buffer pool dump and load off: its load would read the same pages at the
     // start (through L1), and this test is about waffle's list.
     let options = || {
@@ -39,17 +36,7 @@ fn the_next_server_start_preloads_the_listed_pages_from_disk() {
         o
     };
     let s = start(&data, options());
-    s.sql_script(
-        &format!(
-            "SET SESSION max_recursive_iterations = 100000;
-             CREATE DATABASE w;
-             CREATE TABLE w.t (id INT PRIMARY KEY, v BIGINT NOT NULL, pad VARCHAR(2000) NOT NULL) ENGINE=InnoDB;
-             INSERT INTO w.t WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {ROWS})
-               SELECT i, i, REPEAT(CHAR(65 + i % 26), 1500) FROM c;"
-        ),
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    create_padded_table(&s, ROWS, "i");
     // Read the table through a 6 MiB buffer pool: its pages pass through L1 (16 MiB: room
     // for them beside what InnoDB reads at start).
     for _ in 0..3 {

@@ -43,6 +43,23 @@ pub fn serial() -> MutexGuard<'static, ()> {
     M.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// What a one-server test starts from: the turn (serial), a temp dir, a node of `node_mib`,
+/// and a fresh data directory `db` in that dir.
+pub struct OneServer {
+    pub turn: MutexGuard<'static, ()>,
+    pub dir: TempDir,
+    pub node: Node,
+    pub data: PathBuf,
+}
+
+pub fn one_server(name: &str, node_mib: u32) -> OneServer {
+    let turn = serial();
+    let dir = TempDir::new(name);
+    let node = start_node(node_mib);
+    let data = fresh_datadir(&dir, "db");
+    OneServer { turn, dir, node, data }
+}
+
 fn mariadb_version() -> String {
     let out = std::process::Command::new(&tools().mariadbd).arg("--version").output().expect("mariadbd --version");
     String::from_utf8_lossy(&out.stdout)
@@ -125,6 +142,19 @@ pub fn stock_options(pool: u64) -> ServerOptions {
 
 pub fn start(datadir: &Path, options: ServerOptions) -> Server {
     Server::start(tools(), datadir, options).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Creates `w.t` (id, v, a 1500-byte pad: about two rows a 16 KiB page) with rows 1..=`rows`,
+/// `v` set by the SQL expression `v` of `i` (the row's id).
+pub fn create_padded_table(s: &Server, rows: u64, v: &str) {
+    let script = format!(
+        "SET SESSION max_recursive_iterations = 100000;
+         CREATE DATABASE w;
+         CREATE TABLE w.t (id INT PRIMARY KEY, v BIGINT NOT NULL, pad VARCHAR(2000) NOT NULL) ENGINE=InnoDB;
+         INSERT INTO w.t WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {rows})
+           SELECT i, {v}, REPEAT(CHAR(65 + i % 26), 1500) FROM c;"
+    );
+    s.sql_script(&script, Duration::from_secs(120)).unwrap();
 }
 
 /// A counter of the stats JSON (`a.b` for nested ones); 0 if absent.

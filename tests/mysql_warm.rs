@@ -8,30 +8,15 @@
 #[path = "mysql_support.rs"]
 mod mysql_support;
 
-use std::time::Duration;
-
 use mysql_support::*;
 
 const ROWS: u64 = 3000;
 
 #[test]
 fn a_tablespace_warms_on_request_while_the_server_writes_it() {
-    let _serial = serial();
-    let dir = TempDir::new("mysql-warm");
-    let node = start_node(64);
-    let data = fresh_datadir(&dir, "db");
+    let OneServer { turn: _turn, dir: _dir, node, data } = one_server("mysql-warm", 64);
     let s = start(&data, waffle_options(&node.addr(), "1MiB", &[]));
-    s.sql_script(
-        &format!(
-            "SET SESSION max_recursive_iterations = 100000;
-             CREATE DATABASE w;
-             CREATE TABLE w.t (id INT PRIMARY KEY, v BIGINT NOT NULL, pad VARCHAR(2000) NOT NULL) ENGINE=InnoDB;
-             INSERT INTO w.t WITH RECURSIVE c(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM c WHERE i < {ROWS})
-               SELECT i, 0, REPEAT(CHAR(65 + i % 26), 1500) FROM c;"
-        ),
-        Duration::from_secs(120),
-    )
-    .unwrap();
+    create_padded_table(&s, ROWS, "0");
     let ibd = data.join("w").join("t.ibd");
     let before = stats_after(&s, "the stats file", |v| v["state"] == "active");
 

@@ -34,11 +34,11 @@
 //!    (the first l1_count were in L1, the rest in the grid) | crc32c u32 over all before
 //! ```
 
+use crate::stats::Counter;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -225,19 +225,15 @@ struct State {
 #[derive(Default)]
 pub struct HotListProgress {
     state: Mutex<State>,
-    listed: AtomicU64,
-    l1_listed: AtomicU64,
-    from_grid: AtomicU64,
-    from_disk: AtomicU64,
-    skipped: AtomicU64,
-    no_room: AtomicU64,
-    no_room_streak: AtomicU64,
-    grid_requests: AtomicU64,
-    disk_reads: AtomicU64,
-}
-
-fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
+    listed: Counter,
+    l1_listed: Counter,
+    from_grid: Counter,
+    from_disk: Counter,
+    skipped: Counter,
+    no_room: Counter,
+    no_room_streak: Counter,
+    grid_requests: Counter,
+    disk_reads: Counter,
 }
 
 impl HotListProgress {
@@ -261,8 +257,8 @@ impl HotListProgress {
         };
         *s = State { state, trusted, why, ..State::default() };
         if let Some(l) = list {
-            self.listed.store(l.pages.len() as u64, Ordering::Relaxed);
-            self.l1_listed.store(l.l1_pages, Ordering::Relaxed);
+            self.listed.set(l.pages.len() as u64);
+            self.l1_listed.set(l.l1_pages);
         }
     }
 
@@ -271,7 +267,7 @@ impl HotListProgress {
     pub fn pages_only(&self, listed: u64, why: String) {
         let mut s = self.lock();
         *s = State { state: if listed > 0 { "pending" } else { "none" }, why: Some(why), ..State::default() };
-        self.listed.store(listed, Ordering::Relaxed);
+        self.listed.set(listed);
     }
 
     /// The list cannot be used after all (found under the first lock).
@@ -313,7 +309,7 @@ impl HotListProgress {
     pub fn to_json(&self) -> Value {
         let s = self.lock();
         let elapsed = if s.state == "running" { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = Counter::get;
         json!({
             "state": if s.state.is_empty() { "none" } else { s.state },
             "trusted": s.trusted,
@@ -335,14 +331,14 @@ impl HotListProgress {
     fn count(&self, placed: Placed, from_grid: bool) {
         match placed {
             Placed::L1 => {
-                add(if from_grid { &self.from_grid } else { &self.from_disk }, 1);
-                self.no_room_streak.store(0, Ordering::Relaxed);
+                if from_grid { &self.from_grid } else { &self.from_disk }.incr();
+                self.no_room_streak.set(0);
             }
             Placed::NoRoom => {
-                add(&self.no_room, 1);
-                add(&self.no_room_streak, 1);
+                self.no_room.add(1);
+                self.no_room_streak.add(1);
             }
-            Placed::Held | Placed::Raced | Placed::Pushed => add(&self.skipped, 1),
+            Placed::Held | Placed::Raced | Placed::Pushed => self.skipped.add(1),
         }
     }
 }
@@ -383,10 +379,9 @@ impl PageCache {
             if self.is_fused() {
                 return Err(io::Error::other("the cache turned itself off (see \"fused\")"));
             }
-            let full =
-                self.l1_free_bytes() < page_bytes as u64 || p.no_room_streak.load(Ordering::Relaxed) >= NO_ROOM_STREAK;
+            let full = self.l1_free_bytes() < page_bytes as u64 || p.no_room_streak.get() >= NO_ROOM_STREAK;
             if *at >= pages.len() || full {
-                add(&p.skipped, (pages.len() - (*at).min(pages.len())) as u64);
+                p.skipped.add((pages.len() - (*at).min(pages.len())) as u64);
                 *at = pages.len();
                 return Ok(true);
             }
@@ -415,13 +410,13 @@ impl PageCache {
         for &page in chunk {
             match self.warm_version(page).filter(|_| in_file(page)) {
                 Some(version) => want.push((page, version)),
-                None => add(&p.skipped, 1),
+                None => p.skipped.add(1),
             }
         }
         let mut from_disk: Vec<(u64, u64)> = Vec::new();
         if from != ReloadFrom::DiskOnly && self.grid().is_some() {
             for batch in want.chunks(GRID_BATCH) {
-                add(&p.grid_requests, 1);
+                p.grid_requests.add(1);
                 for (&(page, version), got) in batch.iter().zip(self.fetch_held(batch)) {
                     match got {
                         Some(bytes) => {
@@ -437,7 +432,7 @@ impl PageCache {
             from_disk = want;
         }
         if from == ReloadFrom::GridOnly {
-            add(&p.skipped, from_disk.len() as u64);
+            p.skipped.add(from_disk.len() as u64);
             return Ok(());
         }
         // The rest from the disk in page order, one read per run (small gaps read through).
@@ -457,13 +452,13 @@ impl PageCache {
             let span = (from_disk[j - 1].0 - first + 1) as usize;
             let mut buf = vec![0u8; span * page_bytes];
             let got = file.read_pages(PageId::of(first), page_bytes, &mut buf)?;
-            add(&p.disk_reads, 1);
+            p.disk_reads.add(1);
             budget.bytes = budget.bytes.saturating_sub(got as u64);
             let whole = (got / page_bytes) as u64;
             for &(page, version) in &from_disk[i..j] {
                 let k = (page - first) as usize;
                 if (k as u64) >= whole {
-                    add(&p.skipped, 1); // past the end of the file
+                    p.skipped.add(1); // past the end of the file
                     continue;
                 }
                 let bytes = Box::from(&buf[k * page_bytes..(k + 1) * page_bytes]);
@@ -487,9 +482,10 @@ pub fn in_file_of(file_bytes: u64, page_bytes: u64) -> impl Fn(u64) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CacheOptions, Source};
+    use crate::cache::Source;
+    use crate::test_file::{numbered_file_and_cache, HookedFile};
     use std::sync::atomic::AtomicBool;
-    use std::sync::{Arc, OnceLock};
+    use std::sync::Arc;
 
     const PAGE: usize = 512;
 
@@ -594,45 +590,9 @@ mod tests {
         assert!(got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("checksum")), "{trust:?}");
     }
 
-    /// An in-memory file (as in warm.rs's tests) whose reads can run a hook first.
-    struct Mem {
-        bytes: Arc<Mutex<Vec<u8>>>,
-        during_read: OnceLock<Box<dyn Fn() + Send + Sync>>,
-    }
-
-    impl Backing for Mem {
-        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-            if let Some(hook) = self.during_read.get() {
-                hook();
-            }
-            let f = self.bytes.lock().unwrap();
-            let at = (first.byte_offset(page_bytes) as usize).min(f.len());
-            let n = buf.len().min(f.len() - at);
-            buf[..n].copy_from_slice(&f[at..at + n]);
-            Ok(n)
-        }
-        fn is_direct(&self) -> bool {
-            false
-        }
-    }
-
-    /// A file of `pages` pages, page i filled with i, and a cache whose L1 holds `l1_pages` (one shard).
-    fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, Mem, Arc<PageCache>) {
-        let bytes: Vec<u8> = (0..pages).flat_map(|i| vec![i as u8; PAGE]).collect();
-        let bytes = Arc::new(Mutex::new(bytes));
-        let mem = Mem { bytes: Arc::clone(&bytes), during_read: OnceLock::new() };
-        let cache = PageCache::new(CacheOptions {
-            cache_id: 7,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: l1_pages * PAGE as u64,
-            push_queue_bytes: 0,
-            grid: None,
-            seal_key: None,
-            page_check: None,
-            codec: crate::codec::DEFAULT,
-        });
-        (bytes, mem, Arc::new(cache))
+    /// A file of `pages` pages, page i filled with i, and a cache whose L1 holds `l1_pages`.
+    fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, HookedFile, Arc<PageCache>) {
+        numbered_file_and_cache(pages, PAGE, l1_pages)
     }
 
     fn budget(cancel: &AtomicBool) -> Budget<'_> {
@@ -680,14 +640,8 @@ mod tests {
 
     #[test]
     fn a_write_during_the_reload_wins() {
-        let (file, mem, c) = setup(8, 64);
-        let (hook_cache, hook_file) = (Arc::clone(&c), Arc::clone(&file));
-        let _ = mem.during_read.set(Box::new(move || {
-            if hook_cache.stats().disk_writes.get() == 0 {
-                hook_file.lock().unwrap()[5 * PAGE..6 * PAGE].fill(0xEE);
-                hook_cache.wrote(5, &[0xEE; PAGE]);
-            }
-        }));
+        let (_, mem, c) = setup(8, 64);
+        mem.write_during_the_first_read(&c, 5, 0xEE);
         let cancel = AtomicBool::new(false);
         let mut at = 0;
         let in_file = in_file_of(8 * PAGE as u64, PAGE as u64);

@@ -41,6 +41,8 @@ pub mod pusher;
 pub mod seal;
 pub mod sidecar;
 pub mod stats;
+#[cfg(test)]
+mod test_file;
 pub mod versions;
 pub mod warm;
 pub mod working_set;

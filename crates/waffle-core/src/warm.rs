@@ -20,7 +20,7 @@
 //! its version (presence `Held`) is not pushed again.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -28,6 +28,7 @@ use serde_json::{json, Value};
 
 use crate::backing::{Backing, PageId};
 use crate::cache::PageCache;
+use crate::stats::Counter;
 use crate::versions::{split, MAX_PAGES};
 
 /// Most bytes one warming read asks the backing for.
@@ -92,18 +93,14 @@ struct State {
 #[derive(Default)]
 pub struct WarmProgress {
     state: Mutex<State>,
-    planned: AtomicU64,
-    read: AtomicU64,
-    l1: AtomicU64,
-    pushed: AtomicU64,
-    skipped: AtomicU64,
-    dropped: AtomicU64,
-    bytes: AtomicU64,
-    reads: AtomicU64,
-}
-
-fn add(c: &AtomicU64, n: u64) {
-    c.fetch_add(n, Ordering::Relaxed);
+    planned: Counter,
+    read: Counter,
+    l1: Counter,
+    pushed: Counter,
+    skipped: Counter,
+    dropped: Counter,
+    bytes: Counter,
+    reads: Counter,
 }
 
 impl WarmProgress {
@@ -116,7 +113,7 @@ impl WarmProgress {
         for c in
             [&self.planned, &self.read, &self.l1, &self.pushed, &self.skipped, &self.dropped, &self.bytes, &self.reads]
         {
-            c.store(0, Ordering::Relaxed);
+            c.set(0);
         }
         *s = State { running: true, target: target.to_string(), started: Some(Instant::now()), ..State::default() };
         Ok(())
@@ -124,7 +121,7 @@ impl WarmProgress {
 
     /// `pages` more pages to warm (a table's walk finds them level by level).
     pub fn plan(&self, pages: u64) {
-        add(&self.planned, pages);
+        self.planned.add(pages);
     }
 
     pub fn finish(&self, how: Finish) {
@@ -139,15 +136,13 @@ impl WarmProgress {
     }
 
     fn count(&self, placed: Placed) {
-        add(
-            match placed {
-                Placed::L1 => &self.l1,
-                Placed::Pushed => &self.pushed,
-                Placed::Held | Placed::Raced => &self.skipped,
-                Placed::NoRoom => &self.dropped,
-            },
-            1,
-        );
+        match placed {
+            Placed::L1 => &self.l1,
+            Placed::Pushed => &self.pushed,
+            Placed::Held | Placed::Raced => &self.skipped,
+            Placed::NoRoom => &self.dropped,
+        }
+        .incr();
     }
 
     pub fn to_json(&self) -> Value {
@@ -160,7 +155,7 @@ impl WarmProgress {
             (Some(Finish::Failed(_)), false) => "failed",
         };
         let elapsed = if s.running { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
-        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let get = Counter::get;
         json!({
             "state": state,
             "target": s.target,
@@ -221,12 +216,12 @@ impl PageCache {
                     None => (0, 0),
                 }
             };
-            add(&p.skipped, (n as usize - (hi - lo)) as u64);
+            p.skipped.add((n as usize - (hi - lo)) as u64);
             if hi > lo {
                 let mut span = vec![0u8; (hi - lo) * page_bytes];
                 let got = file.read_pages(PageId::of(start + lo as u64), page_bytes, &mut span)?;
-                add(&p.reads, 1);
-                add(&p.bytes, got as u64);
+                p.reads.add(1);
+                p.bytes.add(got as u64);
                 budget.bytes = budget.bytes.saturating_sub(got as u64);
                 let whole = got / page_bytes;
                 for (k, chunk) in span.chunks_exact(page_bytes).take(whole).enumerate() {
@@ -238,10 +233,10 @@ impl PageCache {
                     }
                     match versions[lo + k] {
                         Some(version) => {
-                            add(&p.read, 1);
+                            p.read.add(1);
                             p.count(self.warm_place(page, version, Box::from(chunk), budget.push_wait, budget.cancel));
                         }
-                        None => add(&p.skipped, 1),
+                        None => p.skipped.add(1),
                     }
                 }
                 if whole < hi - lo {
@@ -257,48 +252,15 @@ impl PageCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backing::MemoryFile;
-    use crate::cache::{CacheOptions, Source};
-    use std::sync::{Arc, OnceLock};
+    use crate::cache::Source;
+    use crate::test_file::{numbered_file_and_cache, HookedFile};
+    use std::sync::Arc;
 
     const PAGE: usize = 512;
 
-    /// An in-memory file whose reads can run a hook first: a write that lands
-    /// while warming's read is in flight.
-    struct Mem {
-        file: MemoryFile,
-        during_read: OnceLock<Box<dyn Fn() + Send + Sync>>,
-    }
-
-    impl Backing for Mem {
-        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-            if let Some(hook) = self.during_read.get() {
-                hook();
-            }
-            self.file.read_pages(first, page_bytes, buf)
-        }
-        fn is_direct(&self) -> bool {
-            false
-        }
-    }
-
     /// A file of `pages` pages, page i filled with i, and a cache whose L1 holds `l1_pages`.
-    fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, Mem, Arc<PageCache>) {
-        let bytes: Vec<u8> = (0..pages).flat_map(|i| vec![i as u8; PAGE]).collect();
-        let bytes = Arc::new(Mutex::new(bytes));
-        let mem = Mem { file: MemoryFile(Arc::clone(&bytes)), during_read: OnceLock::new() };
-        let cache = PageCache::new(CacheOptions {
-            cache_id: 7,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: l1_pages * PAGE as u64,
-            push_queue_bytes: 0,
-            grid: None,
-            seal_key: None,
-            page_check: None,
-            codec: crate::codec::DEFAULT,
-        });
-        (bytes, mem, Arc::new(cache))
+    fn setup(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, HookedFile, Arc<PageCache>) {
+        numbered_file_and_cache(pages, PAGE, l1_pages)
     }
 
     fn budget(cancel: &AtomicBool) -> Budget<'_> {
@@ -344,15 +306,9 @@ mod tests {
 
     #[test]
     fn a_write_during_the_read_wins() {
-        let (file, mem, c) = setup(8, 64);
-        let (hook_cache, hook_file) = (Arc::clone(&c), Arc::clone(&file));
+        let (_, mem, c) = setup(8, 64);
         // The database writes page 5 (the file first, then the cache) while warming's read is in flight.
-        let _ = mem.during_read.set(Box::new(move || {
-            if hook_cache.stats().disk_writes.get() == 0 {
-                hook_file.lock().unwrap()[5 * PAGE..6 * PAGE].fill(0xEE);
-                hook_cache.wrote(5, &[0xEE; PAGE]);
-            }
-        }));
+        mem.write_during_the_first_read(&c, 5, 0xEE);
         // The warm's versions were captured before the hook ran: the read sees 0xEE, yet it is the
         // older capture that decides, so warming's copy is dropped and the write's stays.
         let cancel = AtomicBool::new(false);
