@@ -99,6 +99,9 @@ struct Shared {
     /// Marked before each batch is sent: reads then ask the grid for these pages.
     presence: Arc<Presence>,
     codec: Codec,
+    /// A clean close is pushing L1: every page goes, whatever the node's cost
+    /// (the back-off spares steady state; a close's pushes are the next open's warm grid).
+    closing: AtomicBool,
 }
 
 pub struct Pusher {
@@ -128,6 +131,7 @@ impl Pusher {
             seal_key,
             presence,
             codec,
+            closing: AtomicBool::new(false),
         });
         let worker = Arc::clone(&shared);
         let thread = thread::Builder::new()
@@ -164,8 +168,10 @@ impl Pusher {
     }
 
     /// Queues a page at a clean close: waits (until `deadline`) for room
-    /// instead of dropping older pages. False if the page was not queued.
+    /// instead of dropping older pages, and is sent whatever the node's cost.
+    /// False if the page was not queued.
     pub fn push_waiting(&self, entry: Evicted, deadline: Instant) -> bool {
+        self.shared.closing.store(true, Ordering::Relaxed);
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
             self.shared.stats.l2_push_drops.incr();
@@ -307,11 +313,12 @@ fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
         return;
     };
     // A node that costs more than the disk read it would save takes only a
-    // sample of pages (grid::cost); the others are dropped, never marked.
+    // sample of pages (grid::cost); the others are dropped, never marked. Not at a close.
+    let closing = shared.closing.load(Ordering::Relaxed);
     let batch: Vec<&Evicted> = batch
         .iter()
         .filter(|e| {
-            let admitted = grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
+            let admitted = closing || grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
             if !admitted {
                 shared.stats.l2_push_cost_skips.incr();
             }
