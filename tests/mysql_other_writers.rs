@@ -257,12 +257,9 @@ fn options(node: &Node) -> ServerOptions {
 
 #[test]
 fn a_restored_backup_is_read_not_the_grid_copies_of_later_runs() {
-    let _serial = serial();
     let t0 = Instant::now();
-    let dir = TempDir::new("restore");
-    let node = start_node(256);
+    let OneServer { turn: _turn, dir, node, data } = one_server("restore", 256);
     let opts = options(&node);
-    let data = fresh_datadir(&dir, "db");
     let mut mc = Mc::connect(&node);
     let upd = format!("upd-{MARK} ");
 
@@ -339,12 +336,9 @@ fn a_restored_backup_is_read_not_the_grid_copies_of_later_runs() {
 
 #[test]
 fn an_offline_innochecksum_write_is_read_by_the_next_run() {
-    let _serial = serial();
     let t0 = Instant::now();
-    let dir = TempDir::new("innochecksum");
-    let node = start_node(256);
+    let OneServer { turn: _turn, dir: _dir, node, data } = one_server("innochecksum", 256);
     let opts = options(&node);
-    let data = fresh_datadir(&dir, "db");
     let mut mc = Mc::connect(&node);
     let row = format!("row-{MARK} ");
     let edited = format!("ROW-{MARK} ");
@@ -394,11 +388,8 @@ fn an_offline_innochecksum_write_is_read_by_the_next_run() {
 
 #[test]
 fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
-    let _serial = serial();
     let t0 = Instant::now();
-    let dir = TempDir::new("import");
-    let node = start_node(256);
-    let data = fresh_datadir(&dir, "db");
+    let OneServer { turn: _turn, dir, node, data } = one_server("import", 256);
     let aside = dir.join("export");
     std::fs::create_dir_all(&aside).unwrap();
     let mut mc = Mc::connect(&node);

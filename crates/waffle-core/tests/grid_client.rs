@@ -32,6 +32,16 @@ fn tight() -> GridOptions {
     GridOptions { timeout_ms: 50, connect_timeout_ms: 50, ..relaxed() }
 }
 
+/// A node, a grid of it with tight deadlines, and item `a` stored on it.
+fn node_holding_a() -> (Node, Grid) {
+    let node = start_node();
+    let grid = grid_of(&[&node], tight());
+    wait_for(Duration::from_secs(5), "an item stored on the fresh node", || {
+        (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())
+    });
+    (node, grid)
+}
+
 fn start_node() -> Node {
     Node::start(64).expect("memcached must be installed (Debian package memcached)")
 }
@@ -348,11 +358,7 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
 
 #[test]
 fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
-    let mut node = start_node();
-    let grid = grid_of(&[&node], tight());
-    wait_for(Duration::from_secs(5), "an item stored on the fresh node", || {
-        (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())
-    });
+    let (mut node, grid) = node_holding_a();
     assert_eq!(grid.idle_connections(), vec![1]);
 
     node.kill();
@@ -382,11 +388,7 @@ fn a_killed_node_is_an_io_fault_then_skipped_then_back_after_restart() {
 /// marked down, and the next request goes on a new connection.
 #[test]
 fn a_restart_between_requests_costs_one_request_and_no_mark_down() {
-    let mut node = start_node();
-    let grid = grid_of(&[&node], tight());
-    wait_for(Duration::from_secs(5), "an item stored on the fresh node", || {
-        (grid.store_many(&[(b"a", b"A")]).stored == 1).then_some(())
-    });
+    let (mut node, grid) = node_holding_a();
     node.restart().expect("restart memcached on the same port");
     let first = grid.take(b"a");
     assert!(matches!(first, Fetch::Fault(FaultKind::Io) | Fetch::Miss), "{first:?}");
