@@ -560,6 +560,7 @@ impl PageCache {
         if self.grid.get().is_some() && !self.is_fused() {
             let deadline = Instant::now() + Duration::from_millis(CLOSE_FLUSH_MS);
             let stored_before = self.stats.l2_pushes.get();
+            self.pusher.begin_close();
             let mut all = Vec::new();
             self.pool.drain(&mut all);
             for e in all.into_iter().filter(|e| !e.scan) {

@@ -167,11 +167,14 @@ impl Pusher {
         self.shared.work.notify_one();
     }
 
-    /// Queues a page at a clean close: waits (until `deadline`) for room
-    /// instead of dropping older pages, and is sent whatever the node's cost.
-    /// False if the page was not queued.
-    pub fn push_waiting(&self, entry: Evicted, deadline: Instant) -> bool {
+    /// A clean close begins: from now on every page is sent whatever the node's cost.
+    pub fn begin_close(&self) {
         self.shared.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Queues a page at a clean close: waits (until `deadline`) for room
+    /// instead of dropping older pages. False if the page was not queued.
+    pub fn push_waiting(&self, entry: Evicted, deadline: Instant) -> bool {
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
             self.shared.stats.l2_push_drops.incr();

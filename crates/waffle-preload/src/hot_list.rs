@@ -38,7 +38,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -50,7 +49,7 @@ use waffle_core::versions::{join, split, MAX_PAGES};
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
-use crate::runtime::{Pinned, Runtime};
+use crate::runtime::{write_atomically, Pinned, Runtime};
 use crate::{guard, log, state};
 
 pub const LIST_FILE: &str = "waffle-hot.list";
@@ -246,12 +245,6 @@ fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
     }
     out.truncate(MAX_LISTED);
     out
-}
-
-fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
-    let tmp = path.with_extension(format!("list.tmp{}", std::process::id()));
-    fs::write(&tmp, text)?;
-    fs::rename(&tmp, path)
 }
 
 /// The reload thread: each LOOK_EVERY, the listed tablespaces InnoDB has open.

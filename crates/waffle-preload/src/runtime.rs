@@ -772,10 +772,11 @@ fn header(m: &mut Map<String, Value>, final_write: bool) {
     m.insert("final".into(), json!(final_write));
 }
 
-/// Writes `v` to `path` atomically (a temporary file renamed over it).
-fn write_atomically(path: &Path, v: &Value) -> io::Result<()> {
-    let tmp = path.with_extension(format!("json.tmp{}", std::process::id()));
-    let text = serde_json::to_string_pretty(v).map_err(io::Error::other)? + "\n";
+/// Writes `text` to `path` atomically (a temporary file `<path>.tmp<pid>` renamed over it):
+/// a reader sees the old file or the new one. The stats file and the hot list.
+pub(crate) fn write_atomically(path: &Path, text: &str) -> io::Result<()> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(format!(".tmp{}", std::process::id()));
     std::fs::write(&tmp, text)?;
     std::fs::rename(&tmp, path)
 }
@@ -794,7 +795,8 @@ pub fn write_stats(final_write: bool) {
             (Value::Object(m), stats_path())
         }
     };
-    if let Err(e) = write_atomically(&path, &v) {
+    let text = serde_json::to_string_pretty(&v).map_err(io::Error::other);
+    if let Err(e) = text.and_then(|t| write_atomically(&path, &(t + "\n"))) {
         log::rate_limited_error(&format!("cannot write {}: {e}", path.display()));
     }
 }

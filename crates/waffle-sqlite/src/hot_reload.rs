@@ -17,15 +17,14 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
 
 use waffle_core::backing::Backing;
 use waffle_core::hot_list::{self, HotList, ReloadFrom};
-use waffle_core::warm::{Budget, Finish};
+use waffle_core::warm::Finish;
 
 use crate::connection::Conn;
 use crate::registry::{self, OpenDb};
-use crate::warm::{on_own_connection, read_lock, PIECE_BYTES, PIECE_TIME, PUSH_WAIT};
+use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock};
 
 /// Starts the reload of `list` for `db` (just opened, registered), unless a
 /// warm runs already, from where `from` says.
@@ -75,12 +74,7 @@ fn grid_thread(db: Arc<OpenDb>, list: HotList) {
     let job = Arc::clone(&db.warm);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid_only(&db, &list)))
         .unwrap_or_else(|_| Err("internal error".into()));
-    let finish = match outcome {
-        Ok(()) => Finish::Done,
-        Err(_) if job.stop.load(Ordering::Acquire) => Finish::Cancelled,
-        Err(e) => Finish::Failed(e),
-    };
-    db.cache.hot_list_progress().finish(finish);
+    db.cache.hot_list_progress().finish(finish_of(outcome, &job.stop));
     // Gone before the job ends: the last close waits for the job, then takes the database whole.
     drop(db);
     job.end();
@@ -108,8 +102,7 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
         }
         let file_bytes = db.meta.metadata().map_err(|e| e.to_string())?.len();
         let in_file = hot_list::in_file_of(file_bytes, page_bytes);
-        let mut budget =
-            Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
+        let mut budget = piece_budget(stop);
         let done = db.with_backing(|f: &dyn Backing| {
             db.cache.hot_reload(&list.pages, &mut at, ReloadFrom::GridOnly, &in_file, f, &mut budget)
         });
@@ -127,14 +120,7 @@ fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool) {
         db,
         true,
         |db, conn| run(db, conn, &list, trusted),
-        |db, outcome| {
-            let finish = match outcome {
-                Ok(()) => Finish::Done,
-                Err(_) if job.stop.load(Ordering::Acquire) => Finish::Cancelled,
-                Err(e) => Finish::Failed(e),
-            };
-            db.cache.hot_list_progress().finish(finish);
-        },
+        |db, outcome| db.cache.hot_list_progress().finish(finish_of(outcome, &job.stop)),
     );
     job.end();
 }
@@ -161,8 +147,7 @@ fn run(db: &OpenDb, conn: &Conn, list: &HotList, mut trusted: bool) -> Result<()
             progress.distrust("the file changed since the clean close (found under the first lock)".into());
         }
         let in_file = hot_list::in_file_of(page_count as u64 * page_bytes, page_bytes);
-        let mut budget =
-            Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
+        let mut budget = piece_budget(stop);
         let piece = db.with_backing(|f: &dyn Backing| {
             let from = if trusted { ReloadFrom::GridThenDisk } else { ReloadFrom::DiskOnly };
             db.cache.hot_reload(&list.pages, &mut at, from, &in_file, f, &mut budget)

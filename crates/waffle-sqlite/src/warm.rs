@@ -277,14 +277,10 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
         false,
         |db, conn| run(db, conn, target, &mut reply),
         |db, outcome| {
-            let finish = match outcome {
-                Ok(()) => Finish::Done,
-                Err(_) if job.stop.load(Ordering::Acquire) => Finish::Cancelled,
-                Err(e) => {
-                    failed = Some(e.clone());
-                    Finish::Failed(e)
-                }
-            };
+            let finish = finish_of(outcome, &job.stop);
+            if let Finish::Failed(e) = &finish {
+                failed = Some(e.clone());
+            }
             db.cache.warm_progress().finish(finish);
         },
     );
@@ -299,6 +295,21 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
 /// registry::reserve_warmer), runs `body` with it, hands the outcome to
 /// `finish` while `db` is still open, and closes the connection: that close
 /// may be the database's last, which closes the cache.
+/// One piece's budget (the warm's and the hot-list reload's): PIECE_BYTES of reads or
+/// PIECE_TIME, whichever comes first, or until `stop`.
+pub(crate) fn piece_budget(stop: &AtomicBool) -> Budget<'_> {
+    Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT }
+}
+
+/// How a background reader's run ended: an error after `stop` was asked for is a cancel.
+pub(crate) fn finish_of(outcome: Result<(), String>, stop: &AtomicBool) -> Finish {
+    match outcome {
+        Ok(()) => Finish::Done,
+        Err(_) if stop.load(Ordering::Acquire) => Finish::Cancelled,
+        Err(e) => Finish::Failed(e),
+    }
+}
+
 pub(crate) fn on_own_connection(
     db: Arc<OpenDb>,
     read_only: bool,
@@ -402,8 +413,7 @@ fn run(
         }
         let marked;
         (page_count, marked) = read_lock(conn, stop, gate)?;
-        let mut budget =
-            Budget { bytes: PIECE_BYTES, deadline: Instant::now() + PIECE_TIME, cancel: stop, push_wait: PUSH_WAIT };
+        let mut budget = piece_budget(stop);
         let piece = piece(db, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
         let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
         drop(marked);
