@@ -32,9 +32,7 @@ pub enum GetFault {
     WrongLength,
     /// A well-formed reply whose value is the first half of the stored one.
     ShortValue,
-    /// The stored value with one byte of its payload (or checksum) flipped: the middle byte,
-    /// or the first after the envelope's header when the value is short (a compressed empty
-    /// page's middle byte is its version field, which has a reject of its own).
+    /// The stored value with one byte flipped.
     CorruptByte,
     /// Another stored item's value (another page's envelope).
     OtherKey,
@@ -467,10 +465,8 @@ fn handle_get(words: &[&[u8]], s: &Shared, reply: &mut Vec<u8>) -> Option<Stop> 
         }
         Some(GetFault::ShortValue) => value.truncate(value.len() / 2),
         Some(GetFault::CorruptByte) => {
-            if let Some(last) = value.len().checked_sub(1) {
-                let at = (value.len() / 2).max(waffle_core::envelope::HEADER_BYTES).min(last);
-                value[at] ^= 0x40;
-            }
+            let at = value.len() / 2;
+            value[at] ^= 0x40;
         }
         Some(GetFault::OtherKey) => value = other.expect("filtered above"),
         Some(GetFault::Garbage) => {
