@@ -154,21 +154,39 @@ fn crc32c(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
-/// Control and case in one: while the node is paused the pusher waits on
-/// its batch and the queue fills past half; the batches taken from then on
-/// go raw (`pages_raw_behind`), none is dropped, and every page reads back.
+/// Control and case in one: while the node holds the pusher's batch (a fake
+/// node pausing its stores, so the wait does not depend on the machine's
+/// speed) the queue fills past half; the batches taken from then on go raw
+/// (`pages_raw_behind`), none is dropped, and every page reads back.
 #[test]
 fn a_pusher_that_falls_behind_pushes_raw_instead_of_dropping() {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
-    use waffle_testkit::mem_file::{cache_on, MemFile};
+    use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+    use waffle_core::{CacheOptions, PageCache};
+    use waffle_testkit::fake_node::{FakeNode, SetPause};
+    use waffle_testkit::mem_file::MemFile;
+    use waffle_testkit::wait::wait_for;
 
     const PAGE: usize = 4096;
-    // The testkit's push queue is 1 MiB: 256 pages; half is 128. With the node
-    // paused, one batch of 64 waits in flight and the next 176 wait in the queue.
+    // A push queue of 1 MiB: 256 pages; half is 128. With the stores held, one batch waits
+    // in flight and the next 239 pages wait in the queue.
     const PAGES: u64 = 260;
-    let node = start_node(64);
-    let (_grid, cache) = cache_on(&node.addr(), 0xbe41d, PAGE, 4, None);
+    let node = FakeNode::start();
+    // A deadline past the fake's longest pause: the held batch waits, it does not time out.
+    let opts = GridOptions { timeout_ms: 10_000, cost_backoff: false, ..GridOptions::default() };
+    let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
+    let cache = PageCache::new(CacheOptions {
+        cache_id: 0xbe41d,
+        saved: None,
+        page_bytes: PAGE,
+        local_bytes: 4 * PAGE as u64,
+        push_queue_bytes: 1 << 20,
+        grid: Some(grid),
+        seal_key: None,
+        page_check: None,
+        codec: waffle_core::codec::DEFAULT,
+    });
     let page = |p: u64| -> Vec<u8> { row(p as i64).into_iter().cycle().take(PAGE).collect() };
     let file = Arc::new(Mutex::new((0..PAGES).flat_map(page).collect::<Vec<u8>>()));
     let disk = MemFile(Arc::clone(&file));
@@ -183,11 +201,14 @@ fn a_pusher_that_falls_behind_pushes_raw_instead_of_dropping() {
     assert!(stat("compression.pages_compressed") >= 10);
     assert_eq!(stat("compression.pages_raw_behind"), 0, "the control: the pusher kept up");
 
-    node.pause();
-    for p in 20..PAGES {
+    node.pause_sets(Some(SetPause::BeforeStore));
+    let held_before = node.paused_sets();
+    cache.read(20, &mut buf, &disk).unwrap();
+    wait_for(Duration::from_secs(10), "the pusher's batch held at the node", || node.paused_sets() > held_before);
+    for p in 21..PAGES {
         cache.read(p, &mut buf, &disk).unwrap();
     }
-    node.resume();
+    node.pause_sets(None);
     assert!(cache.flush_pushes(Duration::from_secs(20)));
     assert!(stat("compression.pages_raw_behind") > 0, "{:?}", cache.stats_json());
     assert_eq!(stat("l2_push_drops"), 0, "{:?}", cache.stats_json());
