@@ -30,6 +30,7 @@ use crate::presence::{Presence, Verdict};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
+use crate::verify::{self, How, Served, Verifier};
 use crate::versions::{self, SavedVersions, Versions, MAX_PAGES, SEGMENT_BITS};
 use crate::warm::{Placed, WarmProgress};
 use crate::working_set::{self, WorkingSet};
@@ -121,6 +122,8 @@ pub struct PageCache {
     warm: WarmProgress,
     /// What the hot list of the last clean close did at this open (hot_list.rs).
     hot_list: HotListProgress,
+    /// Verify mode (verify.rs): off unless the adapter enables it.
+    verifier: Verifier,
 }
 
 impl PageCache {
@@ -157,7 +160,18 @@ impl PageCache {
             working_set: WorkingSet::new(),
             warm: WarmProgress::default(),
             hot_list: HotListProgress::default(),
+            verifier: Verifier::default(),
         }
+    }
+
+    /// Turns verify mode on (`waffle_verify=on`): every page a tier serves is
+    /// compared with the file; `label` names the database in its log lines.
+    pub fn enable_verify(&self, label: String) {
+        self.verifier.enable(label);
+    }
+
+    pub fn verifies(&self) -> bool {
+        self.verifier.is_on()
     }
 
     pub fn cache_id(&self) -> u64 {
@@ -234,6 +248,11 @@ impl PageCache {
     /// came from. The adapter passes its file at every read: the cache keeps
     /// pages, never a handle on the files they come from.
     pub fn read(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
+        let served = self.read_tiers(page, buf, file)?;
+        self.verified(page, buf, served, file)
+    }
+
+    fn read_tiers(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
         if self.is_fused() {
             return self.read_through(page, buf, file);
         }
@@ -258,7 +277,7 @@ impl PageCache {
             if e.version == version && e.bytes.len() == buf.len() {
                 buf.copy_from_slice(&e.bytes);
                 self.stats.push_queue_hits.incr();
-                self.fill(page, version, e.bytes);
+                self.fill(page, version, e.bytes, How::PushQueue);
                 return Ok((buf.len(), Source::PushQueue));
             }
         }
@@ -266,7 +285,7 @@ impl PageCache {
         let grid = self.grid.get();
         if let Some(grid) = &grid {
             if self.ask_grid(grid, page, version, buf) {
-                self.fill(page, version, Box::from(&*buf));
+                self.fill(page, version, Box::from(&*buf), How::Grid);
                 return Ok((buf.len(), Source::L2));
             }
         }
@@ -286,7 +305,7 @@ impl PageCache {
             return Ok((n, Source::Disk));
         }
         self.versions.touch(page);
-        self.fill(page, version, Box::from(&*buf));
+        self.fill(page, version, Box::from(&*buf), How::Disk);
         Ok((n, Source::Disk))
     }
 
@@ -303,6 +322,11 @@ impl PageCache {
     /// `read_ahead_*` counters only, so `l2_*`, `disk_reads` and the latency
     /// histograms keep describing demand reads one page at a time.
     pub fn read_sequential(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
+        let served = self.read_window(page, buf, file)?;
+        self.verified(page, buf, served, file)
+    }
+
+    fn read_window(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
         if self.is_fused() {
             return self.read_through(page, buf, file);
         }
@@ -310,7 +334,7 @@ impl PageCache {
         let page_bytes = buf.len() as u64;
         let window = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
         if window < 2 {
-            return self.read(page, buf, file);
+            return self.read_tiers(page, buf, file);
         }
         let t0 = Instant::now();
         self.working_set.note(page, t0);
@@ -334,7 +358,7 @@ impl PageCache {
         }
         if self.pusher.take_if_queued(page) {
             // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
-            return self.read(page, buf, file);
+            return self.read_tiers(page, buf, file);
         }
         self.stats.l1_misses.incr();
         // The window stays in the page's file (a segment holds MAX_PAGES pages).
@@ -425,13 +449,14 @@ impl PageCache {
             let _g = self.stripe(wanted[k]);
             if self.versions.current(wanted[k]) == versions[k] {
                 self.pool.insert_scan(wanted[k], versions[k], bytes, &mut evicted);
+                self.verifier.entered(wanted[k], versions[k], How::ReadAhead);
             }
         }
         self.settle(evicted);
         match served {
             Some(source) => Ok((buf.len(), source)),
             // Past the end of the file (or a short read): the ordinary path answers.
-            None => self.read(page, buf, file),
+            None => self.read_tiers(page, buf, file),
         }
     }
 
@@ -450,6 +475,7 @@ impl PageCache {
             self.presence.remove(page);
             self.discard_queued(page);
             self.pool.insert(page, version, Box::from(bytes), &mut evicted);
+            self.verifier.entered(page, version, How::Write);
         }
         self.settle(evicted);
     }
@@ -702,7 +728,7 @@ impl PageCache {
         self.pool.remove(page);
     }
 
-    fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>) {
+    fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>, how: How) {
         let mut evicted = Vec::new();
         {
             let _g = self.stripe(page);
@@ -710,8 +736,52 @@ impl PageCache {
                 return; // a write got there first; its bytes are in L1 already
             }
             self.pool.insert(page, version, bytes, &mut evicted);
+            self.verifier.entered(page, version, how);
         }
         self.settle(evicted);
+    }
+
+    /// Verify mode: a page a tier served is compared with the file (read now,
+    /// under the adapter's lock); a difference is counted, logged with the
+    /// copy's provenance, forgotten by every tier, and the file's bytes served.
+    fn verified(
+        &self,
+        page: u64,
+        buf: &mut [u8],
+        served: (usize, Source),
+        file: &dyn Backing,
+    ) -> io::Result<(usize, Source)> {
+        let tier = match served.1 {
+            _ if !self.verifier.is_on() => return Ok(served),
+            Source::Disk => return Ok(served),
+            Source::L1 | Source::ReadAhead => Served::L1,
+            Source::PushQueue => Served::PushQueue,
+            Source::L2 => Served::L2,
+        };
+        let mut on_file = vec![0u8; buf.len()];
+        let n = file.read_pages(PageId::of(page), buf.len(), &mut on_file)?;
+        self.stats.verify_checked.incr();
+        if n == buf.len() && on_file[..] == buf[..] {
+            return Ok(served);
+        }
+        self.stats.verify_mismatch(tier);
+        let version = self.versions.current(page);
+        let epoch = self.stats.resets.get() + self.stats.foreign_resets.get();
+        let diff = verify::first_difference(buf, &on_file[..n]);
+        eprintln!("{}", self.verifier.describe(page, tier.name(), version, epoch, diff));
+        self.forget(page);
+        buf[..n].copy_from_slice(&on_file[..n]);
+        buf[n..].fill(0);
+        Ok((n, Source::Disk))
+    }
+
+    /// Every tier forgets `page` (a new version: no copy made before is served).
+    fn forget(&self, page: u64) {
+        let _g = self.stripe(page);
+        self.versions.bump(page);
+        self.presence.remove(page);
+        self.discard_queued(page);
+        self.pool.remove(page);
     }
 
     /// Evicted pages go to the grid; without one they are simply dropped, and
@@ -790,7 +860,10 @@ impl PageCache {
             return Ok(Placed::Raced);
         }
         match self.pool.insert_if_room(page, version, bytes) {
-            Ok(()) => Ok(Placed::L1),
+            Ok(()) => {
+                self.verifier.entered(page, version, How::Warm);
+                Ok(Placed::L1)
+            }
             Err(_) if self.pool.contains(page) => Ok(Placed::Held),
             Err(bytes) => Err(bytes),
         }
@@ -967,6 +1040,28 @@ mod tests {
         let ws = &c.stats_json()["working_set"];
         assert_eq!((ws["pages_1m"].as_u64(), ws["bytes_15m"].as_u64()), (Some(4), Some(4 * 512)), "{ws}");
         assert_eq!(ws["held_bytes"], 64 * 512, "L1 only: {ws}");
+    }
+
+    /// Verify mode: a file changed behind the cache's back (no path told it)
+    /// is what verify mode exists to see. Off, L1's stale copy is served (the
+    /// control); on, the file's bytes are, the difference is counted by tier,
+    /// and the next read finds the file's bytes cached.
+    #[test]
+    fn verify_mode_serves_the_file_when_a_tier_differs() {
+        let (file, m, c, mut buf) = four_pages_of_ones();
+        c.read(2, &mut buf, &m).unwrap();
+        file.lock().unwrap()[1024..1536].fill(7);
+        assert_eq!((c.read(2, &mut buf, &m).unwrap().1, buf[0]), (Source::L1, 1), "off: the stale copy");
+        c.enable_verify("test.db".into());
+        let (n, source) = c.read(2, &mut buf, &m).unwrap();
+        assert_eq!((n, source, buf[0]), (512, Source::Disk, 7), "on: the file's bytes");
+        assert_eq!(c.stats.verify_mismatches[Served::L1 as usize].get(), 1);
+        c.read(2, &mut buf, &m).unwrap();
+        c.read(2, &mut buf, &m).unwrap();
+        assert_eq!((buf[0], c.stats.verify_mismatches_total()), (7, 1), "re-read from the file, then served equal");
+        let j = Value::Object(c.stats_json());
+        assert_eq!(j["verify_checked"], 2, "{j}");
+        assert_eq!(j["verify_mismatches_by_tier"]["l1"], 1, "{j}");
     }
 
     #[test]

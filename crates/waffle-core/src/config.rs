@@ -81,11 +81,17 @@ pub const HOT_LIST: Param = Param {
     help: "at a clean close save the pages held, hottest first, and reload them at the next open: on (grid, else disk), grid (what the grid holds of a trusted list), off (default: grid under SQLite, on in the MariaDB preload)",
 };
 
+pub const VERIFY: Param = Param {
+    name: "waffle_verify",
+    env: "WAFFLE_VERIFY",
+    help: "check every page served from L1, the push queue or the grid against a read of the file, count and log a difference and serve the file's bytes: on|off (default off; for tests and diagnosis)",
+};
+
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 12] = [
+pub const PARAMS: [&Param; 13] = [
     &GRID,
     &LOCAL,
     &TIMEOUT_MS,
@@ -98,6 +104,7 @@ pub const PARAMS: [&Param; 12] = [
     &GRID_BACKOFF,
     &COMPRESS,
     &HOT_LIST,
+    &VERIFY,
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
@@ -146,6 +153,8 @@ pub struct Config {
     /// reloads it (hot_list.rs); None: the adapter's default (SQLite: grid;
     /// the preload: on).
     pub hot_list: Option<HotListMode>,
+    /// `waffle_verify`: every page served from a tier is compared with the file.
+    pub verify: bool,
 }
 
 impl Default for Config {
@@ -163,6 +172,7 @@ impl Default for Config {
             grid_backoff: true,
             compress: codec::DEFAULT,
             hot_list: None,
+            verify: false,
         }
     }
 }
@@ -264,6 +274,9 @@ impl Config {
         }
         if let Some(v) = get(&HOT_LIST) {
             c.hot_list = Some(HotListMode::parse(&v).map_err(|reason| err(&HOT_LIST, &v, reason))?);
+        }
+        if let Some(v) = get(&VERIFY) {
+            c.verify = parse_switch(&v).map_err(|reason| err(&VERIFY, &v, reason))?;
         }
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;

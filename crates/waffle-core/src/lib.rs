@@ -43,6 +43,7 @@ pub mod sidecar;
 pub mod stats;
 #[cfg(test)]
 mod test_file;
+pub mod verify;
 pub mod versions;
 pub mod warm;
 pub mod working_set;

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::envelope::Reject;
 use crate::grid::FaultKind;
+use crate::verify::Served;
 
 const HISTOGRAM_SHARDS: usize = 8;
 /// Latencies above this are clamped (a request never legitimately takes a minute).
@@ -187,6 +188,10 @@ pub struct Stats {
     /// (checksum or tag, and decompression).
     pub decompress_pages: Counter,
     pub decompress_ns: Counter,
+    /// Verify mode (verify.rs): pages served from a tier and compared with the
+    /// file, and the ones that differed, by the tier that served them.
+    pub verify_checked: Counter,
+    pub verify_mismatches: [Counter; Served::ALL.len()],
     latency: [Latency; 3],
 }
 
@@ -243,6 +248,8 @@ impl Stats {
             compress_behind_pages: Counter::default(),
             decompress_pages: Counter::default(),
             decompress_ns: Counter::default(),
+            verify_checked: Counter::default(),
+            verify_mismatches: Default::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
     }
@@ -257,6 +264,15 @@ impl Stats {
 
     pub fn l2_rejects_total(&self) -> u64 {
         self.l2_rejects.iter().map(Counter::get).sum()
+    }
+
+    /// A page served from `tier` differed from the file (verify mode).
+    pub fn verify_mismatch(&self, tier: Served) {
+        self.verify_mismatches[tier as usize].incr();
+    }
+
+    pub fn verify_mismatches_total(&self) -> u64 {
+        self.verify_mismatches.iter().map(Counter::get).sum()
     }
 
     pub fn record(&self, tier: Tier, d: Duration) {
@@ -335,6 +351,11 @@ impl Stats {
         put("foreign_pages_invalidated", json!(self.foreign_pages_invalidated.get()));
         put("foreign_copies_dropped", json!(self.foreign_copies_dropped.get()));
         put("l1_stale_drops", json!(self.l1_stale_drops.get()));
+        put("verify_checked", json!(self.verify_checked.get()));
+        put("verify_mismatches", json!(self.verify_mismatches_total()));
+        let by_tier: Map<String, Value> =
+            Served::ALL.iter().map(|t| (t.name().into(), json!(self.verify_mismatches[*t as usize].get()))).collect();
+        put("verify_mismatches_by_tier", Value::Object(by_tier));
         let (bytes_in, bytes_out) = (self.compress_bytes_in.get(), self.compress_bytes_out.get());
         put(
             "compression",
