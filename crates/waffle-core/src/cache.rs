@@ -166,8 +166,8 @@ impl PageCache {
 
     /// Turns verify mode on (`waffle_verify=on`): every page a tier serves is
     /// compared with the file; `label` names the database in its log lines.
-    pub fn enable_verify(&self, label: String) {
-        self.verifier.enable(label);
+    pub fn enable_verify(&self, label: String, log: Option<std::path::PathBuf>) {
+        self.verifier.enable(label, log);
     }
 
     pub fn verifies(&self) -> bool {
@@ -768,7 +768,7 @@ impl PageCache {
         let version = self.versions.current(page);
         let epoch = self.stats.resets.get() + self.stats.foreign_resets.get();
         let diff = verify::first_difference(buf, &on_file[..n]);
-        eprintln!("{}", self.verifier.describe(page, tier.name(), version, epoch, diff));
+        self.verifier.report(&self.verifier.describe(page, tier.name(), version, epoch, diff));
         self.forget(page);
         buf[..n].copy_from_slice(&on_file[..n]);
         buf[n..].fill(0);
@@ -1052,7 +1052,7 @@ mod tests {
         c.read(2, &mut buf, &m).unwrap();
         file.lock().unwrap()[1024..1536].fill(7);
         assert_eq!((c.read(2, &mut buf, &m).unwrap().1, buf[0]), (Source::L1, 1), "off: the stale copy");
-        c.enable_verify("test.db".into());
+        c.enable_verify("test.db".into(), None);
         let (n, source) = c.read(2, &mut buf, &m).unwrap();
         assert_eq!((n, source, buf[0]), (512, Source::Disk, 7), "on: the file's bytes");
         assert_eq!(c.stats.verify_mismatches[Served::L1 as usize].get(), 1);

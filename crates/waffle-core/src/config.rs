@@ -87,6 +87,10 @@ pub const VERIFY: Param = Param {
     help: "check every page served from L1, the push queue or the grid against a read of the file, count and log a difference and serve the file's bytes: on|off (default off; for tests and diagnosis)",
 };
 
+/// Verify mode's differences are also appended to this file (environment
+/// only: the test scripts collect every process's differences in one place).
+pub const VERIFY_LOG_ENV: &str = "WAFFLE_VERIFY_LOG";
+
 /// The key itself, as 64 hex digits: environment only (a URI is too easily logged).
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
@@ -155,6 +159,8 @@ pub struct Config {
     pub hot_list: Option<HotListMode>,
     /// `waffle_verify`: every page served from a tier is compared with the file.
     pub verify: bool,
+    /// WAFFLE_VERIFY_LOG: where verify mode appends its differences too.
+    pub verify_log: Option<std::path::PathBuf>,
 }
 
 impl Default for Config {
@@ -173,6 +179,7 @@ impl Default for Config {
             compress: codec::DEFAULT,
             hot_list: None,
             verify: false,
+            verify_log: None,
         }
     }
 }
@@ -278,6 +285,7 @@ impl Config {
         if let Some(v) = get(&VERIFY) {
             c.verify = parse_switch(&v).map_err(|reason| err(&VERIFY, &v, reason))?;
         }
+        c.verify_log = env(VERIFY_LOG_ENV).filter(|v| !v.trim().is_empty()).map(std::path::PathBuf::from);
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
             c.seal_key = Some(Arc::new(key));

@@ -13,6 +13,9 @@
 //! (a page without a record is logged as "not recorded").
 
 use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -82,13 +85,35 @@ pub struct Verifier {
     on: AtomicBool,
     /// What the log names the cache by (the database's path).
     label: OnceLock<String>,
+    /// A file every difference is appended to as well (WAFFLE_VERIFY_LOG).
+    log: OnceLock<PathBuf>,
     entered: Mutex<HashMap<u64, Entered>>,
 }
 
 impl Verifier {
-    pub fn enable(&self, label: String) {
+    pub fn enable(&self, label: String, log: Option<PathBuf>) {
         let _ = self.label.set(label);
+        if let Some(log) = log {
+            let _ = self.log.set(log);
+        }
         self.on.store(true, Ordering::Release);
+    }
+
+    /// Says a difference: on stderr, and appended to the log file if there is one
+    /// (opened for each line: differences are rare; never through a symlink).
+    pub fn report(&self, line: &str) {
+        eprintln!("{line}");
+        let Some(path) = self.log.get() else { return };
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .and_then(|mut f| writeln!(f, "{line}"));
+        if let Err(e) = appended {
+            eprintln!("waffle verify: cannot append to {}: {e}", path.display());
+        }
     }
 
     pub fn is_on(&self) -> bool {
@@ -142,7 +167,7 @@ mod tests {
         let v = Verifier::default();
         v.entered(3, 7, How::Grid);
         assert!(v.entered.lock().unwrap().is_empty(), "off: no record");
-        v.enable("x.db".into());
+        v.enable("x.db".into(), None);
         v.entered(3, 7, How::Grid);
         let line = v.describe(3, "l2", 7, 1, Some(100));
         assert!(line.contains("page 3 of x.db served from l2"), "{line}");

@@ -133,21 +133,45 @@ pub struct Coherence {
     write_from: Option<(WalView, u64)>,
     /// A connection of ours holds the write lock to rebuild the wal-index.
     recovering: bool,
+    /// The recorded signature may be saved for a warm start: the last unlock
+    /// left the cache equal to the file (see [`Coherence::on_unlock`]).
+    vouched: bool,
+    /// WAL mode: a connection of ours took EXCLUSIVE on the database file and
+    /// caught up with the wal-index then (nobody else has the database open).
+    exclusive_caught_up: bool,
 }
 
 impl Coherence {
     /// A cache that starts from a clean close: it was in step with a file
     /// whose signature was `sig` (None: a cold cache).
     pub fn new(sig: Option<FileSig>) -> Coherence {
-        Coherence { sig, cold: sig.is_none(), ..Coherence::default() }
+        Coherence { sig, cold: sig.is_none(), vouched: sig.is_some(), ..Coherence::default() }
     }
 
-    /// The signature recorded last (a clean close saves it; None: nothing to vouch for).
+    /// The signature a clean close may save for a warm start: recorded by an
+    /// unlock that could vouch for the cache (None: the next open starts cold).
     pub fn sig(&self) -> Option<FileSig> {
-        if self.cold {
+        if self.cold || !self.vouched {
             None
         } else {
             self.sig
+        }
+    }
+
+    /// Whether a WAL-mode EXCLUSIVE lock of ours caught up with the wal-index.
+    pub fn exclusive_caught_up(&self) -> bool {
+        self.exclusive_caught_up
+    }
+
+    /// A connection of ours took EXCLUSIVE on a WAL-mode database (SQLite does
+    /// it to close the database as its last user, and for exclusive locking
+    /// mode): nobody else has it open, so nobody else checkpoints from here on.
+    /// What others copied back before is caught up now; what follows goes
+    /// through the cache. Without a whole wal-index view nothing is learnt.
+    pub fn on_exclusive(&mut self, cache: &dyn Forget, view: Option<WalView>, frames: &dyn Frames) {
+        if view.is_some() {
+            self.catch_up(cache, view, frames);
+            self.exclusive_caught_up = true;
         }
     }
 
@@ -168,13 +192,19 @@ impl Coherence {
     }
 
     /// A waffle connection is about to let go of its last lock. Called before
-    /// the real unlock, while nobody else can write.
-    pub fn on_unlock(&mut self, now: impl FnOnce() -> Option<FileSig>) {
+    /// the real unlock. `vouch`: the adapter can show the cache equal to the
+    /// file as this unlock leaves it (docs/design.md, "Warm starts"): in
+    /// rollback mode any unlock (SHARED kept every writer out since the last
+    /// check), in WAL mode only one from EXCLUSIVE after [`Coherence::on_exclusive`]
+    /// with the WAL gone (a SHARED lock does not stop another process's checkpoint).
+    pub fn on_unlock(&mut self, now: impl FnOnce() -> Option<FileSig>, vouch: bool) {
         debug_assert!(self.holders > 0, "unlock without a lock");
         self.holders = self.holders.saturating_sub(1);
+        self.exclusive_caught_up = false;
         if self.holders == 0 {
             self.sig = now();
-            trace!("unlock: recorded {:?}", self.sig);
+            self.vouched = vouch;
+            trace!("unlock: recorded {:?}, vouched {vouch}", self.sig);
         }
     }
 
@@ -409,10 +439,10 @@ mod tests {
         let mut c = Coherence::new(None);
         c.on_shared(&cache, || Some(sig(1)));
         assert!(cache.take().is_empty(), "a cold cache has nothing to forget");
-        c.on_unlock(|| Some(sig(2))); // our own commit moved the counter: recorded, not foreign
+        c.on_unlock(|| Some(sig(2)), true); // our own commit moved the counter: recorded, not foreign
         c.on_shared(&cache, || Some(sig(2)));
         assert!(cache.take().is_empty(), "our own commit does not look foreign");
-        c.on_unlock(|| Some(sig(2)));
+        c.on_unlock(|| Some(sig(2)), true);
         c.on_shared(&cache, || Some(sig(3))); // someone else committed while we held nothing
         assert_eq!(cache.take(), vec!["all"]);
     }
@@ -423,8 +453,8 @@ mod tests {
         let mut c = Coherence::new(Some(sig(1)));
         c.on_shared(&cache, || Some(sig(1)));
         c.on_shared(&cache, || panic!("not read while another connection of ours holds a lock"));
-        c.on_unlock(|| panic!("not recorded while another connection holds a lock"));
-        c.on_unlock(|| Some(sig(1)));
+        c.on_unlock(|| panic!("not recorded while another connection holds a lock"), true);
+        c.on_unlock(|| Some(sig(1)), true);
         assert!(cache.take().is_empty());
     }
 
@@ -433,10 +463,10 @@ mod tests {
         let cache = Log::default();
         let mut c = Coherence::new(Some(sig(1)));
         c.on_shared(&cache, || Some(sig(1)));
-        c.on_unlock(|| None);
+        c.on_unlock(|| None, true);
         c.on_shared(&cache, || None);
         assert_eq!(cache.take(), vec!["all"]);
-        c.on_unlock(|| None);
+        c.on_unlock(|| None, true);
         c.on_shared(&cache, || Some(sig(1)));
         assert_eq!(cache.take(), vec!["all"]);
     }
@@ -555,6 +585,39 @@ mod tests {
         c.on_write_begin(&cache, None, &wal, 0);
         c.on_write_end(&cache, empty, 0, || Some(sig(2)));
         assert_eq!(cache.take(), vec!["all"], "the file changed under the rebuilt index");
+    }
+
+    /// A WAL-mode unlock vouches only when the adapter says so (an exclusive
+    /// close that caught up); a SHARED one never does, and a warm start then
+    /// saves nothing (issue 19, case 2: a checkpoint under our SHARED lock).
+    #[test]
+    fn only_a_vouched_unlock_is_saved_for_a_warm_start() {
+        let cache = Log::default();
+        let mut c = Coherence::new(Some(sig(1)));
+        assert_eq!(c.sig(), Some(sig(1)), "a warm start never locked keeps what it was given");
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_unlock(|| Some(sig(1)), false);
+        assert_eq!(c.sig(), None, "a WAL close from SHARED cannot vouch");
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_unlock(|| Some(sig(2)), true);
+        assert_eq!(c.sig(), Some(sig(2)));
+    }
+
+    #[test]
+    fn an_exclusive_lock_catches_up_with_what_others_copied_back() {
+        let cache = Log::default();
+        let mut wal = Wal::default();
+        for (f, p) in [(1, 4), (2, 6)] {
+            wal.frames.insert(f, ([1; 8], p));
+        }
+        let mut c = Coherence::new(None);
+        c.on_wal_read(&cache, view(1, 2, 0), &wal);
+        assert!(!c.exclusive_caught_up());
+        c.on_exclusive(&cache, view(1, 2, 2), &wal); // another process backfilled both frames meanwhile
+        assert_eq!(cache.take(), vec!["pages [3, 5]", "from 1048576"]);
+        assert!(c.exclusive_caught_up());
+        c.on_exclusive(&cache, None, &wal);
+        assert!(cache.take().is_empty(), "no view: nothing learnt, nothing forgotten");
     }
 
     #[test]

@@ -15,13 +15,16 @@ pub const SQLITE_IOERR_READ: c_int = SQLITE_IOERR | (1 << 8);
 pub const SQLITE_IOERR_SHORT_READ: c_int = SQLITE_IOERR | (2 << 8);
 pub const SQLITE_OK_LOAD_PERMANENTLY: c_int = 256;
 
+pub const SQLITE_OPEN_READONLY: c_int = 0x0000_0001;
 pub const SQLITE_OPEN_MAIN_DB: c_int = 0x0000_0100;
 pub const SQLITE_OPEN_WAL: c_int = 0x0008_0000;
+pub const SQLITE_IOCAP_BATCH_ATOMIC: c_int = 0x0000_4000;
 pub const SQLITE_READONLY: c_int = 8;
 
 /// xLock/xUnlock levels.
 pub const SQLITE_LOCK_SHARED: c_int = 1;
 pub const SQLITE_LOCK_PENDING: c_int = 3;
+pub const SQLITE_LOCK_EXCLUSIVE: c_int = 4;
 
 /// xShmLock flags and the WAL's lock slots (src/wal.c: WAL_CKPT_LOCK, WAL_READ_LOCK(i)).
 pub const SQLITE_SHM_UNLOCK: c_int = 1;

@@ -10,12 +10,14 @@
 //! method passes straight through.
 
 use std::os::raw::{c_char, c_int, c_void};
+use std::os::unix::io::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 use waffle_core::backing::Backing;
 
 use crate::coherence::{FileSig, Forget, Frames};
+use crate::descriptor;
 use crate::ffi::*;
 use crate::pass_through::*;
 use crate::registry::{self, OpenDb};
@@ -67,6 +69,7 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     xShmUnmap: Some(main_shm_unmap),
     xFetch: Some(no_fetch),
     xUnfetch: Some(no_unfetch),
+    xDeviceCharacteristics: Some(main_device_characteristics),
     ..PASS_METHODS
 };
 
@@ -84,11 +87,13 @@ pub static WAL_METHODS: sqlite3_io_methods =
 unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
     let wf = f as *mut WaffleFile;
     // SAFETY: f is ours.
+    let fd = unsafe { (*wf).fd };
+    // SAFETY: f is ours.
     if unsafe { (*wf).lock_level } >= SQLITE_LOCK_SHARED {
         // Closed while holding a lock (the real close releases it): account for it.
         // SAFETY: f is ours.
         if let Some(db) = unsafe { db(f) } {
-            coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
+            coherent(db, |c| c.on_unlock(|| recorded_sig(db, fd), false));
         }
         // SAFETY: f is ours.
         unsafe { (*wf).lock_level = 0 };
@@ -129,7 +134,8 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
         (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES
     };
     let rc = guard(|| {
-        match db.with_backing(|file: &dyn Backing| {
+        // SAFETY: f is ours.
+        match db.with_backing(unsafe { (*wf).fd }, |file: &dyn Backing| {
             if sequential {
                 db.cache.read_sequential(page, out, file)
             } else {
@@ -300,15 +306,16 @@ impl Forget for waffle_core::PageCache {
     }
 }
 
-/// The `-wal` file of an open database, for the page numbers of its frames.
-struct WalFrames<'a>(&'a OpenDb);
+/// The `-wal` file of an open database, for the page numbers of its frames,
+/// and SQLite's descriptor of the database file, for its length.
+struct WalFrames<'a>(&'a OpenDb, RawFd);
 
 impl Frames for WalFrames<'_> {
     fn pages(&self, salt: [u8; 8], page_bytes: u32, first: u32, last: u32) -> Option<Vec<u32>> {
         wal_index::frame_pages(&self.0.wal_path, salt, page_bytes, first, last)
     }
     fn db_len(&self) -> Option<u64> {
-        self.0.meta.metadata().ok().map(|m| m.len())
+        descriptor::metadata(self.1).ok().map(|m| m.len())
     }
 }
 
@@ -325,14 +332,15 @@ fn coherent(db: &OpenDb, step: impl FnOnce(&mut crate::coherence::Coherence)) {
 }
 
 /// The database file as a cheap check sees it: header bytes 24..40, size, times, inode.
-fn file_sig(db: &OpenDb) -> Option<FileSig> {
-    use std::os::unix::fs::{FileExt, MetadataExt};
-    // Through our own descriptor: SQLite's I/O (and its tests' counted I/O
-    // errors) sees exactly the reads it makes itself.
+fn file_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
+    use std::os::unix::fs::MetadataExt;
+    // pread on SQLite's descriptor, not through its VFS: SQLite's I/O (and its
+    // tests' counted I/O errors) sees exactly the reads it makes itself.
     let mut header = [0u8; 16];
-    let n = db.meta.read_at(&mut header, 24).ok()?;
+    let n = descriptor::read_at(fd, &mut header, 24).ok()?;
     header[n..].fill(0);
-    let m = db.meta.metadata().ok()?;
+    let m = descriptor::metadata(fd).ok()?;
+    db.len_seen.store(m.len(), std::sync::atomic::Ordering::Release);
     Some(FileSig {
         header,
         size: m.size(),
@@ -347,8 +355,8 @@ fn file_sig(db: &OpenDb) -> Option<FileSig> {
 /// file's, but with the header as the cache last saw page 1 (as SQLite's pager
 /// keeps the header it last read or wrote, not what is on disk at unlock), so
 /// a header changed behind a held lock (exclusive mode) is still noticed.
-fn recorded_sig(db: &OpenDb) -> Option<FileSig> {
-    let mut sig = file_sig(db)?;
+fn recorded_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
+    let mut sig = file_sig(db, fd)?;
     if let Some(seen) = *db.header_seen.lock().unwrap_or_else(|e| e.into_inner()) {
         sig.header = seen;
     }
@@ -396,20 +404,57 @@ unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
         // SAFETY: f is ours.
         let from = unsafe { std::mem::replace(&mut (*wf).lock_level, level) };
         // SAFETY: f is ours.
-        if let (Some(db), true) = (unsafe { db(f) }, from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
+        let (db, fd) = unsafe { (db(f), (*wf).fd) };
+        if let (Some(db), true) = (db, from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
             // Before SQLite reads a page of this transaction.
-            coherent(db, |c| c.on_shared(&db.cache, || file_sig(db)));
+            coherent(db, |c| c.on_shared(&db.cache, || file_sig(db, fd)));
+        }
+        if let (Some(db), true) = (db, level == SQLITE_LOCK_EXCLUSIVE) {
+            // SAFETY: f is ours.
+            let view = unsafe { wal_view(f) };
+            // WAL mode (the wal-index is mapped): nobody else has the database open from here on.
+            // SAFETY: f is ours.
+            if unsafe { (*wf).shm0.is_null() } {
+                return rc;
+            }
+            coherent(db, |c| c.on_exclusive(&db.cache, view, &WalFrames(db, fd)));
         }
     }
     rc
 }
 
+/// Whether the file, as an unlock from `lock_level` leaves it, is one the
+/// cache can vouch for at the next open (docs/design.md, "Warm starts"). No
+/// WAL may be left (a WAL's frames are not in the file, and any WAL makes
+/// SQLite open the database in WAL mode). Rollback mode: yes, SHARED kept
+/// every writer out since the last check. WAL mode (header bytes 18..20 are
+/// 2): only from EXCLUSIVE after the exclusive lock caught up with the
+/// wal-index (nobody else had the database open, so the close's checkpoint
+/// and everything before it went through the cache or was caught up).
+fn vouches(db: &OpenDb, fd: RawFd, lock_level: c_int) -> bool {
+    let no_wal = match std::fs::metadata(&db.wal_path) {
+        Ok(m) => m.len() == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    };
+    let mut versions = [0u8; 2];
+    let wal_mode = match descriptor::read_at(fd, &mut versions, 18) {
+        Ok(2) => versions != [1, 1],
+        _ => true, // unreadable: assume the worst
+    };
+    let exclusive = lock_level == SQLITE_LOCK_EXCLUSIVE
+        && db.coherence.lock().unwrap_or_else(|e| e.into_inner()).exclusive_caught_up();
+    no_wal && (!wal_mode || exclusive)
+}
+
 unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
     let wf = f as *mut WaffleFile;
     // SAFETY: f is ours.
-    if let (Some(db), true) = unsafe { (db(f), (*wf).lock_level >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) } {
-        // While the lock is still held: nobody else has written since our last check.
-        coherent(db, |c| c.on_unlock(|| recorded_sig(db)));
+    let (held, fd) = unsafe { ((*wf).lock_level, (*wf).fd) };
+    // SAFETY: f is ours.
+    if let (Some(db), true) = (unsafe { db(f) }, held >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) {
+        // While the lock is still held: in rollback mode nobody else has written since our last check.
+        let vouch = vouches(db, fd, held);
+        coherent(db, |c| c.on_unlock(|| recorded_sig(db, fd), vouch));
     }
     // SAFETY: f is ours.
     if level < unsafe { (*wf).lock_level } {
@@ -452,6 +497,8 @@ unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_in
 unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, flags: c_int) -> c_int {
     // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
     let Some(db) = (unsafe { db(f) }) else { return unsafe { pass_shm_lock(f, ofst, n, flags) } };
+    // SAFETY: f is ours.
+    let fd = unsafe { (*(f as *mut WaffleFile)).fd };
     let exclusive = flags & SQLITE_SHM_EXCLUSIVE != 0;
     let checkpoint = exclusive && ofst == WAL_CKPT_LOCK && n == 1;
     let restart = exclusive && ofst == WAL_READ_LOCK_0 + 1 && n == WAL_NREADER - 1;
@@ -460,10 +507,10 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
         if write {
             let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
             // SAFETY: f is ours.
-            coherent(db, |c| c.on_write_end(&db.cache, unsafe { wal_view(f) }, wrote, || file_sig(db)));
+            coherent(db, |c| c.on_write_end(&db.cache, unsafe { wal_view(f) }, wrote, || file_sig(db, fd)));
         } else if checkpoint {
             // SAFETY: f is ours.
-            coherent(db, |c| c.on_checkpoint_end(&db.cache, unsafe { wal_view(f) }, || recorded_sig(db)));
+            coherent(db, |c| c.on_checkpoint_end(&db.cache, unsafe { wal_view(f) }, || recorded_sig(db, fd)));
         } else if restart {
             // SAFETY: f is ours.
             coherent(db, |c| c.on_restart_end(&db.cache, unsafe { wal_view(f) }));
@@ -488,7 +535,7 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
     }
     let read_mark =
         flags & SQLITE_SHM_SHARED != 0 && n == 1 && (WAL_READ_LOCK_0..WAL_READ_LOCK_0 + WAL_NREADER).contains(&ofst);
-    let frames = WalFrames(db);
+    let frames = WalFrames(db, fd);
     if read_mark {
         // SAFETY: f is ours.
         coherent(db, |c| c.on_wal_read(&db.cache, unsafe { wal_view(f) }, &frames));
@@ -504,6 +551,14 @@ unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int, n: c_int, 
         coherent(db, |c| c.on_write_begin(&db.cache, unsafe { wal_view(f) }, &frames, wrote));
     }
     rc
+}
+
+/// The real file's characteristics but batch-atomic writes: a failed batch
+/// (F2FS undoes it in the filesystem) would leave L1 holding pages the file
+/// never kept, so SQLite journals as usual instead.
+unsafe extern "C" fn main_device_characteristics(f: *mut sqlite3_file) -> c_int {
+    // SAFETY: f is ours.
+    unsafe { pass_device_characteristics(f) & !SQLITE_IOCAP_BATCH_ATOMIC }
 }
 
 /// mmap is declined so that every read of the database is seen by the cache.

@@ -15,6 +15,7 @@
 //! the bytes. The thread shares the warm's job: the database's close stops
 //! it, and so does `PRAGMA waffle_warm`, which then runs instead.
 
+use std::os::unix::io::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -23,6 +24,7 @@ use waffle_core::hot_list::{self, HotList, ReloadFrom};
 use waffle_core::warm::Finish;
 
 use crate::connection::Conn;
+use crate::descriptor::NoFile;
 use crate::registry::{self, OpenDb};
 use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock};
 
@@ -100,12 +102,11 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
                 .distrust("the file changed since the clean close (found under the first lock)".into());
             return Ok(());
         }
-        let file_bytes = db.meta.metadata().map_err(|e| e.to_string())?.len();
+        // No connection, so no descriptor: the grid only, within the file's length as last seen.
+        let file_bytes = db.len_seen.load(Ordering::Acquire);
         let in_file = hot_list::in_file_of(file_bytes, page_bytes);
         let mut budget = piece_budget(stop);
-        let done = db.with_backing(|f: &dyn Backing| {
-            db.cache.hot_reload(&list.pages, &mut at, ReloadFrom::GridOnly, &in_file, f, &mut budget)
-        });
+        let done = db.cache.hot_reload(&list.pages, &mut at, ReloadFrom::GridOnly, &in_file, &NoFile, &mut budget);
         if done.map_err(|e| e.to_string())? {
             return Ok(());
         }
@@ -119,13 +120,13 @@ fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool) {
     on_own_connection(
         db,
         true,
-        |db, conn| run(db, conn, &list, trusted),
+        |db, conn, fd| run(db, conn, fd, &list, trusted),
         |db, outcome| db.cache.hot_list_progress().finish(finish_of(outcome, &job.stop)),
     );
     job.end();
 }
 
-fn run(db: &OpenDb, conn: &Conn, list: &HotList, mut trusted: bool) -> Result<(), String> {
+fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -> Result<(), String> {
     conn.busy_timeout(0);
     let (stop, gate) = (&db.warm.stop, &db.warm.gate);
     let progress = db.cache.hot_list_progress();
@@ -148,7 +149,7 @@ fn run(db: &OpenDb, conn: &Conn, list: &HotList, mut trusted: bool) -> Result<()
         }
         let in_file = hot_list::in_file_of(page_count as u64 * page_bytes, page_bytes);
         let mut budget = piece_budget(stop);
-        let piece = db.with_backing(|f: &dyn Backing| {
+        let piece = db.with_backing(fd, |f: &dyn Backing| {
             let from = if trusted { ReloadFrom::GridThenDisk } else { ReloadFrom::DiskOnly };
             db.cache.hot_reload(&list.pages, &mut at, from, &in_file, f, &mut budget)
         });

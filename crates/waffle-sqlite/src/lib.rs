@@ -37,6 +37,7 @@ mod api;
 mod btree;
 mod coherence;
 mod connection;
+mod descriptor;
 mod ffi;
 mod file;
 mod hot_reload;

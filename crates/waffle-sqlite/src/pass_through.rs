@@ -27,6 +27,8 @@ pub struct WaffleFile {
     pub wal_writes: *const std::sync::atomic::AtomicU64,
     /// The main file of a warm thread's connection (warm.rs; registry counts it apart).
     pub warmer: bool,
+    /// SQLite's own descriptor of a cached main database file (descriptor.rs); -1 otherwise.
+    pub fd: std::os::raw::c_int,
 }
 
 /// Where the real file starts: right after our header, 8-byte aligned.

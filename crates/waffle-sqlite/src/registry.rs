@@ -9,13 +9,14 @@
 //! saves the versions for a warm restart.
 
 use std::collections::HashMap;
-use std::fs::File;
+use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::io::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use waffle_core::backing::{Backing, DirectFile};
+use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::grid::{Grid, NodeSpec};
 use waffle_core::hot_list::{self, HotList, ReloadFrom, Trust};
@@ -24,12 +25,15 @@ use waffle_core::{CacheOptions, Config, PageCache};
 use waffle_emulation::{Emulation, Link, OnDevice};
 
 use crate::coherence::{Coherence, FileSig};
+use crate::descriptor::SqliteFd;
 
 pub struct OpenDb {
     pub cache: PageCache,
-    /// Waffle's own read-only handle on the database file (O_DIRECT where
-    /// allowed): what the cache reads when no tier has a page.
-    file: DirectFile,
+    /// The database file's device and inode, from SQLite's own descriptor
+    /// (descriptor.rs): waffle holds no descriptor of its own on it.
+    pub key: Key,
+    /// The file's length as last seen under a lock (for work without a connection).
+    pub len_seen: AtomicU64,
     /// `waffle_device`, `waffle_link` (benchmarks only): the EMULATED device
     /// those reads wait for, and the link grid requests wait for.
     pub emulation: Emulation,
@@ -37,8 +41,6 @@ pub struct OpenDb {
     pub config: Config,
     /// What the cache knows of other writers (file signature, WAL position).
     pub coherence: Mutex<Coherence>,
-    /// A handle for fstat (size, times, inode) of the database file.
-    pub meta: File,
     /// The database's WAL file (`<db>-wal`), read for the page numbers of checkpointed frames.
     pub wal_path: PathBuf,
     /// Writes to the WAL file by this process's waffle connections: a new WAL
@@ -53,16 +55,18 @@ pub struct OpenDb {
     pub warm: Arc<crate::warm::Job>,
     /// The hot list this open found, until its reload starts, and where it reloads from.
     hot: Mutex<Option<(HotList, ReloadFrom)>>,
-    sidecar: Sidecar,
+    /// None: a read-only open, or a sidecar that cannot be used (a cold open, nothing saved).
+    sidecar: Option<Sidecar>,
 }
 
 impl OpenDb {
-    /// Calls `read` with what the cache reads from: the file, behind the
-    /// EMULATED device when there is one.
-    pub fn with_backing<R>(&self, read: impl FnOnce(&dyn Backing) -> R) -> R {
+    /// Calls `read` with what the cache reads from: the file through SQLite's
+    /// descriptor `fd` of the asking connection, behind the EMULATED device when there is one.
+    pub fn with_backing<R>(&self, fd: RawFd, read: impl FnOnce(&dyn Backing) -> R) -> R {
+        let file = SqliteFd { fd, drop_cache: self.config.direct_io };
         match &self.emulation.device {
-            Some(device) => read(&OnDevice { device, file: &self.file }),
-            None => read(&self.file),
+            Some(device) => read(&OnDevice { device, file: &file }),
+            None => read(&file),
         }
     }
 }
@@ -75,7 +79,8 @@ struct Entry {
     warmers: usize,
 }
 
-type Key = (u64, u64);
+/// A database file's device and inode.
+pub type Key = (u64, u64);
 
 /// The process's open databases. Held only for map operations: never across
 /// the sidecar's lock wait, name resolution or a closing database's flush.
@@ -84,9 +89,8 @@ static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 /// reopen waits for the close to save the sidecar), and nothing else.
 static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
 
-fn key_of(path: &Path) -> Result<Key, String> {
-    let m = std::fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
-    Ok((m.dev(), m.ino()))
+pub fn key_of(m: &Metadata) -> Key {
+    (m.dev(), m.ino())
 }
 
 fn gate(key: Key) -> Arc<Mutex<()>> {
@@ -113,7 +117,7 @@ fn join(key: Key, path: &Path, config: &Config) -> Option<Arc<OpenDb>> {
 /// if this process has it open through waffle.
 pub fn wal_writes_of(wal: &Path) -> Option<Arc<AtomicU64>> {
     let main = wal.to_str()?.strip_suffix("-wal")?;
-    let key = key_of(Path::new(main)).ok()?;
+    let key = key_of(&std::fs::metadata(main).ok()?);
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     open.as_ref()?.get(&key).map(|e| Arc::clone(&e.db.wal_writes))
 }
@@ -129,9 +133,11 @@ pub fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
     Some(Arc::clone(&e.db))
 }
 
-/// Joins (or creates) the cache of the database at `path`, which the caller has just opened.
-pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
-    let key = key_of(path)?;
+/// Joins (or creates) the cache of the database file SQLite has just opened
+/// at `path` as descriptor `fd` (`meta`: its fstat). `read_only`: SQLite
+/// opened it read-only (nothing is written beside it).
+pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<Arc<OpenDb>, String> {
+    let key = key_of(meta);
     if let Some(db) = join(key, path, &config) {
         return Ok(db);
     }
@@ -140,7 +146,7 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     if let Some(db) = join(key, path, &config) {
         return Ok(db); // opened by another thread while we waited
     }
-    let db = Arc::new(open_db(path, config)?);
+    let db = Arc::new(open_db(path, meta, config, read_only)?);
     OPEN.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
@@ -152,17 +158,12 @@ pub fn attach(path: &Path, config: Config) -> Result<Arc<OpenDb>, String> {
     Ok(db)
 }
 
-/// Opens the cache of one database: sidecar, backing, grid (no registry lock held).
-fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
-    let (sidecar, warm) = Sidecar::acquire(path).map_err(|e| e.to_string())?;
-    let (file, warning) = DirectFile::open(path, config.direct_io)
-        .map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
-    if let Some(w) = warning {
-        eprintln!("{w}");
-    }
+/// Opens the cache of one database: sidecar, grid (no registry lock held).
+fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<OpenDb, String> {
+    let _ = read_only;
+    let (sidecar, warm) = Sidecar::acquire(path, meta, read_only);
     let emulation = Emulation::from_config(&config).map_err(|e| e.to_string())?;
     let grid = (!config.grid.is_empty()).then(|| grid_for(&config, emulation.link.as_ref(), config.grid.clone()));
-    let meta = File::open(path).map_err(|e| format!("cannot open {} for reading: {e}", path.display()))?;
     // A warm start is trusted only with the file signature it was saved with;
     // the first lock compares it with the file (Coherence::on_shared).
     let warm = warm.and_then(|w| FileSig::from_bytes(&w.extra).map(|sig| (w, sig)));
@@ -190,7 +191,7 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
         progress.off();
         None
     } else {
-        let (list, trust) = hot_list::load(path, saved_id.map(|id| (id, page_bytes as u64)));
+        let (list, trust) = hot_list::load(path, meta, saved_id.map(|id| (id, page_bytes as u64)));
         progress.planned(list.as_ref(), &trust);
         let from = match (&trust, mode) {
             (Trust::Trusted, HotListMode::On) => Some(ReloadFrom::GridThenDisk),
@@ -206,14 +207,17 @@ fn open_db(path: &Path, config: Config) -> Result<OpenDb, String> {
     };
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
+    if config.verify {
+        cache.enable_verify(path.display().to_string(), config.verify_log.clone());
+    }
     Ok(OpenDb {
         cache,
-        file,
+        key: key_of(meta),
+        len_seen: AtomicU64::new(meta.len()),
         emulation,
         path: path.to_path_buf(),
         config,
         coherence: Mutex::new(Coherence::new(sig)),
-        meta,
         wal_path: PathBuf::from(wal),
         wal_writes: Arc::new(AtomicU64::new(0)),
         header_seen: Mutex::new(None),
@@ -289,13 +293,15 @@ pub fn detach(db: Arc<OpenDb>, warmer: bool) {
     }
 }
 
-fn close(db: OpenDb) {
+fn close(mut db: OpenDb) {
     let cache_id = db.cache.cache_id();
     let page_bytes = db.cache.page_bytes() as u64;
     let sig = db.coherence.lock().unwrap_or_else(|e| e.into_inner()).sig();
+    // The database as the close leaves it: what the hot list and the sidecar record.
+    let meta = db_meta(&db);
     // Listed before the close empties L1 into the grid.
     let hot = if db.config.hot_list != Some(HotListMode::Off) {
-        DbIdentity::of(&db.path).and_then(|ident| db.cache.hot_list(ident))
+        meta.as_ref().and_then(|m| db.cache.hot_list(DbIdentity::from_metadata(m)))
     } else {
         None
     };
@@ -312,10 +318,10 @@ fn close(db: OpenDb) {
     }
     let extra = sig.map(|s| s.to_bytes()).unwrap_or_default();
     // The list is written by the close that saves the sidecar (the last one out), before it.
-    if let Some(list) = hot {
-        match db.sidecar.lock_last_out() {
+    if let (Some(list), Some(sidecar), Some(meta)) = (hot, db.sidecar.as_mut(), &meta) {
+        match sidecar.lock_last_out() {
             Ok(true) => {
-                if let Err(e) = hot_list::write(&db.path, &list) {
+                if let Err(e) = hot_list::write(&db.path, meta, &list) {
                     eprintln!("waffle: could not save the hot list of {}: {e}", db.path.display());
                 }
             }
@@ -323,7 +329,14 @@ fn close(db: OpenDb) {
             Err(e) => eprintln!("waffle: cannot lock the sidecar of {}: {e}", db.path.display()),
         }
     }
-    if let Err(e) = db.sidecar.close_clean(cache_id, page_bytes, &saved, &extra) {
-        eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
+    if let (Some(sidecar), Some(meta)) = (db.sidecar.take(), &meta) {
+        if let Err(e) = sidecar.close_clean(cache_id, page_bytes, &saved, &extra, meta) {
+            eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
+        }
     }
+}
+
+/// The database file as the close leaves it, if the path still names it (else nothing is saved).
+fn db_meta(db: &OpenDb) -> Option<Metadata> {
+    std::fs::metadata(&db.path).ok().filter(|m| key_of(m) == db.key)
 }

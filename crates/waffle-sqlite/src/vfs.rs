@@ -10,6 +10,7 @@ use std::sync::Arc;
 use waffle_core::Config;
 
 use crate::api::Api;
+use crate::descriptor;
 use crate::ffi::*;
 use crate::file::{self, MAIN_METHODS};
 use crate::pass_through::{self, WaffleFile, PASS_METHODS, REAL_OFFSET};
@@ -162,6 +163,7 @@ unsafe fn open(
         (*wf).shm0 = std::ptr::null();
         (*wf).wal_writes = std::ptr::null();
         (*wf).warmer = false;
+        (*wf).fd = -1;
     }
     // SAFETY: f has szOsFile = REAL_OFFSET + the base VFS's szOsFile bytes (register sized it so).
     let real = unsafe { pass_through::real(f) };
@@ -194,17 +196,43 @@ unsafe fn open(
     }
     #[cfg(test)]
     crate::test_faults::maybe_panic(&crate::test_faults::PANIC_IN_OPEN, "xOpen after the base open");
+    // SQLite's own descriptor of a main database: what the cache reads and names it by.
+    let fd = if is_main && (warming || config.is_some()) {
+        // SAFETY: real was just opened by the base VFS b.
+        match unsafe { descriptor::of(real, b) } {
+            Ok(fd) => Some(fd),
+            Err(why) => {
+                // SAFETY: a main database's name is not null.
+                let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
+                eprintln!("waffle: {path} opens without the cache: {why}");
+                None
+            }
+        }
+    } else {
+        None
+    };
     if warming {
         if let Some(db) = crate::warm::take_joining() {
+            // The warm's connection must have opened the very file it warms (not one renamed over it).
+            let same = fd.and_then(|fd| descriptor::metadata(fd).ok()).is_some_and(|m| registry::key_of(&m) == db.key);
+            if !same {
+                registry::detach(db, true);
+                // SAFETY: real is the base VFS's file, open.
+                unsafe { close_real(real) };
+                return SQLITE_CANTOPEN;
+            }
+            crate::warm::joined_fd(fd);
             // SAFETY: f is ours to fill; main_close gives the Arc back (to registry::detach as a warmer).
             unsafe {
                 (*wf).db = Arc::into_raw(db);
                 (*wf).warmer = true;
+                (*wf).fd = fd.unwrap_or(-1);
                 (*wf).base.pMethods = &MAIN_METHODS;
             }
             return SQLITE_OK;
         }
     }
+    let config = config.filter(|_| fd.is_some());
     let Some(config) = config else {
         // SAFETY: f is ours to fill (as above).
         unsafe { (*wf).base.pMethods = &PASS_METHODS };
@@ -224,11 +252,18 @@ unsafe fn open(
     };
     // SAFETY: a main database's name is not null (is_main), so NUL-terminated.
     let path_text = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-    match std::panic::catch_unwind(|| registry::attach(Path::new(&path_text), config)) {
+    let fd = fd.expect("config is kept only with a descriptor");
+    let read_only = flags & SQLITE_OPEN_READONLY != 0;
+    let attached = std::panic::catch_unwind(|| {
+        let meta = descriptor::metadata(fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
+        registry::attach(Path::new(&path_text), &meta, config, read_only)
+    });
+    match attached {
         Ok(Ok(db)) => {
             // SAFETY: f is ours to fill; main_close gives the Arc back.
             unsafe {
                 (*wf).db = Arc::into_raw(db);
+                (*wf).fd = fd;
                 (*wf).base.pMethods = &MAIN_METHODS;
             }
             SQLITE_OK

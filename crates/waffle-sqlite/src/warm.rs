@@ -39,6 +39,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::os::raw::c_int;
+use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
@@ -190,6 +191,13 @@ impl Job {
 thread_local! {
     /// Set by a warm thread around its sqlite3_open_v2: the database its connection joins.
     static JOINING: RefCell<Option<Arc<OpenDb>>> = const { RefCell::new(None) };
+    /// SQLite's descriptor of the file the joining connection opened (vfs.rs sets it).
+    static JOINED_FD: std::cell::Cell<Option<RawFd>> = const { std::cell::Cell::new(None) };
+}
+
+/// The joining connection opened the database as SQLite's descriptor `fd` (vfs.rs).
+pub fn joined_fd(fd: Option<RawFd>) {
+    JOINED_FD.with(|j| j.set(fd));
 }
 
 /// Whether this thread is a warm thread opening its connection (vfs.rs).
@@ -275,7 +283,7 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
     on_own_connection(
         db,
         false,
-        |db, conn| run(db, conn, target, &mut reply),
+        |db, conn, fd| run(db, conn, fd, target, &mut reply),
         |db, outcome| {
             let finish = finish_of(outcome, &job.stop);
             if let Finish::Failed(e) = &finish {
@@ -313,21 +321,23 @@ pub(crate) fn finish_of(outcome: Result<(), String>, stop: &AtomicBool) -> Finis
 pub(crate) fn on_own_connection(
     db: Arc<OpenDb>,
     read_only: bool,
-    body: impl FnOnce(&OpenDb, &Conn) -> Result<(), String>,
+    body: impl FnOnce(&OpenDb, &Conn, RawFd) -> Result<(), String>,
     finish: impl FnOnce(&OpenDb, Result<(), String>),
 ) {
     JOINING.with(|j| *j.borrow_mut() = Some(Arc::clone(&db)));
     // A file this process may not write: a read-only connection. Asked with access(2), never by
     // opening the file: closing a descriptor of it would drop every POSIX lock SQLite holds on it.
     let read_only = read_only || !writable(&db.path);
+    JOINED_FD.with(|j| j.set(None));
     let conn = Conn::open(&db.path, crate::VFS_NAME, read_only);
     // Still here: SQLite never reached our xOpen for the main file.
     let unused = take_joining();
-    let outcome = match (&conn, &unused) {
-        (Ok(conn), None) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&db, conn)))
+    let fd = JOINED_FD.with(|j| j.take());
+    let outcome = match (&conn, &unused, fd) {
+        (Ok(conn), None, Some(fd)) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&db, conn, fd)))
             .unwrap_or_else(|_| Err("internal error".into())),
-        (Ok(_), Some(_)) => Err("the connection did not join the database's cache".into()),
-        (Err(e), _) => Err(e.to_string()),
+        (Ok(_), _, _) => Err("the connection did not join the database's cache".into()),
+        (Err(e), _, _) => Err(e.to_string()),
     };
     finish(&db, outcome);
     // No Arc of ours may outlive the connection's close: it may be the last one, which closes the cache.
@@ -382,6 +392,7 @@ impl Walk {
 fn run(
     db: &OpenDb,
     conn: &Conn,
+    fd: RawFd,
     target: Target,
     reply: &mut Option<Sender<Result<String, String>>>,
 ) -> Result<(), String> {
@@ -390,7 +401,7 @@ fn run(
     let progress = db.cache.warm_progress();
     // The plan, in a first read transaction.
     let (mut page_count, first) = read_lock(conn, stop, gate)?;
-    let planned = plan(db, conn, &target, page_count);
+    let planned = plan(db, conn, fd, &target, page_count);
     conn.exec("COMMIT").map_err(|e| e.to_string())?;
     drop(first);
     let (header, roots, text) = planned?;
@@ -414,7 +425,7 @@ fn run(
         let marked;
         (page_count, marked) = read_lock(conn, stop, gate)?;
         let mut budget = piece_budget(stop);
-        let piece = piece(db, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
+        let piece = piece(db, fd, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
         let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
         drop(marked);
         committed?;
@@ -428,6 +439,7 @@ fn run(
 fn plan(
     db: &OpenDb,
     conn: &Conn,
+    fd: RawFd,
     target: &Target,
     page_count: u32,
 ) -> Result<(Header, Option<Vec<u32>>, String), String> {
@@ -437,7 +449,7 @@ fn plan(
     }
     let mut page1 = vec![0u8; page_bytes];
     let n = db
-        .with_backing(|f: &dyn Backing| f.read_pages(PageId::of(0), page_bytes, &mut page1))
+        .with_backing(fd, |f: &dyn Backing| f.read_pages(PageId::of(0), page_bytes, &mut page1))
         .map_err(|e| e.to_string())?;
     let header = match Header::parse(&page1[..n]) {
         Some(h) if h.page_bytes == page_bytes => h,
@@ -504,8 +516,10 @@ fn lock_error(e: SqlError, stop: &AtomicBool) -> String {
 }
 
 /// One read transaction's worth of warming. True when everything is done.
+#[allow(clippy::too_many_arguments)]
 fn piece(
     db: &OpenDb,
+    fd: RawFd,
     budget: &mut Budget<'_>,
     runs: &mut Vec<(u64, u64)>,
     at: &mut usize,
@@ -526,7 +540,7 @@ fn piece(
         }
         let (first, count) = runs[*at];
         let done = match walk.as_deref_mut() {
-            None => db.with_backing(|f: &dyn Backing| db.cache.warm_run(first, count, f, budget, None)),
+            None => db.with_backing(fd, |f: &dyn Backing| db.cache.warm_run(first, count, f, budget, None)),
             Some(w) => {
                 let Walk { kinds, next, .. } = w;
                 let mut visit = |page: u64, bytes: &[u8]| {
@@ -542,7 +556,7 @@ fn piece(
                     }
                     true
                 };
-                db.with_backing(|f: &dyn Backing| db.cache.warm_run(first, count, f, budget, Some(&mut visit)))
+                db.with_backing(fd, |f: &dyn Backing| db.cache.warm_run(first, count, f, budget, Some(&mut visit)))
             }
         }
         .map_err(|e| e.to_string())?;

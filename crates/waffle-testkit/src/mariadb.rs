@@ -251,6 +251,12 @@ impl Server {
         }
         if let Some(p) = &options.preload {
             cmd.env("LD_PRELOAD", &p.library);
+            // Verify mode as the test run asked for it (scripts/test turns it on everywhere).
+            for k in ["WAFFLE_VERIFY", waffle_core::config::VERIFY_LOG_ENV] {
+                if let Ok(v) = std::env::var(k) {
+                    cmd.env(k, v);
+                }
+            }
             for (k, v) in &p.env {
                 cmd.env(k, v);
             }

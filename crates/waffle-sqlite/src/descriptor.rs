@@ -1,0 +1,145 @@
+//! SQLite's own descriptor of the database file, and reads through it.
+//!
+//! Waffle opens no descriptor of its own on a database file. The kernel drops
+//! every POSIX lock a process holds on a file when the process closes any
+//! descriptor of it (sqlite.org/howtocorrupt.html, 2.2); SQLite's unix VFS
+//! protects itself by parking its descriptors until the inode's last lock
+//! goes, a rule only code inside that VFS can follow (it alone sees the
+//! inode's lock counts, under its own mutex). A descriptor waffle never opens
+//! is one it never closes. So every read of the file goes through the
+//! descriptor SQLite opened for the connection that asks, with pread (it does
+//! not move SQLite's offset), and fstat names the file: the very file SQLite
+//! locks and reads, whatever its path names by now (a rename over it while
+//! the connection opened).
+//!
+//! The descriptor is found in the unix VFS's file object (`unixFile` in
+//! os_unix.c: methods, VFS, inode info, then the int descriptor; the same
+//! since SQLite 3.7) and checked before use: the base VFS is a unix one, the
+//! object names it as its VFS, the descriptor is a regular file, and its size
+//! is the size SQLite reports. Anything else: the connection runs uncached.
+//!
+//! `waffle_direct_io=on`: the kernel's page cache must not keep what waffle
+//! read (the local memory given to waffle is all the memory its pages use),
+//! so each read is followed by POSIX_FADV_DONTNEED of its range, the effect
+//! of an O_DIRECT read without a descriptor of waffle's own.
+
+use std::ffi::CStr;
+use std::fs::{File, Metadata};
+use std::io;
+use std::mem::ManuallyDrop;
+use std::os::raw::c_int;
+use std::os::unix::fs::{FileExt, FileTypeExt};
+use std::os::unix::io::{FromRawFd, RawFd};
+
+use waffle_core::backing::{Backing, PageId};
+
+use crate::ffi::{sqlite3_file, sqlite3_vfs, SQLITE_OK};
+
+/// The first fields of os_unix.c's `unixFile`.
+#[repr(C)]
+struct UnixFileHead {
+    methods: *const std::os::raw::c_void,
+    vfs: *const sqlite3_vfs,
+    inode: *const std::os::raw::c_void,
+    fd: c_int,
+}
+
+/// The descriptor SQLite's unix VFS opened as `real`, checked.
+///
+/// # Safety
+/// `real` is a file `base` opened (its xOpen succeeded), at least
+/// `(*base).szOsFile` bytes, not yet closed.
+pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<RawFd, String> {
+    // SAFETY: base is the live base VFS (the caller's promise); zName is its NUL-terminated name.
+    let (name, size) = unsafe { (CStr::from_ptr((*base).zName), (*base).szOsFile) };
+    if !name.to_bytes().starts_with(b"unix") {
+        return Err(format!("the default VFS is {name:?}, not a unix one"));
+    }
+    if (size as usize) < std::mem::size_of::<UnixFileHead>() {
+        return Err("the unix VFS's file object is smaller than expected".into());
+    }
+    // SAFETY: a unix VFS's open file is a unixFile of szOsFile bytes, which begins with these fields.
+    let head = unsafe { &*(real as *const UnixFileHead) };
+    if head.vfs != base || head.fd < 0 {
+        return Err("the unix VFS's file object is not laid out as expected".into());
+    }
+    let meta = metadata(head.fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
+    // SAFETY: real is open (the caller's promise), so its methods are the base VFS's.
+    let sqlite_size = unsafe { file_size(real) }.ok_or("SQLite cannot say the file's size")?;
+    if !meta.file_type().is_file() && !meta.file_type().is_block_device() || meta.len() != sqlite_size {
+        return Err("SQLite's descriptor is not the file it reports".into());
+    }
+    Ok(head.fd)
+}
+
+/// # Safety
+/// `real` is an open file of the base VFS.
+unsafe fn file_size(real: *mut sqlite3_file) -> Option<u64> {
+    let mut size: i64 = 0;
+    // SAFETY: the caller's promise; xFileSize writes the size into `size`.
+    let rc = unsafe { (*(*real).pMethods).xFileSize.map(|x| x(real, &mut size)) };
+    (rc == Some(SQLITE_OK) && size >= 0).then_some(size as u64)
+}
+
+/// A borrowed descriptor as a `File` that is never closed.
+fn borrowed(fd: RawFd) -> ManuallyDrop<File> {
+    // SAFETY: fd is SQLite's open descriptor; ManuallyDrop never closes it.
+    ManuallyDrop::new(unsafe { File::from_raw_fd(fd) })
+}
+
+/// fstat of SQLite's descriptor.
+pub fn metadata(fd: RawFd) -> io::Result<Metadata> {
+    borrowed(fd).metadata()
+}
+
+/// Bytes at `offset` of the file (short only at its end).
+pub fn read_at(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    let f = borrowed(fd);
+    let mut got = 0;
+    // Bounded: each pass advances or ends (end of file, error).
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// The file as the cache reads it: SQLite's descriptor of the asking connection.
+pub struct SqliteFd {
+    pub fd: RawFd,
+    /// Drop what was read from the kernel's page cache (`waffle_direct_io`).
+    pub drop_cache: bool,
+}
+
+impl Backing for SqliteFd {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        let offset = first.byte_offset(page_bytes);
+        let n = read_at(self.fd, buf, offset)?;
+        if self.drop_cache && n > 0 {
+            // SAFETY: advice on an open descriptor's range; it changes no data.
+            unsafe { libc::posix_fadvise(self.fd, offset as i64, n as i64, libc::POSIX_FADV_DONTNEED) };
+        }
+        Ok(n)
+    }
+
+    fn is_direct(&self) -> bool {
+        self.drop_cache
+    }
+}
+
+/// A backing for work that must not read the file (the hot list's grid-only reload).
+pub struct NoFile;
+
+impl Backing for NoFile {
+    fn read_pages(&self, _first: PageId, _page_bytes: usize, _buf: &mut [u8]) -> io::Result<usize> {
+        Err(io::Error::other("this reader has no file to read"))
+    }
+
+    fn is_direct(&self) -> bool {
+        false
+    }
+}
