@@ -186,7 +186,12 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     let slot = fds::take(fd);
     if slot != 0 {
         if let Some(rt) = runtime::get() {
-            update(rt, "a close", || rt.release(slot));
+            // Nothing of the preload's is closed here: the server's descriptor
+            // is lent no more (a read through it ends first), then released.
+            update(rt, "a close", || {
+                rt.forget(slot, fd);
+                rt.release(slot)
+            });
         }
     }
     // SAFETY: the caller's argument, passed on.
@@ -200,7 +205,7 @@ fn duplicated(old: c_int, new: c_int) {
     let slot = tracked(old);
     if slot != 0 {
         if let Some(rt) = runtime::get() {
-            work(|| rt.share(new, slot));
+            work(|| rt.share(old, new, slot));
         }
     }
 }
@@ -219,17 +224,23 @@ fn dup_onto(old: c_int, new: c_int, call: impl FnOnce() -> c_int) -> c_int {
         return call();
     }
     let previous = fds::take(new);
+    let rt = runtime::get().filter(|_| previous != 0);
+    if let Some(rt) = rt {
+        // The call closes `new`: not while a read borrows it.
+        work(|| rt.forget(previous, new));
+    }
     let r = call();
     if r < 0 {
         if previous != 0 {
             fds::set(new, previous);
         }
+        if let Some(rt) = rt {
+            work(|| rt.remember(previous, new));
+        }
         return r;
     }
-    if previous != 0 {
-        if let Some(rt) = runtime::get() {
-            update(rt, "a dup2 over a tablespace", || rt.release(previous));
-        }
+    if let Some(rt) = rt {
+        update(rt, "a dup2 over a tablespace", || rt.release(previous));
     }
     duplicated(old, new);
     r

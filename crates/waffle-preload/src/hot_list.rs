@@ -19,9 +19,12 @@
 //!
 //! Reload: a thread of its own, for at most RELOAD_WINDOW after the first
 //! tick: each second it holds the listed tablespaces InnoDB has open (pinned,
-//! as a warm does), reads their listed pages through descriptors of its own,
-//! hottest first, into L1's free room (waffle_core's `hot_reload`, untrusted:
-//! the disk only), and lets them go. No lock is needed, for the warm's reason
+//! as a warm does), reads their listed pages through the server's own
+//! descriptors (lent for each read, as a warm's: never one of its own, whose
+//! close would drop InnoDB's POSIX lock on the file), hottest first, into
+//! L1's free room (waffle_core's `hot_reload`, untrusted: the disk only), and
+//! lets them go. Tablespaces InnoDB has not opened wait until it does. No
+//! lock is needed, for the warm's reason
 //! (warm.rs): every server write passes the hooks, which bump the page's
 //! version, and a page is installed only if its version did not move since
 //! before the read.
@@ -37,19 +40,18 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use waffle_core::backing::{Backing, DirectFile, PageId};
+use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::hot_list::{ReloadFrom, MAX_LISTED};
 use waffle_core::versions::{join, split, MAX_PAGES};
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
-use crate::runtime::{write_atomically, Pinned, Runtime};
+use crate::runtime::{write_atomically, LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
 
 pub const LIST_FILE: &str = "waffle-hot.list";
@@ -287,17 +289,11 @@ fn reload(rt: &Runtime) -> Result<(), String> {
 
 /// Reloads `wanted` (rank, cache page) of the `pinned` files; true when L1 is full.
 fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Result<bool, String> {
-    let mut files = MultiFile { files: HashMap::new() };
-    let mut pages_of: HashMap<u32, u64> = HashMap::new();
-    for p in pinned {
-        let Ok((file, _)) = DirectFile::open(&p.path, true) else { continue };
-        let Ok(meta) = fs::metadata(&p.path) else { continue };
-        if (meta.dev(), meta.ino()) != p.file {
-            continue; // renamed or replaced since the server opened it: not the file the segment names
-        }
-        pages_of.insert(p.segment, meta.len() / rt.page_bytes);
-        files.files.insert(p.segment, file);
-    }
+    let files = LentFiles { rt };
+    // The files' sizes now; one the server closed since the pin is skipped (closed_file_skips).
+    let sized = pinned.iter().filter_map(|p| rt.lend(p.segment).map(|l| (p.segment, l.file_bytes / rt.page_bytes)));
+    let pages_of: HashMap<u32, u64> = sized.collect();
+    rt.counters.closed_file_skips.add((pinned.len() - pages_of.len()) as u64);
     let pages: Vec<u64> = wanted.iter().map(|&(_, p)| p).collect();
     let in_file = |page: u64| {
         let (segment, index) = split(page);
@@ -323,24 +319,6 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
             // Over before the list's end: L1 is full.
             return Ok(at < pages.len() || rt.cache.l1_free_bytes() < rt.page_bytes);
         }
-    }
-}
-
-/// Descriptors of the reload's own on the tablespace files it reads, by segment.
-struct MultiFile {
-    files: HashMap<u32, DirectFile>,
-}
-
-impl Backing for MultiFile {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> std::io::Result<usize> {
-        match self.files.get(&first.segment) {
-            Some(f) => f.read_pages(PageId::new(0, first.index), page_bytes, buf),
-            None => Err(std::io::Error::other(format!("segment {} is not open for the reload", first.segment))),
-        }
-    }
-
-    fn is_direct(&self) -> bool {
-        self.files.values().all(DirectFile::is_direct)
     }
 }
 

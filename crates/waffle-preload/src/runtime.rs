@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
@@ -68,19 +68,18 @@ struct Slot {
     refs: u32,
     file: (u64, u64),
     cached: bool,
-    /// The tablespace's name and the file's path (what a warm reads: warm.rs).
+    /// The tablespace's name (as the stats file and the hot list name it).
     name: String,
-    path: PathBuf,
+    /// The server's readable descriptors of the file: a warm or the hot
+    /// list's reload reads through one of them ([`Runtime::lend`]).
+    fds: Vec<i32>,
 }
 
-/// A cached tablespace file held open for a warm (its segment cannot be
-/// reused meanwhile); give it back with [`Runtime::unpin`].
+/// A cached tablespace file held for a warm or a reload (its segment cannot
+/// be reused meanwhile); give it back with [`Runtime::unpin`].
 pub struct Pinned {
     pub segment: u32,
     pub name: String,
-    pub path: PathBuf,
-    /// (device, inode): the file the segment names.
-    pub file: (u64, u64),
 }
 
 #[derive(Default)]
@@ -88,6 +87,28 @@ struct Segments {
     by_file: HashMap<(u64, u64), u32>,
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
+    /// Server descriptors lent for a read right now (once per loan): their close waits.
+    lent: Vec<i32>,
+}
+
+/// A server descriptor of a tablespace file, lent for one read of a warm or
+/// a reload: the server's close of it waits until the loan is dropped.
+pub struct Loan<'a> {
+    rt: &'a Runtime,
+    pub fd: i32,
+    /// The file's size when lent.
+    pub file_bytes: u64,
+}
+
+impl Drop for Loan<'_> {
+    fn drop(&mut self) {
+        let mut segs = self.rt.segs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = segs.lent.iter().position(|&fd| fd == self.fd) {
+            segs.lent.swap_remove(i);
+        }
+        drop(segs);
+        self.rt.returned.notify_all();
+    }
 }
 
 /// The preload's own counters (the cache's are in `PageCache::stats_json`).
@@ -112,6 +133,8 @@ pub struct Counters {
     pub hole_punches: Counter,
     /// Page reads of tablespaces not cached that waited for the EMULATED device (`WAFFLE_DEVICE`).
     pub emulated_reads: Counter,
+    /// Reads of a warm or a reload skipped: the server had closed every descriptor of the file.
+    pub closed_file_skips: Counter,
     /// Grid copies refused by the InnoDB page check, by reason (`innodb::Mismatch`).
     pub innodb_rejects: [Counter; 4],
 }
@@ -128,6 +151,8 @@ pub struct Runtime {
     /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
     device: Option<EmulatedDevice>,
     segs: Mutex<Segments>,
+    /// Signalled when a [`Loan`] ends (a close of the lent descriptor waits for it).
+    returned: Condvar,
     seg_info: Box<[AtomicPtr<SegInfo>]>,
     names: Mutex<HashMap<String, &'static NameStats>>,
     buffered_warned: AtomicBool,
@@ -271,6 +296,7 @@ impl Runtime {
             stats_path: stats_path(),
             datadir,
             segs: Mutex::new(Segments::default()),
+            returned: Condvar::new(),
             seg_info: (0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             names: Mutex::new(HashMap::new()),
             buffered_warned: AtomicBool::new(false),
@@ -371,7 +397,6 @@ impl Runtime {
             Some(f) => innodb::tablespace_name(f),
             None => innodb::tablespace_name(path),
         };
-        let file_path = PathBuf::from(full.as_deref().unwrap_or(path));
         self.counters.tracked_opens.incr();
         if flags & libc::O_DIRECT == 0
             && flags & libc::O_ACCMODE == libc::O_RDWR
@@ -386,6 +411,7 @@ impl Runtime {
             Some(segment) => {
                 let slot = segs.slots[segment as usize].as_mut().expect("a mapped segment has a slot");
                 slot.refs += 1;
+                slot.fds.extend(readable(fd, flags));
                 let cached = slot.cached;
                 if cached && flags & libc::O_TRUNC != 0 {
                     self.cache.truncated(join(segment as u64, 0));
@@ -424,8 +450,8 @@ impl Runtime {
                 };
                 info.stats.store(stats as *const NameStats as *mut NameStats, Ordering::Release);
                 info.space_id.store(NO_SPACE, Ordering::Release);
-                segs.slots[segment as usize] =
-                    Some(Slot { refs: 1, file, cached, name: name.clone(), path: file_path });
+                let fds = readable(fd, flags).into_iter().collect();
+                segs.slots[segment as usize] = Some(Slot { refs: 1, file, cached, name: name.clone(), fds });
                 segs.by_file.insert(file, segment);
                 (segment, cached)
             }
@@ -440,11 +466,14 @@ impl Runtime {
         }
     }
 
-    /// Another descriptor (`dup`) of the file `slot` names.
-    pub fn share(&self, fd: i32, slot: u32) {
+    /// Another descriptor `fd` (`dup` of `old`) of the file `slot` names.
+    pub fn share(&self, old: i32, fd: i32, slot: u32) {
         let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
             s.refs += 1;
+            if s.fds.contains(&old) {
+                s.fds.push(fd);
+            }
         }
         drop(segs);
         if !fds::set(fd, slot) {
@@ -476,12 +505,7 @@ impl Runtime {
         for (segment, slot) in segs.slots.iter_mut().enumerate() {
             if let Some(s) = slot.as_mut().filter(|s| s.cached && pick(&s.name)) {
                 s.refs += 1;
-                pinned.push(Pinned {
-                    segment: segment as u32,
-                    name: s.name.clone(),
-                    path: s.path.clone(),
-                    file: s.file,
-                });
+                pinned.push(Pinned { segment: segment as u32, name: s.name.clone() });
             }
         }
         pinned
@@ -495,6 +519,50 @@ impl Runtime {
     /// The EMULATED device, if any (a warm's reads wait for it too).
     pub fn device(&self) -> Option<&EmulatedDevice> {
         self.device.as_ref()
+    }
+
+    /// The server is about to close `fd` (or dup2 over it), a descriptor of
+    /// the file `slot` names: it is lent no more, and a loan of it in
+    /// progress ends first (one read), so no read goes through a closed or
+    /// reused descriptor number.
+    pub fn forget(&self, slot: u32, fd: i32) {
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
+            s.fds.retain(|&f| f != fd);
+        }
+        drop(self.returned.wait_while(segs, |s| s.lent.contains(&fd)).unwrap_or_else(|p| p.into_inner()));
+    }
+
+    /// `fd`, forgotten for a dup2 over it that failed, is lendable again.
+    pub fn remember(&self, slot: u32, fd: i32) {
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
+            s.fds.push(fd);
+        }
+    }
+
+    /// One of the server's descriptors of `segment`'s file, lent for one
+    /// read: a warm and the hot list's reload read through it, never through
+    /// a descriptor of their own (closing that would drop every POSIX lock
+    /// the server holds on the file: InnoDB locks ibdata1 so). None: the
+    /// server has no descriptor of the file open now.
+    pub fn lend(&self, segment: u32) -> Option<Loan<'_>> {
+        if state::get() != state::ACTIVE {
+            return None; // the close hook no longer waits for loans
+        }
+        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
+        let slot = segs.slots.get(segment as usize)?.as_ref()?;
+        let (fd, file) = (*slot.fds.last()?, slot.file);
+        segs.lent.push(fd);
+        drop(segs);
+        let mut loan = Loan { rt: self, fd, file_bytes: 0 };
+        // SAFETY: fstat into a zeroed struct we own; the loan keeps fd open.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let ok = unsafe { libc::fstat(fd, &mut st) } == 0 && (st.st_dev, st.st_ino) == file;
+        loan.file_bytes = st.st_size.max(0) as u64;
+        // Another file: a descriptor number closed and reused behind the hooks' back (close_range).
+        ok.then_some(loan)
     }
 
     /// A descriptor of the file `slot` names was closed.
@@ -708,6 +776,7 @@ impl Runtime {
                 "truncations": c.truncations.get(),
                 "hole_punches": c.hole_punches.get(),
                 "emulated_reads": c.emulated_reads.get(),
+                "closed_file_skips": c.closed_file_skips.get(),
                 "innodb_rejects": Value::Object(rejects),
             }),
         );
@@ -837,7 +906,8 @@ extern "C" fn at_exit() {
 /// The cache's view of the disk for one read: pages of the segment's file,
 /// read through the descriptor the server is reading with (no descriptor of
 /// our own; O_DIRECT when the server's is). Made for each call and never kept:
-/// the server's descriptor is only known valid while its read is in progress.
+/// the server's descriptor is only known valid while its read is in progress
+/// (or while it is lent: [`LentFiles`]).
 /// Reads go straight into the caller's buffer when it is aligned, else
 /// through the thread's aligned bounce buffer (`backing::with_bounce`).
 struct ServerFd {
@@ -874,6 +944,33 @@ impl Backing for ServerFd {
     fn is_direct(&self) -> bool {
         true
     }
+}
+
+/// The cache's view of the disk for a warm or the hot list's reload: pages
+/// of any segment, each read through a server descriptor of its file lent
+/// for that read ([`Runtime::lend`]). A file the server closed meanwhile
+/// reads as empty: its pages are skipped.
+pub struct LentFiles<'a> {
+    pub rt: &'a Runtime,
+}
+
+impl Backing for LentFiles<'_> {
+    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(loan) = self.rt.lend(first.segment) else {
+            self.rt.counters.closed_file_skips.incr();
+            return Ok(0);
+        };
+        ServerFd { segment: first.segment, fd: loan.fd }.read_pages(first, page_bytes, buf)
+    }
+
+    fn is_direct(&self) -> bool {
+        true
+    }
+}
+
+/// `fd` if the server's open of it with `flags` can be read through (not write-only).
+fn readable(fd: i32, flags: i32) -> Option<i32> {
+    (flags & libc::O_ACCMODE != libc::O_WRONLY).then_some(fd)
 }
 
 fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> io::Result<usize> {

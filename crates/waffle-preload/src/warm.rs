@@ -11,24 +11,25 @@
 //! them), and the stats thread that writes the progress already ticks.
 //!
 //! Each tablespace that is open and cached is held (its segment cannot be
-//! reused while the warm reads) and read through a descriptor of the warm's
-//! own, in large reads (waffle_core::warm). Nothing else is needed for
+//! reused while the warm reads) and read in large reads (waffle_core::warm)
+//! through the server's own descriptors, lent for one read at a time
+//! (`Runtime::lend`): never a descriptor of the warm's own, whose close would
+//! drop every POSIX lock the server holds on the file. Nothing else is needed for
 //! safety: every server write of a tablespace page passes the hooks, which
 //! bump the page's version after the write reached the file, and a warmed
 //! page is installed only if its version did not move since before the read.
 
 use std::fs;
-use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use waffle_core::backing::{Backing, DirectFile, PageId};
+use waffle_core::backing::Backing;
 use waffle_core::versions::join;
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
 use crate::filter::Filter;
-use crate::runtime::{Pinned, Runtime};
+use crate::runtime::{LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
 
 pub const REQUEST_FILE: &str = "waffle-warm.request";
@@ -88,15 +89,13 @@ fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
 
 fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     let what = |e: std::io::Error| format!("{}: {e}", p.name);
-    let (own, _) = DirectFile::open(&p.path, true).map_err(what)?;
-    let file = OwnFile { file: own, segment: p.segment };
-    let meta = fs::metadata(&p.path).map_err(what)?;
-    if (meta.dev(), meta.ino()) != p.file {
-        // Renamed or replaced since the server opened it: not the file the segment names.
-        log::note(&format!("warm: {} is no longer the file the server has open; skipped", p.path.display()));
+    let Some(file_bytes) = rt.lend(p.segment).map(|l| l.file_bytes) else {
+        rt.counters.closed_file_skips.incr();
+        log::note(&format!("warm: the server closed {} meanwhile; skipped", p.name));
         return Ok(());
-    }
-    let pages = meta.len() / rt.page_bytes;
+    };
+    let file = LentFiles { rt };
+    let pages = file_bytes / rt.page_bytes;
     let progress = rt.cache.warm_progress();
     progress.plan(pages);
     let stop = AtomicBool::new(false);
@@ -118,27 +117,4 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         done += n;
     }
     Ok(())
-}
-
-/// The warm's own descriptor on one tablespace file: the cache names the
-/// file's pages by its segment, the descriptor knows one file.
-struct OwnFile {
-    file: DirectFile,
-    segment: u32,
-}
-
-impl Backing for OwnFile {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> std::io::Result<usize> {
-        if first.segment != self.segment {
-            return Err(std::io::Error::other(format!(
-                "segment {} asked of segment {}'s file",
-                first.segment, self.segment
-            )));
-        }
-        self.file.read_pages(PageId::new(0, first.index), page_bytes, buf)
-    }
-
-    fn is_direct(&self) -> bool {
-        self.file.is_direct()
-    }
 }
