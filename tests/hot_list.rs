@@ -101,7 +101,7 @@ fn a_clean_close_then_reopen_fills_l1_from_the_grid_before_the_workload_reads() 
 
 fn clean_close_then_reopen(mode: &str) {
     let Closed { _node, addr, _dir, db, first_id } = closed(&format!("hot-warm-{mode}"));
-    let (list, trust) = hot_list::load(&db, Some((first_id, 4096)));
+    let (list, trust) = hot_list::load(&db, &std::fs::metadata(&db).unwrap(), Some((first_id, 4096)));
     let list = list.expect("the clean close wrote a hot list");
     assert_eq!(trust, Trust::Trusted);
     assert!(list.l1_pages >= 100 && list.pages.len() as u64 >= list.l1_pages, "{} listed", list.pages.len());

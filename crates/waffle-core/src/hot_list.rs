@@ -3,7 +3,8 @@
 //! them back in the background (InnoDB's buffer_pool_dump_at_shutdown and
 //! buffer_pool_load_at_startup).
 //!
-//! Written (temp file, rename; not synced: a hint, checked whole when read)
+//! Written (temp file, rename; not synced: a hint, checked whole when read;
+//! made and opened as the sidecar is: no symlink followed, another user's ignored)
 //! only by the clean close that saves the sidecar, the last process out, while it holds the sidecar's lock
 //! exclusively; never by a crash. A crash leaves the list of the clean close
 //! before it, which the next (cold) open may use for page numbers only.
@@ -35,9 +36,8 @@
 //! ```
 
 use crate::stats::Counter;
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::Metadata;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -46,7 +46,7 @@ use serde_json::{json, Value};
 
 use crate::backing::{Backing, PageId};
 use crate::cache::PageCache;
-use crate::sidecar::{DbIdentity, Sidecar};
+use crate::sidecar::{install, open_beside, write_temp, DbIdentity, Sidecar};
 use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
 use crate::warm::{Budget, Finish, Placed, WARM_READ_BYTES};
 
@@ -106,52 +106,54 @@ pub fn path_for(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-/// Writes the list for `db` by a rename: a reader sees the old list or the new one (or,
-/// after a crash of the machine, one its checks refuse).
-pub fn write(db: &Path, list: &HotList) -> io::Result<()> {
-    let path = path_for(db);
-    let mut tmp = path.clone().into_os_string();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut f = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(&tmp)?;
-    f.write_all(&encode(list))?;
+/// Writes the list for the database at `db_path` (`db`: its metadata) by a
+/// rename of a temporary file made as SQLite makes its journals (sidecar.rs,
+/// "Files beside the database"): a reader sees the old list or the new one
+/// (or, after a crash of the machine, one its checks refuse); a symlink at
+/// the list's name is replaced, never followed.
+pub fn write(db_path: &Path, db: &Metadata, list: &HotList) -> io::Result<()> {
+    let path = path_for(db_path);
     // Not synced: the list is a hint, checked whole when read (length, crc32c), and a sync
     // would add a disk flush to every close (the sidecar's is enough). A machine crash after
     // the rename may leave it short: then it is ignored.
-    std::fs::rename(&tmp, &path)
+    let (_file, tmp) = write_temp(&path, db, &encode(list), false)?;
+    install(&tmp, &path)
 }
 
-/// Reads `db`'s list and says how far this open may trust it. `warm`: the
-/// cache identity and page size a warm open restored (None: a cold open).
-pub fn load(db: &Path, warm: Option<(u64, u64)>) -> (Option<HotList>, Trust) {
-    let path = path_for(db);
+/// The most bytes a list can have.
+const MAX_LIST_BYTES: u64 = (FIXED_BYTES + MAX_LISTED * 8 + 4) as u64;
+
+/// Reads the list of the database at `db_path` (`db`: the metadata of the
+/// descriptor it was opened with) and says how far this open may trust it.
+/// `warm`: the cache identity and page size a warm open restored (None: a cold open).
+pub fn load(db_path: &Path, db: &Metadata, warm: Option<(u64, u64)>) -> (Option<HotList>, Trust) {
+    let path = path_for(db_path);
     let mut bytes = Vec::new();
-    let read =
-        File::open(&path).and_then(|f| f.take((FIXED_BYTES + MAX_LISTED * 8 + 4) as u64 + 1).read_to_end(&mut bytes));
+    let read = open_beside(&path, db).and_then(|f| match f {
+        Some(f) => f.take(MAX_LIST_BYTES + 1).read_to_end(&mut bytes).map(|_| true),
+        None => Ok(false),
+    });
     match read {
-        Ok(_) => {}
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return (None, Trust::Ignored("no hot list".into())),
-        Err(e) => return (None, Trust::Ignored(format!("cannot read {}: {e}", path.display()))),
+        Ok(true) if bytes.len() as u64 > MAX_LIST_BYTES => {
+            return (None, Trust::Ignored(format!("{} is longer than any hot list", path.display())))
+        }
+        Ok(true) => {}
+        Ok(false) => return (None, Trust::Ignored("no hot list".into())),
+        Err(e) => return (None, Trust::Ignored(format!("cannot use {}: {e}", path.display()))),
     }
     let list = match decode(&bytes) {
         Ok(list) => list,
         Err(why) => return (None, Trust::Ignored(format!("{} is not a valid hot list: {why}", path.display()))),
     };
-    let now = DbIdentity::of(db);
-    if now.map(|n| (n.dev, n.ino)) != Some((list.ident.dev, list.ident.ino)) {
+    let now = DbIdentity::from_metadata(db);
+    if (now.dev, now.ino) != (list.ident.dev, list.ident.ino) {
         return (None, Trust::Ignored("written for another database file (device or inode differ)".into()));
     }
     let trust = match warm {
         None => Trust::PagesOnly("a cold open (the last close was not clean, or another process has it open)".into()),
         Some((id, _)) if id != list.cache_id => Trust::PagesOnly("written under another cache identity".into()),
         Some((_, page_bytes)) if page_bytes != list.page_bytes => Trust::PagesOnly("another page size".into()),
-        Some(_) if now != Some(list.ident) => Trust::PagesOnly("the file changed since the list was written".into()),
+        Some(_) if now != list.ident => Trust::PagesOnly("the file changed since the list was written".into()),
         Some(_) => Trust::Trusted,
     };
     (Some(list), trust)
@@ -559,25 +561,82 @@ mod tests {
         db
     }
 
+    use std::io::Write;
+
+    fn m(db: &Path) -> Metadata {
+        std::fs::metadata(db).unwrap()
+    }
+
+    /// A file's bytes, inode and mtime: whether anything wrote it.
+    fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64) {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).unwrap();
+        (std::fs::read(path).unwrap(), m.ino(), m.mtime(), m.mtime_nsec())
+    }
+
+    #[test]
+    fn a_symlink_at_the_list_or_at_its_old_temporary_name_is_never_followed() {
+        let db = temp_db("symlink");
+        let l = HotList { ident: DbIdentity::of(&db).unwrap(), ..list() };
+        let victim = db.with_file_name("victim");
+        std::fs::write(&victim, b"the victim's bytes").unwrap();
+        let before = fingerprint(&victim);
+        std::thread::sleep(Duration::from_millis(20)); // an mtime a write would change
+                                                       // The name the list was once written through, then the list's own name.
+        let mut old_tmp = path_for(&db).into_os_string();
+        old_tmp.push(".tmp");
+        std::os::unix::fs::symlink(&victim, &old_tmp).unwrap();
+        std::os::unix::fs::symlink(&victim, path_for(&db)).unwrap();
+        let (got, trust) = load(&db, &m(&db), Some((l.cache_id, 4096)));
+        assert!(got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("symlink")), "{trust:?}");
+        write(&db, &m(&db), &l).unwrap();
+        assert_eq!(fingerprint(&victim), before, "the symlinks' target is never written");
+        assert!(std::fs::symlink_metadata(path_for(&db)).unwrap().file_type().is_file(), "the link was replaced");
+        assert_eq!(load(&db, &m(&db), Some((l.cache_id, 4096))).1, Trust::Trusted);
+    }
+
+    #[test]
+    fn an_oversized_list_or_another_users_is_ignored() {
+        let db = temp_db("oversized");
+        let l = HotList { ident: DbIdentity::of(&db).unwrap(), ..list() };
+        write(&db, &m(&db), &l).unwrap();
+        std::fs::OpenOptions::new().write(true).open(path_for(&db)).unwrap().set_len(1 << 36).unwrap();
+        let (got, trust) = load(&db, &m(&db), None);
+        assert!(got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("longer")), "{trust:?}");
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: cannot give a file to another user; that case is not run");
+            return;
+        }
+        write(&db, &m(&db), &l).unwrap();
+        std::os::unix::fs::lchown(path_for(&db), Some(65534), Some(65534)).unwrap();
+        let (got, trust) = load(&db, &m(&db), None);
+        assert!(got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("another user")), "{trust:?}");
+    }
+
     #[test]
     fn trust_needs_this_file_unchanged_and_a_warm_open_under_the_same_identity() {
         let db = temp_db("trust");
         let ident = DbIdentity::of(&db).unwrap();
         let l = HotList { ident, ..list() };
-        assert_eq!(load(&db, None).1, Trust::Ignored("no hot list".into()));
-        write(&db, &l).unwrap();
+        assert_eq!(load(&db, &m(&db), None).1, Trust::Ignored("no hot list".into()));
+        write(&db, &m(&db), &l).unwrap();
         let warm = Some((l.cache_id, 4096));
-        assert_eq!(load(&db, warm), (Some(l.clone()), Trust::Trusted));
-        assert!(matches!(load(&db, None).1, Trust::PagesOnly(w) if w.contains("cold")));
-        assert!(matches!(load(&db, Some((l.cache_id + 1, 4096))).1, Trust::PagesOnly(w) if w.contains("identity")));
-        assert!(matches!(load(&db, Some((l.cache_id, 8192))).1, Trust::PagesOnly(w) if w.contains("page size")));
+        assert_eq!(load(&db, &m(&db), warm), (Some(l.clone()), Trust::Trusted));
+        assert!(matches!(load(&db, &m(&db), None).1, Trust::PagesOnly(w) if w.contains("cold")));
+        assert!(
+            matches!(load(&db, &m(&db), Some((l.cache_id + 1, 4096))).1, Trust::PagesOnly(w) if w.contains("identity"))
+        );
+        assert!(
+            matches!(load(&db, &m(&db), Some((l.cache_id, 8192))).1, Trust::PagesOnly(w) if w.contains("page size"))
+        );
         // The file changes (size): the same file, its pages only.
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(&[0u8; 4096]).unwrap();
-        assert!(matches!(load(&db, warm).1, Trust::PagesOnly(w) if w.contains("changed")));
+        assert!(matches!(load(&db, &m(&db), warm).1, Trust::PagesOnly(w) if w.contains("changed")));
         // Another file under the list's name: ignored whole.
         let other = temp_db("trust-other");
         std::fs::copy(path_for(&db), path_for(&other)).unwrap();
-        let (got, trust) = load(&other, warm);
+        let (got, trust) = load(&other, &m(&other), warm);
         assert!(
             got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("another database file")),
             "{trust:?}"
@@ -586,7 +645,7 @@ mod tests {
         let mut b = std::fs::read(path_for(&db)).unwrap();
         b[80] ^= 4;
         std::fs::write(path_for(&db), &b).unwrap();
-        let (got, trust) = load(&db, warm);
+        let (got, trust) = load(&db, &m(&db), warm);
         assert!(got.is_none() && matches!(&trust, Trust::Ignored(w) if w.contains("checksum")), "{trust:?}");
     }
 

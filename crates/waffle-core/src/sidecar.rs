@@ -20,6 +20,26 @@
 //! close left it (device, inode, size, mtime); the adapter checks its own
 //! state again under the database's first lock.
 //!
+//! Files beside the database (this one and the hot list, hot_list.rs) are
+//! made as SQLite makes its journals: the database's permission bits and, when
+//! running as root, its owner (os_unix.c, findCreateFileMode, robustFchown).
+//! Anyone who can create a file in the directory could plant a symlink or a
+//! file of their own there, so an existing one is opened with O_NOFOLLOW and
+//! used only if it is a regular file with one link, owned by this user (or,
+//! as root, by the database's owner); a new version is never written in
+//! place but to a temporary file of a random name created O_EXCL|O_NOFOLLOW,
+//! then renamed over it. Anything wrong (a symlink, another owner, a
+//! directory this user cannot write) means no sidecar: a cold open, one
+//! warning, nothing written, never a refused open. Garbage of our own (bad
+//! checksum, a size the database cannot need) is a cold open with one
+//! warning. A read-only open (`mode=ro`, `immutable=1`) touches nothing.
+//!
+//! The lock and renames: a new version is locked exclusively before it is
+//! renamed into place (no one can lock it first), and every lock taken is
+//! checked to be on the file at the path still (the classic lock file): a
+//! lock on a version renamed over since it was opened is dropped and the path
+//! opened again.
+//!
 //! Layout (little-endian):
 //!
 //! ```text
@@ -29,9 +49,9 @@
 //!    | extra_len u32 | extra (the adapter's state) | crc32c u32 over all before
 //! ```
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::fs::{File, Metadata, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -45,6 +65,8 @@ const MAGIC: [u8; 4] = *b"WFSC";
 /// drops it), both take milliseconds.
 const LOCK_WAIT_MS: u64 = 2_000;
 const LOCK_RETRY_MS: u64 = 5;
+/// Times a lock follows a new version renamed over the one it locked before giving up.
+const MAX_REOPENS: usize = 100;
 const FORMAT: u32 = 3;
 const FIXED_BYTES: usize = 88;
 /// Bound of the adapter's state in a sidecar.
@@ -60,20 +82,6 @@ pub struct Warm {
     pub extra: Vec<u8>,
 }
 
-#[derive(Debug)]
-pub struct SidecarError {
-    sidecar: PathBuf,
-    err: io::Error,
-}
-
-impl std::fmt::Display for SidecarError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "cannot use {}: {}", self.sidecar.display(), self.err)
-    }
-}
-
-impl std::error::Error for SidecarError {}
-
 /// The database file as a clean close left it: which file (device, inode)
 /// and, as far as a stat tells, its contents (size, mtime). The hot list
 /// (hot_list.rs) records the same.
@@ -86,23 +94,122 @@ pub struct DbIdentity {
 }
 
 impl DbIdentity {
+    /// From the metadata of the descriptor the database was opened with (a
+    /// stat of the path may see another file renamed over it meanwhile).
+    pub fn from_metadata(m: &Metadata) -> DbIdentity {
+        DbIdentity { dev: m.dev(), ino: m.ino(), size: m.size(), mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec() }
+    }
+
     pub fn of(db: &Path) -> Option<DbIdentity> {
-        let m = std::fs::metadata(db).ok()?;
-        Some(DbIdentity {
-            dev: m.dev(),
-            ino: m.ino(),
-            size: m.size(),
-            mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        })
+        std::fs::metadata(db).ok().map(|m| DbIdentity::from_metadata(&m))
     }
 }
 
-/// The held sidecar of an open database. Dropping it without
-/// [`Sidecar::close_clean`] leaves it as it is (dirty, if this open was alone).
-pub struct Sidecar {
-    file: File,
-    path: PathBuf,
-    db: PathBuf,
+// ---------------------------------------------------------------- files beside the database
+
+fn euid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Whether a file found beside the database may be trusted: a regular file
+/// with one link (not a hard link to something else), this user's or, as
+/// root, the database owner's (a file another user planted is not ours to read or replace).
+fn check_ours(m: &Metadata, db: &Metadata) -> io::Result<()> {
+    let why = if !m.file_type().is_file() {
+        "not a regular file"
+    } else if m.nlink() != 1 {
+        "more than one link"
+    } else if m.uid() != euid() && !(euid() == 0 && m.uid() == db.uid()) {
+        "owned by another user"
+    } else {
+        return Ok(());
+    };
+    Err(io::Error::other(why))
+}
+
+/// Opens the existing file `path` beside the database read-only (writes go
+/// by rename; a read-only descriptor holds the flock) if it is one to trust;
+/// None if there is none.
+pub(crate) fn open_beside(path: &Path, db: &Metadata) -> io::Result<Option<File>> {
+    // lstat first: a FIFO or device is never opened (an open may block or act).
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+        Ok(m) if m.file_type().is_symlink() => return Err(io::Error::other("a symlink")),
+        Ok(m) => check_ours(&m, db)?,
+    }
+    let opened =
+        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK).open(path);
+    let file = match opened {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(io::Error::other("a symlink")),
+        other => other?,
+    };
+    check_ours(&file.metadata()?, db)?; // what was opened, not what lstat saw
+    Ok(Some(file))
+}
+
+/// A file of the database's mode and (as root) owner, created at `path`,
+/// which must not exist (O_EXCL also refuses a symlink there).
+fn create_beside(path: &Path, db: &Metadata) -> io::Result<File> {
+    let mode = db.mode() & 0o777;
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)?;
+    let made = (|| {
+        // The umask may have taken bits away: SQLite sets the mode exactly.
+        // SAFETY: fchmod and fchown on a descriptor we own.
+        if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // As root, the database's owner must still be able to use it (robustFchown).
+        if euid() == 0 && unsafe { libc::fchown(file.as_raw_fd(), db.uid(), db.gid()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    })();
+    match made {
+        Ok(()) => Ok(file),
+        Err(e) => {
+            let _ = std::fs::remove_file(path);
+            Err(e)
+        }
+    }
+}
+
+/// Writes `bytes` (synced if `sync`) to a new temporary file of a random
+/// name beside `path`, made as [`create_beside`] makes files; returns it and its name.
+pub(crate) fn write_temp(path: &Path, db: &Metadata, bytes: &[u8], sync: bool) -> io::Result<(File, PathBuf)> {
+    let mut name = path.file_name().unwrap_or(path.as_os_str()).to_owned();
+    name.push(format!(".{:016x}.tmp", crate::random_u64()));
+    let tmp = path.with_file_name(name);
+    let mut file = create_beside(&tmp, db)?;
+    let written = file.write_all(bytes).and_then(|()| if sync { file.sync_data() } else { Ok(()) });
+    match written {
+        Ok(()) => Ok((file, tmp)),
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+/// Renames `tmp` over `path` (a symlink there is replaced, never followed); removes it on failure.
+pub(crate) fn install(tmp: &Path, path: &Path) -> io::Result<()> {
+    std::fs::rename(tmp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(tmp);
+    })
+}
+
+/// Makes a rename in `path`'s directory durable.
+fn sync_dir_of(path: &Path) -> io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?.sync_all()
 }
 
 fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
@@ -118,6 +225,46 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
     }
 }
 
+/// Whether `file` is still the regular file at `path` (no new version renamed over it).
+fn is_at(file: &File, path: &Path) -> io::Result<bool> {
+    let held = file.metadata()?;
+    match std::fs::symlink_metadata(path) {
+        Ok(m) => Ok(m.file_type().is_file() && (m.dev(), m.ino()) == (held.dev(), held.ino())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Longest version table a database of `db_bytes` justifies: the table
+/// covers the largest size the file had, grown a quarter at a time
+/// (versions.rs). A longer one is garbage, or the file shrank since: then a
+/// cold start (the next clean close saves a table of its size).
+fn max_table_len(db_bytes: u64, page_bytes: u64) -> u64 {
+    ((db_bytes / page_bytes.max(512) + 1) * 5 / 4 + 64).min(MAX_PAGES)
+}
+
+/// The most bytes a sidecar of a database of `db_bytes` can have.
+fn max_sidecar_bytes(db_bytes: u64) -> u64 {
+    (FIXED_BYTES + 4 + MAX_EXTRA_BYTES + 4) as u64 + max_table_len(db_bytes, 512) * 8
+}
+
+/// Prints the one warning of an open that goes on without its sidecar.
+fn warn_cold(path: &Path, why: &dyn std::fmt::Display) {
+    eprintln!("waffle: cannot use the sidecar: {}: {why}; opening cold", path.display());
+}
+
+// ---------------------------------------------------------------- the sidecar
+
+/// The held sidecar of an open database. Dropping it without
+/// [`Sidecar::close_clean`] leaves it as it is (dirty, if this open was alone).
+pub struct Sidecar {
+    /// Locked and read, never written (new versions are renamed over it).
+    file: File,
+    path: PathBuf,
+    /// The database as opened: how new files are made and whose they may be.
+    db: Metadata,
+}
+
 impl Sidecar {
     /// `.<name>-waffle` beside the database: hidden, so that programs (and
     /// SQLite's own tests) that list a directory see only SQLite's files.
@@ -128,53 +275,126 @@ impl Sidecar {
         db.with_file_name(name)
     }
 
-    /// Joins the processes that have `db` open. Returns what a clean close
-    /// saved if this open is alone and it still applies.
-    pub fn acquire(db: &Path) -> Result<(Sidecar, Option<Warm>), SidecarError> {
-        let path = Self::path_for(db);
-        let io_err = |err| SidecarError { sidecar: path.clone(), err };
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .mode(0o644)
-            .custom_flags(libc::O_CLOEXEC)
-            .open(&path)
-            .map_err(io_err)?;
-        let sidecar = Sidecar { file, path: path.clone(), db: db.to_path_buf() };
+    /// Joins the processes that have the database at `db_path` open; `db`:
+    /// the metadata of the descriptor it was opened with. Returns the held
+    /// sidecar (None: a read-only open, or it cannot be used, said once on
+    /// stderr) and what a clean close saved if this open is alone and it
+    /// still applies. Never fails: without a sidecar the open is cold.
+    pub fn acquire(db_path: &Path, db: &Metadata, read_only: bool) -> (Option<Sidecar>, Option<Warm>) {
+        if read_only {
+            return (None, None); // SQLITE_OPEN_READONLY, mode=ro, immutable=1: nothing is written beside it
+        }
+        let path = Self::path_for(db_path);
+        match Self::join(path.clone(), db) {
+            Ok((sidecar, warm)) => (Some(sidecar), warm),
+            Err(e) => {
+                warn_cold(&path, &e);
+                (None, None)
+            }
+        }
+    }
+
+    fn join(path: PathBuf, db: &Metadata) -> io::Result<(Sidecar, Option<Warm>)> {
+        let file = Self::open_or_create(&path, db)?;
+        let mut sidecar = Sidecar { file, path, db: db.clone() };
         let deadline = Instant::now() + Duration::from_millis(LOCK_WAIT_MS);
         loop {
-            if flock(&sidecar.file, libc::LOCK_EX).map_err(io_err)? {
-                let mut bytes = Vec::new();
-                (&sidecar.file).read_to_end(&mut bytes).map_err(io_err)?;
-                let warm = decode(&bytes).and_then(|(ident, warm)| (Some(ident) == DbIdentity::of(db)).then_some(warm));
-                // Dirty before anything is served: a crash from here on means a cold start.
-                sidecar.write(&encode(false, 0, 0, None, None, &[])).map_err(io_err)?;
-                sidecar.share(deadline);
+            if sidecar.lock(libc::LOCK_EX)? {
+                let warm = sidecar.read_warm();
+                // Dirty (and durable) before anything is served: a crash from here on means a cold start.
+                sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
+                sidecar.share(deadline)?;
                 return Ok((sidecar, warm));
             }
-            if flock(&sidecar.file, libc::LOCK_SH).map_err(io_err)? {
+            if sidecar.lock(libc::LOCK_SH)? {
                 return Ok((sidecar, None)); // others have it open: start cold, touch nothing
             }
             if Instant::now() >= deadline {
-                eprintln!("waffle: {} stayed locked for {LOCK_WAIT_MS} ms; opening cold without it", path.display());
-                return Ok((sidecar, None));
+                return Err(io::Error::other(format!("stayed locked for {LOCK_WAIT_MS} ms")));
             }
             std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));
         }
     }
 
+    /// The sidecar at `path`, made empty (a cold one) if there is none.
+    fn open_or_create(path: &Path, db: &Metadata) -> io::Result<File> {
+        for _ in 0..MAX_REOPENS {
+            if let Some(file) = open_beside(path, db)? {
+                return Ok(file);
+            }
+            match create_beside(path, db) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue, // another open made it first
+                made => return made,
+            }
+        }
+        Err(io::Error::other("it kept appearing and disappearing"))
+    }
+
+    /// Takes the lock (`op`, not waiting) on the file at the path: a lock on a
+    /// version renamed over since it was opened is worth nothing, so the path
+    /// is opened again and locked again.
+    fn lock(&mut self, op: libc::c_int) -> io::Result<bool> {
+        for _ in 0..MAX_REOPENS {
+            if !flock(&self.file, op)? {
+                return Ok(false);
+            }
+            if is_at(&self.file, &self.path)? {
+                return Ok(true);
+            }
+            self.file = Self::open_or_create(&self.path, &self.db)?; // the old descriptor's lock goes with it
+        }
+        Err(io::Error::other("it kept being replaced"))
+    }
+
     /// Turns the exclusive lock into a shared one (not atomic in Linux: another
     /// open may slip in between, finds the sidecar dirty and starts cold).
-    fn share(&self, deadline: Instant) {
-        while !matches!(flock(&self.file, libc::LOCK_SH), Ok(true)) {
+    fn share(&mut self, deadline: Instant) -> io::Result<()> {
+        while !self.lock(libc::LOCK_SH)? {
             if Instant::now() >= deadline {
-                eprintln!("waffle: could not share the lock on {}; the next close may not save", self.path.display());
-                return;
+                return Err(io::Error::other("could not share its lock"));
             }
             std::thread::sleep(Duration::from_millis(LOCK_RETRY_MS));
         }
+        Ok(())
+    }
+
+    /// What a clean close saved, if it applies to the database as opened; a
+    /// garbage sidecar is said once and read as a dirty one.
+    fn read_warm(&self) -> Option<Warm> {
+        let limit = max_sidecar_bytes(self.db.size());
+        let mut bytes = Vec::new();
+        let read = (&self.file).take(limit + 1).read_to_end(&mut bytes);
+        let why = match read.map(|_| decode(&bytes)) {
+            Err(e) => e.to_string(),
+            Ok(_) if bytes.len() as u64 > limit => format!("longer than {limit} bytes"),
+            Ok(_) if bytes.is_empty() => return None, // just made
+            Ok(Err(why)) => why.to_string(),
+            Ok(Ok(None)) => return None, // dirty: a crash, or another process had it
+            Ok(Ok(Some((ident, warm)))) => {
+                let db = DbIdentity::from_metadata(&self.db);
+                let fits = warm.saved.table.len() as u64 <= max_table_len(db.size, warm.page_bytes);
+                return (ident == db && fits).then_some(warm);
+            }
+        };
+        eprintln!("waffle: ignoring the sidecar: {}: {why}; opening cold", self.path.display());
+        None
+    }
+
+    /// Puts a new version in place (holding the exclusive lock): written to a
+    /// temporary file, locked before the rename so that no open can lock it
+    /// first, renamed over the sidecar; its lock is then this one's.
+    fn replace(&mut self, bytes: &[u8], durable: bool) -> io::Result<()> {
+        let (file, tmp) = write_temp(&self.path, &self.db, bytes, true)?;
+        if !matches!(flock(&file, libc::LOCK_EX), Ok(true)) {
+            let _ = std::fs::remove_file(&tmp);
+            return Err(io::Error::other("cannot lock a new version"));
+        }
+        install(&tmp, &self.path)?;
+        if durable {
+            sync_dir_of(&self.path)?;
+        }
+        self.file = file;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -184,25 +404,30 @@ impl Sidecar {
     /// Takes the lock exclusively if this is the last process with the
     /// database open (then [`Sidecar::close_clean`] saves); false otherwise.
     /// What is written meanwhile (the hot list) no open can read half-done.
-    pub fn lock_last_out(&self) -> io::Result<bool> {
-        flock(&self.file, libc::LOCK_EX)
+    pub fn lock_last_out(&mut self) -> io::Result<bool> {
+        self.lock(libc::LOCK_EX)
     }
 
     /// Saves what a warm restart needs, after the database's last write, if
-    /// this is the last process with the database open. Returns whether it saved.
-    pub fn close_clean(self, cache_id: u64, page_bytes: u64, saved: &SavedVersions, extra: &[u8]) -> io::Result<bool> {
-        if !flock(&self.file, libc::LOCK_EX)? {
+    /// this is the last process with the database open. `db`: the metadata of
+    /// the database's descriptor now. Returns whether it saved.
+    pub fn close_clean(
+        mut self,
+        cache_id: u64,
+        page_bytes: u64,
+        saved: &SavedVersions,
+        extra: &[u8],
+        db: &Metadata,
+    ) -> io::Result<bool> {
+        if !self.lock(libc::LOCK_EX)? {
             return Ok(false); // another process still has it open: the sidecar stays dirty
         }
-        let ident = DbIdentity::of(&self.db);
-        self.write(&encode(true, cache_id, page_bytes, ident, Some(saved), extra))?;
+        if saved.table.len() as u64 > max_table_len(db.size(), page_bytes) {
+            return Ok(false); // the file shrank: the next open would refuse the table anyway
+        }
+        let ident = DbIdentity::from_metadata(db);
+        self.replace(&encode(true, cache_id, page_bytes, Some(ident), Some(saved), extra), false)?;
         Ok(true)
-    }
-
-    fn write(&self, bytes: &[u8]) -> io::Result<()> {
-        self.file.set_len(0)?;
-        self.file.write_all_at(bytes, 0)?;
-        self.file.sync_data()
     }
 }
 
@@ -241,43 +466,47 @@ fn encode(
     b
 }
 
-/// A clean, intact sidecar's contents; None for anything else.
-fn decode(b: &[u8]) -> Option<(DbIdentity, Warm)> {
+/// An intact sidecar's contents: Some for a clean close's, None for a dirty
+/// one (a crash, or other processes had it); Err says why it is garbage.
+fn decode(b: &[u8]) -> Result<Option<(DbIdentity, Warm)>, &'static str> {
     if b.len() < FIXED_BYTES + 8 || b[0..4] != MAGIC {
-        return None;
+        return Err("too short or wrong magic");
     }
     let body = &b[..b.len() - 4];
-    if crc32c::crc32c(body) != u32::from_le_bytes(b[b.len() - 4..].try_into().ok()?) {
-        return None;
+    if crc32c::crc32c(body) != u32::from_le_bytes(b[b.len() - 4..].try_into().expect("4 bytes")) {
+        return Err("checksum mismatch");
     }
-    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
-    if u32::from_le_bytes(b[4..8].try_into().ok()?) != FORMAT || b[12] != 1 {
-        return None;
+    let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+    if u32::from_le_bytes(b[4..8].try_into().expect("4 bytes")) != FORMAT {
+        return Err("another format version");
     }
     let count = u64_at(80);
-    if count > MAX_PAGES {
-        return None;
+    if count > MAX_PAGES || body.len() as u64 <= FIXED_BYTES as u64 + count * 8 + 3 {
+        return Err("a table longer than the file");
     }
-    let extra_at = FIXED_BYTES as u64 + count * 8;
-    if (body.len() as u64) < extra_at + 4 {
-        return None;
-    }
-    let extra_at = extra_at as usize;
-    let extra_len = u32::from_le_bytes(b[extra_at..extra_at + 4].try_into().ok()?) as usize;
+    let extra_at = FIXED_BYTES + count as usize * 8;
+    let extra_len = u32::from_le_bytes(b[extra_at..extra_at + 4].try_into().expect("4 bytes")) as usize;
     if extra_len > MAX_EXTRA_BYTES || body.len() != extra_at + 4 + extra_len {
-        return None;
+        return Err("lengths disagree");
+    }
+    let page_bytes = u64_at(24);
+    if page_bytes != 0 && (!page_bytes.is_power_of_two() || !(512..=65536).contains(&page_bytes)) {
+        return Err("not a page size");
+    }
+    if b[12] != 1 {
+        return Ok(None);
     }
     let table: Vec<u64> = (0..count as usize).map(|i| u64_at(FIXED_BYTES + i * 8)).collect();
     let saved = SavedVersions { default: u64_at(64), table };
     let ident = DbIdentity { dev: u64_at(32), ino: u64_at(40), size: u64_at(48), mtime_ns: u64_at(56) as i64 };
     let extra = b[extra_at + 4..extra_at + 4 + extra_len].to_vec();
-    Some((ident, Warm { cache_id: u64_at(16), page_bytes: u64_at(24), saved, extra }))
+    Ok(Some((ident, Warm { cache_id: u64_at(16), page_bytes, saved, extra })))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
 
     fn temp_db(name: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("waffle-sidecar-{}-{name}", std::process::id()));
@@ -288,11 +517,23 @@ mod tests {
         db
     }
 
+    fn meta(db: &Path) -> Metadata {
+        std::fs::metadata(db).unwrap()
+    }
+
+    fn acquire(db: &Path) -> (Option<Sidecar>, Option<Warm>) {
+        Sidecar::acquire(db, &meta(db), false)
+    }
+
+    fn close(s: Option<Sidecar>, cache_id: u64, db: &Path) -> bool {
+        s.expect("a sidecar").close_clean(cache_id, 4096, &saved(), &[], &meta(db)).unwrap()
+    }
+
     /// A temp database whose sidecar a clean close wrote (cache id 5, 4 KiB pages, `saved()`).
     fn closed_cleanly(name: &str) -> PathBuf {
         let db = temp_db(name);
-        let (s, _) = Sidecar::acquire(&db).unwrap();
-        assert!(s.close_clean(5, 4096, &saved(), &[]).unwrap(), "alone: the close saves");
+        let (s, _) = acquire(&db);
+        assert!(close(s, 5, &db), "alone: the close saves");
         db
     }
 
@@ -300,16 +541,34 @@ mod tests {
         SavedVersions { default: 2, table: vec![0, 5, 9, 3] }
     }
 
+    /// A file's bytes, inode and mtime: whether anything wrote it.
+    fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64) {
+        let m = std::fs::metadata(path).unwrap();
+        (std::fs::read(path).unwrap(), m.ino(), m.mtime(), m.mtime_nsec())
+    }
+
+    fn root() -> bool {
+        let root = euid() == 0;
+        if !root {
+            eprintln!("not root: cannot give a file to another user; this case is not run");
+        }
+        root
+    }
+
+    fn chown(path: &Path, uid: u32) {
+        std::os::unix::fs::lchown(path, Some(uid), Some(uid)).unwrap();
+    }
+
     #[test]
     fn clean_close_then_warm_open() {
         let db = temp_db("warm");
-        let (s, warm) = Sidecar::acquire(&db).unwrap();
+        let (s, warm) = acquire(&db);
         assert_eq!(warm, None);
-        assert!(s.close_clean(77, 4096, &saved(), b"adapter").unwrap());
-        let (s, warm) = Sidecar::acquire(&db).unwrap();
+        assert!(s.unwrap().close_clean(77, 4096, &saved(), b"adapter", &meta(&db)).unwrap());
+        let (s, warm) = acquire(&db);
         assert_eq!(warm, Some(Warm { cache_id: 77, page_bytes: 4096, saved: saved(), extra: b"adapter".to_vec() }));
         drop(s); // no clean close: a crash as far as the sidecar knows
-        let (_s, warm) = Sidecar::acquire(&db).unwrap();
+        let (_s, warm) = acquire(&db);
         assert_eq!(warm, None, "after a dirty close the next open is cold");
     }
 
@@ -318,27 +577,27 @@ mod tests {
         let db = closed_cleanly("shared");
         // flock conflicts between two open file descriptions, even in one
         // process: two acquires here behave as two processes.
-        let (a, warm_a) = Sidecar::acquire(&db).unwrap();
+        let (a, warm_a) = acquire(&db);
         let t0 = Instant::now();
-        let (b, warm_b) = Sidecar::acquire(&db).unwrap();
+        let (b, warm_b) = acquire(&db);
         assert!(t0.elapsed() < Duration::from_millis(LOCK_WAIT_MS), "a second open does not wait");
         assert!(warm_a.is_some(), "the first open is alone: warm");
         assert_eq!(warm_b, None, "an open beside another starts cold");
-        assert!(!a.close_clean(6, 4096, &saved(), &[]).unwrap(), "b is still open: a does not save");
-        assert!(b.close_clean(7, 4096, &saved(), &[]).unwrap(), "b is the last out");
-        let (_c, warm_c) = Sidecar::acquire(&db).unwrap();
+        assert!(!close(a, 6, &db), "b is still open: a does not save");
+        assert!(close(b, 7, &db), "b is the last out");
+        let (_c, warm_c) = acquire(&db);
         assert_eq!(warm_c.map(|w| w.cache_id), Some(7));
     }
 
     #[test]
     fn a_crash_beside_another_process_leaves_the_sidecar_dirty() {
         let db = closed_cleanly("crash-shared");
-        let (a, warm) = Sidecar::acquire(&db).unwrap();
+        let (a, warm) = acquire(&db);
         assert!(warm.is_some());
-        let (b, _) = Sidecar::acquire(&db).unwrap();
+        let (b, _) = acquire(&db);
         drop(a); // a crashes
         drop(b); // b crashes too
-        let (_c, warm) = Sidecar::acquire(&db).unwrap();
+        let (_c, warm) = acquire(&db);
         assert_eq!(warm, None);
     }
 
@@ -346,7 +605,7 @@ mod tests {
     fn a_write_between_sessions_makes_the_open_cold() {
         let db = closed_cleanly("modified");
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(b"more").unwrap();
-        let (_s, warm) = Sidecar::acquire(&db).unwrap();
+        let (_s, warm) = acquire(&db);
         assert_eq!(warm, None);
     }
 
@@ -357,9 +616,123 @@ mod tests {
         let mut b = std::fs::read(&path).unwrap();
         for i in 0..b.len() {
             b[i] ^= 0x40;
-            assert!(decode(&b).is_none(), "flip at {i}");
+            assert!(!matches!(decode(&b), Ok(Some(_))), "flip at {i}");
             b[i] ^= 0x40;
         }
-        assert!(decode(&b).is_some());
+        assert!(matches!(decode(&b), Ok(Some(_))));
+        std::fs::write(&path, b"garbage, not a sidecar at all").unwrap();
+        let (s, warm) = acquire(&db);
+        assert!(s.is_some() && warm.is_none(), "garbage of our own: replaced, cold");
+    }
+
+    #[test]
+    fn new_versions_have_the_database_mode_and_are_renamed_into_place() {
+        let db = closed_cleanly("mode");
+        std::fs::set_permissions(&db, std::fs::Permissions::from_mode(0o640)).unwrap();
+        let path = Sidecar::path_for(&db);
+        let before = std::fs::metadata(&path).unwrap().ino();
+        let (s, warm) = acquire(&db);
+        assert!(warm.is_some());
+        let m = std::fs::metadata(&path).unwrap();
+        assert_ne!(m.ino(), before, "the dirty mark is a new file renamed over the old one");
+        assert_eq!(m.mode() & 0o777, 0o640, "the database's mode");
+        assert!(close(s, 8, &db));
+        let names: Vec<_> = std::fs::read_dir(db.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 2, "the database and its sidecar, no temporary file left: {names:?}");
+    }
+
+    #[test]
+    fn a_symlink_at_the_sidecar_is_never_followed() {
+        let db = temp_db("symlink");
+        let victim = db.with_file_name("victim");
+        std::fs::write(&victim, b"the victim's bytes").unwrap();
+        let path = Sidecar::path_for(&db);
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        let before = fingerprint(&victim);
+        std::thread::sleep(Duration::from_millis(20)); // an mtime a write would change
+        let (s, warm) = acquire(&db);
+        assert!(s.is_none() && warm.is_none(), "a symlink: no sidecar, cold");
+        assert_eq!(fingerprint(&victim), before, "the symlink's target is never written");
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "and the link is left alone");
+    }
+
+    #[test]
+    fn a_file_made_beside_the_database_never_follows_a_symlink() {
+        let db = temp_db("symlink-create");
+        let victim = db.with_file_name("victim");
+        std::fs::write(&victim, b"the victim's bytes").unwrap();
+        let planted = db.with_file_name(".x.db-waffle.planted.tmp");
+        std::os::unix::fs::symlink(&victim, &planted).unwrap();
+        let before = fingerprint(&victim);
+        let err = create_beside(&planted, &meta(&db)).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "O_EXCL: {err}");
+        assert_eq!(fingerprint(&victim), before);
+    }
+
+    #[test]
+    fn a_sidecar_of_another_user_is_left_alone() {
+        if !root() {
+            return;
+        }
+        let db = closed_cleanly("other-user");
+        let path = Sidecar::path_for(&db);
+        chown(&path, 65534);
+        let before = fingerprint(&path);
+        let (s, warm) = acquire(&db);
+        assert!(s.is_none() && warm.is_none(), "another user's sidecar: cold, no sidecar");
+        assert_eq!(fingerprint(&path), before, "nor replaced");
+        // Control: a database of that user, opened by root: the sidecar is its owner's, and stays so.
+        chown(&db, 65534);
+        let (s, warm) = acquire(&db);
+        assert!(s.is_some() && warm.is_some(), "the database owner's sidecar, as root: used");
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534, "new versions get the database's owner");
+        assert!(close(s, 9, &db));
+        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 65534);
+    }
+
+    #[test]
+    fn a_table_longer_than_the_database_needs_is_garbage() {
+        let db = temp_db("oversized");
+        let (s, _) = acquire(&db);
+        assert!(close(s, 5, &db));
+        // A clean sidecar of the right identity whose table a 10-byte database cannot need.
+        let long = SavedVersions { default: 2, table: vec![7; 100_000] };
+        let ident = DbIdentity::of(&db);
+        let path = Sidecar::path_for(&db);
+        std::fs::write(&path, encode(true, 5, 4096, ident, Some(&long), &[])).unwrap();
+        let (s, warm) = acquire(&db);
+        assert!(s.is_some() && warm.is_none(), "cold");
+        drop(s);
+        // A huge (sparse) file is not read whole.
+        File::options().write(true).open(&path).unwrap().set_len(1 << 36).unwrap();
+        let t0 = Instant::now();
+        let (s, warm) = acquire(&db);
+        assert!(s.is_some() && warm.is_none() && t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_lock_on_a_version_renamed_over_moves_to_the_new_one() {
+        let db = temp_db("renamed");
+        let path = Sidecar::path_for(&db);
+        let (a, _) = acquire(&db);
+        // b opens the sidecar before a's close renames a new version over it, and locks after.
+        let old = File::open(&path).unwrap();
+        let mut b = Sidecar { file: old, path: path.clone(), db: meta(&db) };
+        assert!(close(a, 11, &db), "a is alone (b holds no lock yet)");
+        assert!(!is_at(&b.file, &path).unwrap(), "b's file is the old version now");
+        assert!(b.lock(libc::LOCK_EX).unwrap(), "a is gone: b is alone");
+        assert!(is_at(&b.file, &path).unwrap(), "b's lock is on the file at the path");
+        assert_eq!(b.read_warm().map(|w| w.cache_id), Some(11), "and b reads what a saved");
+        // While b holds it, a newcomer on the new file is not alone.
+        let (c, warm) = acquire(&db);
+        assert!(c.is_none() && warm.is_none(), "b holds it exclusively: c waits, then goes cold");
+    }
+
+    #[test]
+    fn a_read_only_open_touches_nothing() {
+        let db = temp_db("read-only");
+        let (s, warm) = Sidecar::acquire(&db, &meta(&db), true);
+        assert!(s.is_none() && warm.is_none());
+        assert!(!Sidecar::path_for(&db).exists());
     }
 }
