@@ -258,6 +258,7 @@ pub fn setup(conn: &Connection, journal: &str, page_size: usize) {
     conn.execute_batch(
         "PRAGMA cache_size = 8;
          PRAGMA synchronous = OFF;
+         PRAGMA secure_delete = ON;
          CREATE TABLE t1(id INTEGER PRIMARY KEY, k INTEGER, s TEXT, b BLOB);",
     )
     .unwrap();
@@ -519,7 +520,10 @@ impl Differential {
 }
 
 /// Closed, both files hold the same bytes: the same statements on the same
-/// SQLite, and every page the cache served was the page on disk. In WAL mode
+/// SQLite, and every page the cache served was the page on disk. Both sides
+/// run with `secure_delete` (setup): without it SQLite leaves whatever its
+/// page buffers held in unused space, and two plain databases given one
+/// workload differ there (tests/differential_control.rs). In WAL mode
 /// the header's change counter (24..28, copied to 92..96) depends on how often
 /// SQLite re-read page 1, which is not deterministic even between two plain
 /// databases: those 8 bytes are left out there.
