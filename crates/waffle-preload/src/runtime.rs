@@ -287,6 +287,10 @@ impl Runtime {
             page_check: Some(Box::new(InnodbCheck)),
         });
         let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        if config.verify {
+            // Every page served from a tier is compared with the server's file (verify.rs in the core).
+            cache.enable_verify(format!("the tablespaces in {}", datadir.display()), config.verify_log.clone());
+        }
         let rt = Runtime {
             cache,
             page_bytes,
