@@ -253,7 +253,8 @@ unsafe fn open(
     // SAFETY: a main database's name is not null (is_main), so NUL-terminated.
     let path_text = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
     let fd = fd.expect("config is kept only with a descriptor");
-    let read_only = flags & SQLITE_OPEN_READONLY != 0;
+    // SAFETY: name is xOpen's filename for a main database; out_flags is null or what the base VFS set.
+    let read_only = unsafe { opened_read_only(name, flags, out_flags) };
     let attached = std::panic::catch_unwind(|| {
         let meta = descriptor::metadata(fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
         registry::attach(Path::new(&path_text), &meta, config, read_only)
@@ -281,6 +282,26 @@ unsafe fn open(
             SQLITE_CANTOPEN
         }
     }
+}
+
+/// Whether SQLite opened the database read-only: `mode=ro`, a file it could
+/// only open for reading, or `immutable=1` (which the pager applies after
+/// xOpen, so only the URI says it). Nothing is then written beside it.
+///
+/// # Safety
+/// `name` is xOpen's (non-null) filename for a main database; `out_flags` is null or xOpen's out-flags.
+unsafe fn opened_read_only(name: *const c_char, flags: c_int, out_flags: *const c_int) -> bool {
+    // SAFETY: out_flags is null or set by the base VFS's xOpen (the caller's promise).
+    let out = if out_flags.is_null() { 0 } else { unsafe { *out_flags } };
+    let api = crate::api::installed();
+    // SAFETY: name is xOpen's filename, as sqlite3_uri_parameter wants; the key is NUL-terminated.
+    let v = unsafe { (api.uri_parameter)(name, c"immutable".as_ptr()) };
+    let immutable = !v.is_null() && {
+        // SAFETY: a non-null value is a NUL-terminated string inside name's URI block.
+        let text = unsafe { CStr::from_ptr(v) }.to_string_lossy().to_ascii_lowercase();
+        matches!(text.trim(), "1" | "true" | "yes" | "on")
+    };
+    (flags | out) & SQLITE_OPEN_READONLY != 0 || immutable
 }
 
 /// Closes the real file if it is open (non-null methods) and marks it closed.
