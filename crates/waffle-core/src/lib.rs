@@ -35,6 +35,7 @@ pub mod config;
 pub mod envelope;
 pub mod grid;
 pub mod hot_list;
+pub mod page_table;
 pub mod pool;
 pub mod presence;
 pub mod pusher;

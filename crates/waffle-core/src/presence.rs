@@ -31,12 +31,14 @@
 //! A warm restart (saved versions) stamps every page the saved table covers
 //! at age 0: the grid may hold any of them.
 //!
-//! Memory: 4 bytes per page up to the largest page a segment touched (1 MiB
-//! per GiB of database at 4 KiB pages, half the version table), grown like it.
+//! Memory: 4 bytes per page pushed, in chunks ([`PageTable`]) as the version
+//! table (1 MiB per GiB of database at 4 KiB pages, half of it): a far page
+//! costs its chunk, not a stamp for every page below it.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::RwLock;
 
+use crate::page_table::PageTable;
 use crate::versions::{join, split, MAX_PAGES, MAX_SEGMENTS};
 
 /// One lookup in this many of an aged page goes to the grid anyway.
@@ -63,7 +65,7 @@ pub enum Verdict {
 #[derive(Default)]
 pub struct Presence {
     /// Per segment, page `i`'s push stamp (0: absent).
-    segments: RwLock<Vec<Vec<AtomicU32>>>,
+    segments: RwLock<Vec<PageTable<AtomicU32>>>,
     /// Pushes so far (wrapping; a stamp never takes the value 0).
     pushes: AtomicU32,
     /// Pages stamped now (kept as stamps come and go: the stats never walk the set).
@@ -173,7 +175,7 @@ impl Presence {
         }
         self.grow(seg, idx);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        self.count_set(segments[seg][idx].swap(stamp, Ordering::AcqRel));
+        self.count_set(segments[seg].get(idx).expect("grown").swap(stamp, Ordering::AcqRel));
     }
 
     /// A stamp was set over `old`: one more stamped page if it had none.
@@ -203,7 +205,7 @@ impl Presence {
         let (seg, idx) = split(page);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         let Some(stamps) = segments.get(seg) else { return };
-        for s in stamps.iter().skip(idx) {
+        for (_, s) in stamps.iter_from(idx) {
             self.count_cleared(s.swap(0, Ordering::AcqRel));
         }
     }
@@ -211,7 +213,7 @@ impl Presence {
     /// Clears every stamp (a new epoch: no copy in the grid is acceptable any more).
     pub fn clear(&self) {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        for s in segments.iter().flatten() {
+        for (_, s) in segments.iter().flat_map(PageTable::iter) {
             self.count_cleared(s.swap(0, Ordering::AcqRel));
         }
     }
@@ -221,7 +223,7 @@ impl Presence {
     pub fn retain(&self, keep: impl Fn(u64) -> bool) {
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
         for (seg, stamps) in segments.iter().enumerate() {
-            for (idx, s) in stamps.iter().enumerate() {
+            for (idx, s) in stamps.iter() {
                 if s.load(Ordering::Acquire) != 0 && !keep(join(seg as u64, idx as u64)) {
                     self.count_cleared(s.swap(0, Ordering::AcqRel));
                 }
@@ -234,12 +236,12 @@ impl Presence {
         if pages == 0 {
             return;
         }
-        let last = (pages.min(MAX_PAGES) - 1) as usize;
-        self.grow(0, last);
+        let pages = pages.min(MAX_PAGES) as usize;
+        self.grow_with(0, |stamps| stamps.grow_to(pages, || AtomicU32::new(0)));
         let stamp = self.next_stamp();
         self.restart_stamp.store(stamp, Ordering::Relaxed);
         let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        for s in segments[0].iter().take(last + 1) {
+        for (_, s) in segments[0].iter().take_while(|&(idx, _)| idx < pages) {
             if s.compare_exchange(0, stamp, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.count_set(0);
             }
@@ -255,7 +257,7 @@ impl Presence {
         {
             let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
             for (seg, stamps) in segments.iter().enumerate() {
-                for (idx, s) in stamps.iter().enumerate() {
+                for (idx, s) in stamps.iter() {
                     let stamp = s.load(Ordering::Acquire);
                     if stamp == 0 {
                         continue;
@@ -299,22 +301,29 @@ impl Presence {
 
     fn grow(&self, seg: usize, idx: usize) {
         assert!((seg as u64) < MAX_SEGMENTS && (idx as u64) < MAX_PAGES, "page {idx} of segment {seg} out of range");
+        self.grow_with(seg, |stamps| stamps.grow(idx, || AtomicU32::new(0)));
+    }
+
+    /// Runs `grow` on segment `seg`'s stamps under the write lock (new stamps are 0).
+    fn grow_with(&self, seg: usize, grow: impl FnOnce(&mut PageTable<AtomicU32>)) {
         let mut segments = self.segments.write().unwrap_or_else(|e| e.into_inner());
         while segments.len() <= seg {
-            segments.push(Vec::new());
+            segments.push(PageTable::default());
         }
-        let stamps = &mut segments[seg];
-        // Grow by a quarter at least, so a file that grows page by page does not reallocate each time.
-        let want = (idx + 1).max(stamps.len() * 5 / 4).min(MAX_PAGES as usize);
-        while stamps.len() < want {
-            stamps.push(AtomicU32::new(0));
-        }
+        grow(&mut segments[seg]);
+    }
+
+    /// Chunks allocated, over all segments (tests: what far pages cost).
+    #[cfg(test)]
+    fn chunks_held(&self) -> usize {
+        self.segments.read().unwrap_or_else(|e| e.into_inner()).iter().map(PageTable::chunks_held).sum()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page_table::CHUNK_PAGES;
     use std::collections::BTreeSet;
 
     /// The set against a model: random inserts, removes, truncations and clears over two segments.
@@ -355,6 +364,59 @@ mod tests {
         assert_eq!(p.len(), model.len() as u64);
     }
 
+    /// Far pages (the last of segment 0, a sparse file's end in segment 1)
+    /// cost their chunks, not 4 bytes for every page below them, and behave
+    /// as near ones: counted, listed, cleared by a truncation, a retain, a clear.
+    #[test]
+    fn far_pages_cost_their_chunks_only() {
+        let p = Presence::new();
+        let (last, far) = (join(0, MAX_PAGES - 1), join(1, 1 << 30));
+        for page in [3, far, last] {
+            p.insert(page);
+        }
+        assert_eq!(p.chunks_held(), 3);
+        assert!(p.contains(last) && p.contains(far) && !p.contains(far - 1) && !p.contains(far + 1));
+        assert_eq!(p.held_newest_first(10, |_| false), [last, far, 3]);
+        p.remove_from(join(0, 1 << 20));
+        assert!(!p.contains(last) && p.contains(3) && p.contains(far));
+        p.retain(|page| page != far);
+        assert_eq!(p.len(), 1);
+        p.clear();
+        assert!(p.is_empty() && p.chunks_held() == 3);
+    }
+
+    /// The model test's operations over pages on both sides of a chunk's end and far ones.
+    #[test]
+    fn agrees_with_a_model_across_chunks() {
+        let p = Presence::new();
+        let mut model = BTreeSet::new();
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let pages =
+            |i: u64, kind: u64| [i, CHUNK_PAGES as u64 - 8 + i, (1 << 30) + i, MAX_PAGES - 1 - i][kind as usize];
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let page = join(x % 2, pages((x >> 8) % 16, (x >> 40) % 4));
+            match x % 50 {
+                0..=24 => drop((p.insert(page), model.insert(page))),
+                25..=44 => assert_eq!(p.remove(page), model.remove(&page), "step {step}"),
+                45..=48 => {
+                    p.remove_from(page);
+                    model.retain(|&q| split(q).0 != split(page).0 || q < page);
+                }
+                _ => assert_eq!(p.contains(page), model.contains(&page), "step {step}"),
+            }
+        }
+        for seg in 0..2 {
+            for page in (0..16 * 4).map(|k| join(seg, pages(k / 4, k % 4))) {
+                assert_eq!(p.contains(page), model.contains(&page), "page {page}");
+            }
+        }
+        assert_eq!(p.len(), model.len() as u64);
+        assert!(p.chunks_held() <= 2 * 4, "{} chunks", p.chunks_held());
+    }
+
     #[test]
     fn a_warm_start_covers_exactly_the_saved_pages() {
         let p = Presence::new();
@@ -364,6 +426,9 @@ mod tests {
         assert_eq!(p.len(), 130);
         p.insert_first(64);
         assert_eq!(p.len(), 130);
+        p.insert_first(CHUNK_PAGES as u64 + 1);
+        assert!(p.contains(CHUNK_PAGES as u64) && !p.contains(CHUNK_PAGES as u64 + 1));
+        assert_eq!((p.len(), p.chunks_held()), (CHUNK_PAGES as u64 + 1, 2));
     }
 
     #[test]

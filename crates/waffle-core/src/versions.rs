@@ -19,14 +19,20 @@
 //! cannot be named) gives every page one fresh name: no copy made before is
 //! served again.
 //!
-//! Memory: one u64 per page of the largest file size seen, so 2 MiB per GiB of
-//! database at 4 KiB pages, 512 KiB per GiB at 16 KiB pages. The table grows
-//! only as far as the pages the database actually touches. A cache serving
+//! Memory: one u64 per page read or written, in chunks ([`PageTable`]): 2 MiB
+//! per GiB of database read at 4 KiB pages, 512 KiB per GiB at 16 KiB pages.
+//! A page far beyond the others (a header claiming 2^30 pages, a sparse file's
+//! end) costs its chunk, not a slot for every page below it. A cache serving
 //! several files (InnoDB tablespaces) keeps one table per file: the high bits
 //! of a page number name its segment.
+//!
+//! Pages without a slot have the default name; every page read (touched) or
+//! written has a slot, so a truncation or a reset covers it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::RwLock;
+
+use crate::page_table::PageTable;
 
 /// Pages per segment: a page number is `(segment << SEGMENT_BITS) | index`.
 /// One database file is one segment (SQLite uses segment 0 only); the MySQL
@@ -39,6 +45,9 @@ pub const MAX_SEGMENTS: u64 = 1 << 16;
 /// The name of a page no cache incarnation has named yet (a cold start: every
 /// copy in the grid is under another cache identity's keys).
 const COLD_DEFAULT: u64 = 0;
+/// How many more pages without a slot than with one a saved table may copy
+/// (at the default): 8 MiB of table. A sparser table stops before its gap.
+const SAVE_GAP_SLACK_PAGES: usize = 1 << 20;
 
 /// The segment and the index within it of a page number.
 pub fn split(page: u64) -> (usize, usize) {
@@ -52,7 +61,7 @@ pub fn join(segment: u64, index: u64) -> u64 {
 }
 
 pub struct Versions {
-    segments: RwLock<Vec<Vec<AtomicU64>>>,
+    segments: RwLock<Vec<PageTable<AtomicU64>>>,
     /// The name of every page without a slot of its own.
     default: AtomicU64,
     /// This open's random key, and how many names it has handed out.
@@ -96,20 +105,27 @@ impl Versions {
     /// As [`Versions::restore`] with the key given (tests).
     pub fn with_key(key: u64, saved: SavedVersions) -> Versions {
         Versions {
-            segments: RwLock::new(vec![saved.table.into_iter().map(AtomicU64::new).collect()]),
+            segments: RwLock::new(vec![PageTable::from_slots(saved.table.into_iter().map(AtomicU64::new))]),
             default: AtomicU64::new(saved.default),
             key,
             issued: AtomicU64::new(0),
         }
     }
 
-    /// Segment 0 (the only one a SQLite database uses).
+    /// Segment 0 (the only one a SQLite database uses), its pages without a
+    /// slot at the default. A sparse table is saved up to its gap only
+    /// ([`PageTable::dense_len`]), and every page after that gets a fresh
+    /// default: the slots left out may name copies the old default would match.
     pub fn save(&self) -> SavedVersions {
         let segments = self.segments.read().unwrap();
-        SavedVersions {
-            default: self.default.load(Ordering::Acquire),
-            table: segments.first().map(|t| t.iter().map(|v| v.load(Ordering::Acquire)).collect()).unwrap_or_default(),
+        let default = self.default.load(Ordering::Acquire);
+        let Some(slots) = segments.first() else { return SavedVersions { default, table: Vec::new() } };
+        let (len, cut) = slots.dense_len(SAVE_GAP_SLACK_PAGES);
+        let mut table = vec![default; len];
+        for (idx, v) in slots.iter().take_while(|&(idx, _)| idx < len) {
+            table[idx] = v.load(Ordering::Acquire);
         }
+        SavedVersions { default: if cut { self.fresh() } else { default }, table }
     }
 
     /// A name never handed out before, by this open or (but for a 2^-64
@@ -137,7 +153,7 @@ impl Versions {
     /// Records that `page` exists (was read), so a later truncation covers it.
     pub fn touch(&self, page: u64) {
         let (seg, idx) = split(page);
-        let covered = self.segments.read().unwrap().get(seg).is_some_and(|t| idx < t.len());
+        let covered = self.segments.read().unwrap().get(seg).is_some_and(|t| t.get(idx).is_some());
         if !covered {
             self.grow(page);
         }
@@ -155,7 +171,7 @@ impl Versions {
             }
         }
         self.grow(page);
-        self.segments.read().unwrap()[seg][idx].store(v, Ordering::Release);
+        self.segments.read().unwrap()[seg].get(idx).expect("grown").store(v, Ordering::Release);
         v
     }
 
@@ -167,7 +183,7 @@ impl Versions {
         let (seg, idx) = split(first_page);
         let segments = self.segments.read().unwrap();
         if let Some(table) = segments.get(seg) {
-            for slot in table.iter().skip(idx) {
+            for (_, slot) in table.iter_from(idx) {
                 slot.store(v, Ordering::Release);
             }
         }
@@ -178,14 +194,20 @@ impl Versions {
         let v = self.fresh();
         let segments = self.segments.read().unwrap();
         self.default.store(v, Ordering::Release);
-        for slot in segments.iter().flatten() {
+        for (_, slot) in segments.iter().flat_map(PageTable::iter) {
             slot.store(v, Ordering::Release);
         }
     }
 
     /// Pages with a slot in the table, over all segments.
     pub fn pages_tracked(&self) -> usize {
-        self.segments.read().unwrap().iter().map(Vec::len).sum()
+        self.segments.read().unwrap().iter().map(PageTable::slots).sum()
+    }
+
+    /// Chunks allocated, over all segments (tests: what far pages cost).
+    #[cfg(test)]
+    fn chunks_held(&self) -> usize {
+        self.segments.read().unwrap().iter().map(PageTable::chunks_held).sum()
     }
 
     /// New slots take the default name: the page had it until now.
@@ -196,19 +218,16 @@ impl Versions {
         let mut segments = self.segments.write().unwrap();
         let default = self.default.load(Ordering::Acquire);
         while segments.len() <= seg {
-            segments.push(Vec::new());
+            segments.push(PageTable::default());
         }
-        let table = &mut segments[seg];
-        let want = (idx + 1).max(table.len() * 5 / 4).min(MAX_PAGES as usize);
-        while table.len() < want {
-            table.push(AtomicU64::new(default));
-        }
+        segments[seg].grow(idx, || AtomicU64::new(default));
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::page_table::CHUNK_PAGES;
     use std::collections::HashSet;
 
     #[test]
@@ -296,6 +315,95 @@ mod tests {
         let names_b: HashSet<u64> = (0..10_000).map(|i| b.bump(i % 50)).collect();
         assert_eq!(names_a.len(), 10_000);
         assert!(names_a.is_disjoint(&names_b));
+    }
+
+    /// A header claiming 2^30 pages, a sparse file's far end: the far pages
+    /// cost their chunks, not 8 bytes for every page below them.
+    #[test]
+    fn far_pages_cost_their_chunks_only() {
+        let v = Versions::new();
+        v.touch(3);
+        let far = (1 << 30) - 60;
+        v.touch(far);
+        let last = join(0, MAX_PAGES - 1);
+        let w = v.bump(last);
+        let x = v.bump(join(7, MAX_PAGES - 1));
+        assert_eq!(v.chunks_held(), 4);
+        assert!(v.pages_tracked() <= 4 * CHUNK_PAGES, "{} slots", v.pages_tracked());
+        assert_eq!(
+            (v.current(far), v.current(far - 1), v.current(last), v.current(join(7, MAX_PAGES - 1))),
+            (0, 0, w, x)
+        );
+        v.bump_from(10);
+        assert!(v.current(far) != 0 && v.current(last) != w, "a truncation covers the far pages");
+        assert_eq!(v.current(3), COLD_DEFAULT);
+        v.reset();
+        assert_eq!(v.current(far), v.current(far - 1), "a reset names them all alike");
+        assert_eq!(v.chunks_held(), 4);
+    }
+
+    /// A model over pages in several chunks and a far one: once read or
+    /// written, a page's name follows every write, truncation and reset, and
+    /// survives a save and restore. Unread, it has the default or a
+    /// truncation's name (as a page of the old table's grown tail had).
+    #[test]
+    fn pages_read_or_written_follow_a_model() {
+        let v = Versions::new();
+        let mut model = std::collections::BTreeMap::new();
+        let mut cut_names = vec![COLD_DEFAULT];
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for step in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let near = [(x >> 8) % 40, CHUNK_PAGES as u64 - 20 + (x >> 8) % 40, (1 << 30) + (x >> 8) % 9];
+            let page = near[x as usize % 3];
+            match (x >> 20) % 100 {
+                0..=44 => {
+                    v.touch(page);
+                    if let std::collections::btree_map::Entry::Vacant(e) = model.entry(page) {
+                        let name = *e.insert(v.current(page));
+                        assert!(cut_names.contains(&name), "step {step}: page {page} first read as {name}");
+                    }
+                }
+                45..=89 => drop(model.insert(page, v.bump(page))),
+                90..=97 => {
+                    v.bump_from(page);
+                    let name = mix(v.key ^ (v.issued.load(Ordering::Relaxed) - 1)); // the name it handed out
+                    model.range_mut(page..).for_each(|(_, n)| *n = name);
+                    cut_names.push(name);
+                }
+                _ => {
+                    v.reset();
+                    model.values_mut().for_each(|n| *n = v.current(1 << 31));
+                    cut_names = vec![v.current(1 << 31)];
+                }
+            }
+            for (&p, &name) in &model {
+                assert_eq!(v.current(p), name, "step {step}: page {p}");
+            }
+        }
+        let w = Versions::restore(v.save());
+        assert!(model.iter().all(|(&p, &name)| w.current(p) == name || p >= 1 << 30), "restored as saved");
+    }
+
+    #[test]
+    fn a_sparse_table_is_saved_up_to_its_gap_and_the_rest_renamed() {
+        let v = Versions::new();
+        let near = v.bump(2);
+        v.touch(5);
+        let far = (1 << 30) - 60;
+        let far_name = v.bump(far);
+        v.touch(far + 1);
+        let saved = v.save();
+        assert_eq!(saved.table.len(), 6, "not 2^30 entries");
+        assert_eq!((saved.table[2], saved.table[5]), (near, COLD_DEFAULT));
+        let w = Versions::restore(saved.clone());
+        assert_eq!((w.current(2), w.current(5)), (near, COLD_DEFAULT));
+        for page in [far, far + 1, 100] {
+            assert!(![far_name, COLD_DEFAULT].contains(&w.current(page)), "page {page}: no old name is trusted");
+        }
+        assert_eq!(Versions::restore(v.save()).save().table, saved.table);
     }
 
     #[test]
