@@ -27,6 +27,8 @@
 //! workload runs for `--restart-duration` seconds, reported second by second
 //! against the measured run's steady state. `+nohot` opens with
 //! `waffle_hot_list=off` (the control: the restart's L1 fills on demand).
+//! `+verify` opens with `waffle_verify=on` (what verify mode costs, beside
+//! the same configuration without it).
 
 use waffle_core::codec::Codec;
 use waffle_emulation::LinkProfile;
@@ -54,6 +56,8 @@ pub struct ConfigSpec {
     pub restart: bool,
     /// Not `+nohot`: `waffle_hot_list=on` (the default).
     pub hot_list: bool,
+    /// `+verify`: `waffle_verify=on`.
+    pub verify: bool,
 }
 
 impl ConfigSpec {
@@ -62,7 +66,9 @@ impl ConfigSpec {
         let warm = given.contains("+warm");
         let restart = given.contains("+restart");
         let hot_list = !given.contains("+nohot");
-        let mut stripped = given.replace("+warm", "").replace("+restart", "").replace("+nohot", "");
+        let verify = given.contains("+verify");
+        let mut stripped =
+            given.replace("+warm", "").replace("+restart", "").replace("+nohot", "").replace("+verify", "");
         let mut codec = None;
         if let Some(at) = stripped.find("+compress=") {
             let rest = &stripped[at + "+compress=".len()..];
@@ -109,13 +115,13 @@ impl ConfigSpec {
         if device.is_some() && kind == Kind::Stock {
             return Err(format!("'{s}': stock SQLite reads through the kernel; it has no emulated device"));
         }
-        if (warm || restart || !hot_list) && kind == Kind::Stock {
+        if (warm || restart || !hot_list || verify) && kind == Kind::Stock {
             return Err(format!("'{given}': stock SQLite has no waffle to warm or restart"));
         }
         if codec.is_some() && kind == Kind::Stock {
             return Err(format!("'{given}': stock SQLite has no waffle to compress"));
         }
-        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list })
+        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify })
     }
 }
 
@@ -174,6 +180,8 @@ pub struct Plan {
     pub restart: bool,
     /// `waffle_hot_list` of the connections.
     pub hot_list: bool,
+    /// `waffle_verify=on`.
+    pub verify: bool,
 }
 
 impl Plan {
@@ -207,6 +215,7 @@ impl Plan {
             codec: spec.codec,
             restart: spec.restart,
             hot_list: spec.hot_list,
+            verify: spec.verify,
         };
         match spec.kind {
             Kind::Local => {}

@@ -57,6 +57,7 @@ pub(super) fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[Str
             Some(c) => format!("{uri}&waffle_compress={c}"),
             None => uri,
         };
+        let uri = if plan.verify { format!("{uri}&waffle_verify=on") } else { uri };
         Connection::open_with_flags(uri, flags)?
     } else {
         Connection::open_with_flags(path, flags)?
