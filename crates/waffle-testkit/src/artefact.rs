@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 /// The child programs of this crate (`src/bin/`).
-pub const BINARIES: [&str; 4] = ["crash-writer", "commit-then-hang", "open-config-cases", "preload-file-io"];
+pub const BINARIES: [&str; 5] =
+    ["crash-writer", "commit-then-hang", "open-config-cases", "preload-file-io", "explorer-worker"];
 
 /// A file cargo builds apart from the test that uses it.
 struct Known {

@@ -31,6 +31,7 @@ pub mod config_cases;
 pub mod crash_workload;
 pub mod db;
 pub mod db_file;
+pub mod explorer;
 pub mod fake_node;
 pub mod innodb_page;
 pub mod mariadb;

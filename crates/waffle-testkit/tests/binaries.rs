@@ -14,6 +14,7 @@ fn built(name: &str) -> PathBuf {
         "commit-then-hang" => env!("CARGO_BIN_EXE_commit-then-hang"),
         "open-config-cases" => env!("CARGO_BIN_EXE_open-config-cases"),
         "preload-file-io" => env!("CARGO_BIN_EXE_preload-file-io"),
+        "explorer-worker" => env!("CARGO_BIN_EXE_explorer-worker"),
         other => panic!("no binary {other} in this package: add it here"),
     })
 }
