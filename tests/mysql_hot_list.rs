@@ -4,11 +4,15 @@
 //! disk into L1 (never from the grid: every start is a new cache identity).
 //! Checked: the list names the table's pages, the restart loads them when
 //! InnoDB opens the table, nothing is asked of the grid, the data is right
-//! (CHECK TABLE, the sum) and no grid copy or page check failed.
+//! (CHECK TABLE, the sum) and no grid copy or page check failed. And the
+//! files beside the data (issue 19 item 4): a symlink planted at the list's
+//! name is never followed (one warning, its target untouched, left alone),
+//! and the list and the stats file get ibdata1's mode and the datadir's owner.
 
 #[path = "mysql_support.rs"]
 mod mysql_support;
 
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -25,7 +29,7 @@ fn listed(list: &Path, name: &str) -> usize {
 
 #[test]
 fn the_next_server_start_preloads_the_listed_pages_from_disk() {
-    let OneServer { turn: _turn, dir: _dir, node, data } = one_server("mysql-hot-list", 64);
+    let OneServer { turn: _turn, dir, node, data } = one_server("mysql-hot-list", 64);
     // InnoDB's own buffer pool dump and load off: its load would read the same pages at the
     // start (through L1), and this test is about waffle's list.
     let options = || {
@@ -35,18 +39,46 @@ fn the_next_server_start_preloads_the_listed_pages_from_disk() {
         );
         o
     };
+    // A symlink planted at the list's name, to a file outside the datadir.
+    let list = data.join("waffle-hot.list");
+    let victim = dir.path().join("victim");
+    std::fs::write(&victim, b"the victim's bytes").unwrap();
+    let before = (std::fs::read(&victim).unwrap(), std::fs::metadata(&victim).unwrap().mtime_nsec());
+    std::os::unix::fs::symlink(&victim, &list).unwrap();
     let s = start(&data, options());
+    assert_eq!(list, s.stats_path().with_file_name("waffle-hot.list"));
     create_padded_table(&s, ROWS, "i");
     // Read the table through a 6 MiB buffer pool: its pages pass through L1 (16 MiB: room
     // for them beside what InnoDB reads at start).
     for _ in 0..3 {
         s.sql("SELECT SUM(LENGTH(pad)) FROM w.t").unwrap();
     }
-    let list = s.stats_path().with_file_name("waffle-hot.list");
+    let refused = "cannot write the hot list";
+    wait_for(Duration::from_secs(20), "the list's write to refuse the symlink", || s.log().contains(refused));
+    std::thread::sleep(Duration::from_millis(700)); // more ticks: still one warning
+    let log = s.log();
+    assert_eq!(log.lines().filter(|l| l.contains(refused) && l.contains("a symlink")).count(), 1, "{log}");
+    assert!(log.contains("cannot use the hot list") && log.contains("[Warning] waffle:"), "{log}");
+    let after = (std::fs::read(&victim).unwrap(), std::fs::metadata(&victim).unwrap().mtime_nsec());
+    assert_eq!(after, before, "the symlink's target is never written");
+    assert!(std::fs::symlink_metadata(&list).unwrap().file_type().is_symlink(), "and the link is left alone");
+    std::fs::remove_file(&list).unwrap();
     wait_for(Duration::from_secs(20), "the hot list to name w/t", || listed(&list, "w/t") > 50);
     s.shutdown().unwrap();
     let kept = listed(&list, "w/t");
     assert!(kept > 50, "the shutdown kept the table's entries: {kept}");
+    // Made as SQLite makes its journals: the data files' mode, the datadir's owner.
+    let (ibdata, datadir) = (std::fs::metadata(data.join("ibdata1")).unwrap(), std::fs::metadata(&data).unwrap());
+    for f in [&list, &data.join("waffle-stats.json")] {
+        let m = std::fs::symlink_metadata(f).unwrap();
+        assert!(m.file_type().is_file(), "{}", f.display());
+        assert_eq!(m.mode() & 0o777, ibdata.mode() & 0o777, "{}: mode {:o}", f.display(), m.mode());
+        assert_eq!((m.uid(), m.gid()), (datadir.uid(), datadir.gid()), "{}", f.display());
+    }
+    let names = std::fs::read_dir(&data).unwrap().filter_map(|e| e.ok()?.file_name().into_string().ok());
+    let temps: Vec<String> = names.filter(|n| n.starts_with("waffle-") && n.contains(".tmp")).collect();
+    assert!(temps.is_empty(), "no temporary file left: {temps:?}");
+    eprintln!("ibdata1, the list and the stats file: mode {:o}", ibdata.mode() & 0o777);
 
     let s = start(&data, options());
     let before = stats_after(&s, "the stats file", |v| v["state"] == "active");

@@ -46,7 +46,8 @@ use serde_json::{json, Value};
 
 use crate::backing::{Backing, PageId};
 use crate::cache::PageCache;
-use crate::sidecar::{install, open_beside, write_temp, DbIdentity, Sidecar};
+use crate::side_file::{install, open_beside, write_temp, Beside};
+use crate::sidecar::{DbIdentity, Sidecar};
 use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
 use crate::warm::{Budget, Finish, Placed, WARM_READ_BYTES};
 
@@ -116,7 +117,7 @@ pub fn write(db_path: &Path, db: &Metadata, list: &HotList) -> io::Result<()> {
     // Not synced: the list is a hint, checked whole when read (length, crc32c), and a sync
     // would add a disk flush to every close (the sidecar's is enough). A machine crash after
     // the rename may leave it short: then it is ignored.
-    let (_file, tmp) = write_temp(&path, db, &encode(list), false)?;
+    let (_file, tmp) = write_temp(&path, &Beside::like(db), &encode(list), false)?;
     install(&tmp, &path)
 }
 
@@ -129,7 +130,7 @@ const MAX_LIST_BYTES: u64 = (FIXED_BYTES + MAX_LISTED * 8 + 4) as u64;
 pub fn load(db_path: &Path, db: &Metadata, warm: Option<(u64, u64)>) -> (Option<HotList>, Trust) {
     let path = path_for(db_path);
     let mut bytes = Vec::new();
-    let read = open_beside(&path, db).and_then(|f| match f {
+    let read = open_beside(&path, &Beside::like(db)).and_then(|f| match f {
         Some(f) => f.take(MAX_LIST_BYTES + 1).read_to_end(&mut bytes).map(|_| true),
         None => Ok(false),
     });

@@ -40,6 +40,7 @@ pub mod pool;
 pub mod presence;
 pub mod pusher;
 pub mod seal;
+pub mod side_file;
 pub mod sidecar;
 pub mod stats;
 #[cfg(test)]

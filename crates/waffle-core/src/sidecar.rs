@@ -21,7 +21,7 @@
 //! state again under the database's first lock.
 //!
 //! Files beside the database (this one and the hot list, hot_list.rs) are
-//! made as SQLite makes its journals: the database's permission bits and, when
+//! made as SQLite makes its journals (side_file.rs): the database's permission bits and, when
 //! running as root, its owner (os_unix.c, findCreateFileMode, robustFchown).
 //! Anyone who can create a file in the directory could plant a symlink or a
 //! file of their own there, so an existing one is opened with O_NOFOLLOW and
@@ -49,13 +49,14 @@
 //!    | extra_len u32 | extra (the adapter's state) | crc32c u32 over all before
 //! ```
 
-use std::fs::{File, Metadata, OpenOptions};
-use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::fs::{File, Metadata};
+use std::io::{self, Read};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::side_file::{create_beside, install, is_at, open_beside, sync_dir_of, write_temp, Beside};
 use crate::versions::{SavedVersions, MAX_PAGES};
 
 const MAGIC: [u8; 4] = *b"WFSC";
@@ -106,111 +107,7 @@ impl DbIdentity {
 }
 
 // ---------------------------------------------------------------- files beside the database
-
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// Whether a file found beside the database may be trusted: a regular file
-/// with one link (not a hard link to something else), this user's or, as
-/// root, the database owner's (a file another user planted is not ours to read or replace).
-fn check_ours(m: &Metadata, db: &Metadata) -> io::Result<()> {
-    let why = if !m.file_type().is_file() {
-        "not a regular file"
-    } else if m.nlink() != 1 {
-        "more than one link"
-    } else if m.uid() != euid() && !(euid() == 0 && m.uid() == db.uid()) {
-        "owned by another user"
-    } else {
-        return Ok(());
-    };
-    Err(io::Error::other(why))
-}
-
-/// Opens the existing file `path` beside the database read-only (writes go
-/// by rename; a read-only descriptor holds the flock) if it is one to trust;
-/// None if there is none.
-pub(crate) fn open_beside(path: &Path, db: &Metadata) -> io::Result<Option<File>> {
-    // lstat first: a FIFO or device is never opened (an open may block or act).
-    match std::fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-        Ok(m) if m.file_type().is_symlink() => return Err(io::Error::other("a symlink")),
-        Ok(m) => check_ours(&m, db)?,
-    }
-    let opened =
-        OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK).open(path);
-    let file = match opened {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(io::Error::other("a symlink")),
-        other => other?,
-    };
-    check_ours(&file.metadata()?, db)?; // what was opened, not what lstat saw
-    Ok(Some(file))
-}
-
-/// A file of the database's mode and (as root) owner, created at `path`,
-/// which must not exist (O_EXCL also refuses a symlink there).
-fn create_beside(path: &Path, db: &Metadata) -> io::Result<File> {
-    let mode = db.mode() & 0o777;
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
-    let made = (|| {
-        // The umask may have taken bits away: SQLite sets the mode exactly.
-        // SAFETY: fchmod and fchown on a descriptor we own.
-        if unsafe { libc::fchmod(file.as_raw_fd(), mode) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // As root, the database's owner must still be able to use it (robustFchown).
-        if euid() == 0 && unsafe { libc::fchown(file.as_raw_fd(), db.uid(), db.gid()) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
-    })();
-    match made {
-        Ok(()) => Ok(file),
-        Err(e) => {
-            let _ = std::fs::remove_file(path);
-            Err(e)
-        }
-    }
-}
-
-/// Writes `bytes` (synced if `sync`) to a new temporary file of a random
-/// name beside `path`, made as [`create_beside`] makes files; returns it and its name.
-pub(crate) fn write_temp(path: &Path, db: &Metadata, bytes: &[u8], sync: bool) -> io::Result<(File, PathBuf)> {
-    let mut name = path.file_name().unwrap_or(path.as_os_str()).to_owned();
-    name.push(format!(".{:016x}.tmp", crate::random_u64()));
-    let tmp = path.with_file_name(name);
-    let mut file = create_beside(&tmp, db)?;
-    let written = file.write_all(bytes).and_then(|()| if sync { file.sync_data() } else { Ok(()) });
-    match written {
-        Ok(()) => Ok((file, tmp)),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e)
-        }
-    }
-}
-
-/// Renames `tmp` over `path` (a symlink there is replaced, never followed); removes it on failure.
-pub(crate) fn install(tmp: &Path, path: &Path) -> io::Result<()> {
-    std::fs::rename(tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(tmp);
-    })
-}
-
-/// Makes a rename in `path`'s directory durable.
-fn sync_dir_of(path: &Path) -> io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY | libc::O_CLOEXEC).open(dir)?.sync_all()
-}
+// (made, opened and replaced by side_file.rs)
 
 fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
     // SAFETY: flock on a descriptor we own.
@@ -222,16 +119,6 @@ fn flock(file: &File, op: libc::c_int) -> io::Result<bool> {
         Ok(false)
     } else {
         Err(err)
-    }
-}
-
-/// Whether `file` is still the regular file at `path` (no new version renamed over it).
-fn is_at(file: &File, path: &Path) -> io::Result<bool> {
-    let held = file.metadata()?;
-    match std::fs::symlink_metadata(path) {
-        Ok(m) => Ok(m.file_type().is_file() && (m.dev(), m.ino()) == (held.dev(), held.ino())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
-        Err(e) => Err(e),
     }
 }
 
@@ -319,10 +206,10 @@ impl Sidecar {
     /// The sidecar at `path`, made empty (a cold one) if there is none.
     fn open_or_create(path: &Path, db: &Metadata) -> io::Result<File> {
         for _ in 0..MAX_REOPENS {
-            if let Some(file) = open_beside(path, db)? {
+            if let Some(file) = open_beside(path, &Beside::like(db))? {
                 return Ok(file);
             }
-            match create_beside(path, db) {
+            match create_beside(path, &Beside::like(db)) {
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue, // another open made it first
                 made => return made,
             }
@@ -384,7 +271,7 @@ impl Sidecar {
     /// temporary file, locked before the rename so that no open can lock it
     /// first, renamed over the sidecar; its lock is then this one's.
     fn replace(&mut self, bytes: &[u8], durable: bool) -> io::Result<()> {
-        let (file, tmp) = write_temp(&self.path, &self.db, bytes, true)?;
+        let (file, tmp) = write_temp(&self.path, &Beside::like(&self.db), bytes, true)?;
         if !matches!(flock(&file, libc::LOCK_EX), Ok(true)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(io::Error::other("cannot lock a new version"));
@@ -506,6 +393,8 @@ fn decode(b: &[u8]) -> Result<Option<(DbIdentity, Warm)>, &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::side_file::euid;
+    use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
 
     fn temp_db(name: &str) -> PathBuf {
@@ -664,7 +553,7 @@ mod tests {
         let planted = db.with_file_name(".x.db-waffle.planted.tmp");
         std::os::unix::fs::symlink(&victim, &planted).unwrap();
         let before = fingerprint(&victim);
-        let err = create_beside(&planted, &meta(&db)).unwrap_err();
+        let err = create_beside(&planted, &Beside::like(&meta(&db))).unwrap_err();
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "O_EXCL: {err}");
         assert_eq!(fingerprint(&victim), before);
     }

@@ -16,6 +16,9 @@
 //! write during shutdown, or while a table is closed, loses nothing; the
 //! list after a crash is the last one written. Nothing is written while the
 //! reload of a start runs (L1 would list what the reload put there).
+//! Written and read as the stats file ([`crate::runtime::beside_data`]): a
+//! list that is a symlink, another user's, a hard link, longer than any
+//! list or garbage is ignored (one warning; a cold start), never followed.
 //!
 //! Reload: a thread of its own, for at most RELOAD_WINDOW after the first
 //! tick: each second it holds the listed tablespaces InnoDB has open (pinned,
@@ -39,7 +42,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
-use std::fs;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -47,11 +50,12 @@ use std::time::{Duration, Instant};
 use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::hot_list::{ReloadFrom, MAX_LISTED};
+use waffle_core::side_file;
 use waffle_core::versions::{join, split, MAX_PAGES};
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
-use crate::runtime::{write_atomically, LentFiles, Pinned, Runtime};
+use crate::runtime::{beside_data, write_beside_data, LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
 
 pub const LIST_FILE: &str = "waffle-hot.list";
@@ -124,6 +128,21 @@ fn list_path(rt: &Runtime) -> std::path::PathBuf {
     rt.stats_path.with_file_name(LIST_FILE)
 }
 
+/// The list at `path` (beside the data of `datadir`), decoded; None if there
+/// is none. Read as the core reads a hot list (waffle_core::side_file): never
+/// through a symlink, never a FIFO, another user's or a hard link, at most
+/// MAX_FILE_BYTES.
+fn read_list(path: &Path, datadir: &Path) -> std::io::Result<Option<Result<(u64, Entries), &'static str>>> {
+    let Some(bytes) = side_file::read_beside(path, &beside_data(datadir), MAX_FILE_BYTES)? else { return Ok(None) };
+    Ok(Some(String::from_utf8(bytes).map_err(|_| "not text").and_then(|text| decode(&text))))
+}
+
+/// Says `why` once in the server's log; returns it (for the stats).
+fn warned(why: String) -> String {
+    log::warn_once(&why);
+    why
+}
+
 fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
 }
@@ -163,9 +182,9 @@ pub fn tick(rt: &'static Runtime) {
         st.last_write = Instant::now();
         let entries = listed(rt, &st.last);
         let path = list_path(rt);
-        match write_atomically(&path, &encode(rt.page_bytes, &entries)) {
+        match write_beside_data(&path, &rt.datadir, encode(rt.page_bytes, &entries).as_bytes()) {
             Ok(()) => st.last = entries,
-            Err(e) => log::rate_limited_error(&format!("cannot write {}: {e}", path.display())),
+            Err(e) => log::warn_once(&format!("cannot write the hot list {}: {e}; not written", path.display())),
         }
     }
 }
@@ -191,18 +210,14 @@ fn load(rt: &Runtime) -> State {
         return st;
     }
     let path = list_path(rt);
-    let read = fs::File::open(&path).and_then(|f| {
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut std::io::Read::take(f, MAX_FILE_BYTES), &mut text).map(|_| text)
-    });
-    let why = match read.as_deref().map(decode) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => "no hot list".to_string(),
-        Err(e) => format!("cannot read {}: {e}", path.display()),
-        Ok(Err(why)) => format!("{} is not a valid hot list: {why}", path.display()),
-        Ok(Ok((page_bytes, _))) if page_bytes != rt.page_bytes => {
+    let why = match read_list(&path, &rt.datadir) {
+        Ok(None) => "no hot list".to_string(),
+        Err(e) => warned(format!("cannot use the hot list {}: {e}; starting without it", path.display())),
+        Ok(Some(Err(why))) => warned(format!("{} is not a valid hot list: {why}; starting without it", path.display())),
+        Ok(Some(Ok((page_bytes, _)))) if page_bytes != rt.page_bytes => {
             format!("the list's pages are {page_bytes} bytes, the server's {}", rt.page_bytes)
         }
-        Ok(Ok((_, entries))) => {
+        Ok(Some(Ok((_, entries)))) => {
             for (rank, (name, page)) in entries.iter().enumerate() {
                 st.pending.entry(name.clone()).or_default().push((rank as u32, *page));
             }
@@ -325,6 +340,54 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::runtime::tests::{datadir, fingerprint};
+    use crate::runtime::write_beside_data;
+
+    #[test]
+    fn a_symlinked_oversized_garbage_or_foreign_list_is_ignored() {
+        let dir = datadir("hot-list-read", Some(0o660));
+        let path = dir.join(LIST_FILE);
+        assert!(matches!(read_list(&path, &dir), Ok(None)), "none");
+        write_beside_data(&path, &dir, encode(16384, &entries()).as_bytes()).unwrap();
+        assert_eq!(read_list(&path, &dir).unwrap(), Some(Ok((16384, entries()))));
+        assert_eq!(std::fs::metadata(&path).map(|m| std::os::unix::fs::MetadataExt::mode(&m) & 0o777).unwrap(), 0o660);
+        // Garbage: not text, or not a list.
+        std::fs::write(&path, b"\xff\xfe garbage").unwrap();
+        assert_eq!(read_list(&path, &dir).unwrap(), Some(Err("not text")));
+        std::fs::write(&path, b"waffle-hot-list 1 page_bytes=16384\n1\tx\ncrc32c=00000000\n").unwrap();
+        assert_eq!(read_list(&path, &dir).unwrap(), Some(Err("checksum mismatch")));
+        // Longer than any list (sparse): refused before it is read.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MAX_FILE_BYTES + 1).unwrap();
+        let t0 = Instant::now();
+        let err = read_list(&path, &dir).unwrap_err();
+        assert!(err.to_string().contains("longer") && t0.elapsed() < Duration::from_secs(1), "{err}");
+        // A symlink to a valid list elsewhere: never followed.
+        std::fs::remove_file(&path).unwrap();
+        let elsewhere = dir.join("elsewhere");
+        std::fs::write(&elsewhere, encode(16384, &entries())).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        let err = read_list(&path, &dir).unwrap_err();
+        assert!(err.to_string().contains("symlink"), "{err}");
+        // A hard link (one more name of a file elsewhere): refused.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::hard_link(&elsewhere, &path).unwrap();
+        let err = read_list(&path, &dir).unwrap_err();
+        assert!(err.to_string().contains("link"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("not root: cannot give a file to another user; that case is not run");
+            return;
+        }
+        write_beside_data(&path, &dir, encode(16384, &entries()).as_bytes()).unwrap();
+        std::os::unix::fs::lchown(&path, Some(4242), Some(4242)).unwrap();
+        let err = read_list(&path, &dir).unwrap_err();
+        assert!(err.to_string().contains("another user"), "{err}");
+        // The list's writer leaves it alone too, and writes nothing through a symlink.
+        let before = fingerprint(&path);
+        assert!(write_beside_data(&path, &dir, b"x").is_err());
+        assert_eq!(fingerprint(&path), before);
+    }
 
     fn entries() -> Vec<(String, u64)> {
         vec![("shop/orders".into(), 412), ("ibdata1".into(), 3), ("shop/orders".into(), 7)]

@@ -20,16 +20,20 @@
 //! page is installed only if its version did not move since before the read.
 
 use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use waffle_core::backing::Backing;
+use waffle_core::side_file;
 use waffle_core::versions::join;
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
 use waffle_emulation::OnDevice;
 
 use crate::filter::Filter;
-use crate::runtime::{LentFiles, Pinned, Runtime};
+use crate::runtime::{beside_data, LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
 
 pub const REQUEST_FILE: &str = "waffle-warm.request";
@@ -37,12 +41,52 @@ pub const REQUEST_FILE: &str = "waffle-warm.request";
 const PIECE_TIME: Duration = Duration::from_millis(100);
 /// Names one request may carry.
 const MAX_NAMES: usize = 1000;
+/// The request file's bound: MAX_NAMES names of a few hundred bytes.
+const MAX_REQUEST_BYTES: u64 = 512 * 1024;
+
+/// Takes the request at `path`, if there is one to take: read as the core
+/// reads files beside a database (waffle_core::side_file: never through a
+/// symlink, never a FIFO or a hard link, at most MAX_REQUEST_BYTES), written
+/// by this user, root (an administrator's `waffle warm`) or the datadir's
+/// owner, and removed if it is still the file at the path. One that is
+/// anything else is left alone and said once in the server's log; one of
+/// ours that is garbage (too long, not text) is removed and said once.
+fn take_request(path: &Path, datadir: &Path) -> Option<String> {
+    let owner = beside_data(datadir).uid;
+    let trust = |m: &fs::Metadata| {
+        side_file::check_plain(m)?;
+        if ![side_file::euid(), 0, owner].contains(&m.uid()) {
+            return Err(io::Error::other("owned by another user"));
+        }
+        Ok(())
+    };
+    let file = match side_file::open_if(path, &trust) {
+        Ok(None) => return None,
+        Ok(Some(file)) => file,
+        Err(e) => {
+            log::warn_once(&format!("ignoring the warm request {}: {e}; left alone", path.display()));
+            return None;
+        }
+    };
+    let read = side_file::read_bounded(&file, MAX_REQUEST_BYTES);
+    if side_file::is_at(&file, path).unwrap_or(false) {
+        let _ = fs::remove_file(path);
+    }
+    let why = match read {
+        Ok(bytes) => match String::from_utf8(bytes) {
+            Ok(text) => return Some(text),
+            Err(_) => "not text".to_string(),
+        },
+        Err(e) => e.to_string(),
+    };
+    log::warn_once(&format!("ignoring the warm request {}: {why}; removed", path.display()));
+    None
+}
 
 /// The stats thread's tick: takes a request, if there is one, and starts its warm.
 pub fn poll(rt: &'static Runtime) {
     let path = rt.stats_path.with_file_name(REQUEST_FILE);
-    let Ok(text) = fs::read_to_string(&path) else { return };
-    let _ = fs::remove_file(&path);
+    let Some(text) = take_request(&path, &rt.datadir) else { return };
     let mut id = String::from("-");
     let mut names = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()).take(MAX_NAMES) {
@@ -117,4 +161,40 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         done += n;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::runtime::tests::{datadir, fingerprint};
+
+    #[test]
+    fn a_request_is_taken_once_and_a_planted_one_is_left_alone() {
+        let dir = datadir("warm-request", Some(0o660));
+        let path = dir.join(REQUEST_FILE);
+        assert_eq!(take_request(&path, &dir), None);
+        std::fs::write(&path, "id=1\nshop/*\n").unwrap();
+        assert_eq!(take_request(&path, &dir).as_deref(), Some("id=1\nshop/*\n"));
+        assert!(!path.exists(), "taken");
+        // A symlink: never followed, left alone.
+        let victim = dir.join("victim");
+        std::fs::write(&victim, b"id=secret\n").unwrap();
+        std::os::unix::fs::symlink(&victim, &path).unwrap();
+        assert_eq!(take_request(&path, &dir), None);
+        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink());
+        std::fs::remove_file(&path).unwrap();
+        // A hard link to another file: not read (its lines would show in the stats), left alone.
+        std::fs::hard_link(&victim, &path).unwrap();
+        let before = fingerprint(&victim);
+        assert_eq!(take_request(&path, &dir), None);
+        assert_eq!(fingerprint(&victim), before);
+        std::fs::remove_file(&path).unwrap();
+        // Garbage of our own: too long, or not text: removed, nothing warmed.
+        std::fs::write(&path, vec![b'x'; MAX_REQUEST_BYTES as usize + 1]).unwrap();
+        assert_eq!(take_request(&path, &dir), None);
+        assert!(!path.exists(), "an oversized request is removed");
+        std::fs::write(&path, b"id=1\n\xff\n").unwrap();
+        assert_eq!(take_request(&path, &dir), None);
+        assert!(!path.exists(), "garbage is removed");
+    }
 }
