@@ -4,8 +4,9 @@
 //! plus `sqlite3` shells (plain and with `libwaffle.so`), checkpoints of every mode, VACUUM,
 //! VACUUM INTO renamed over the database, the backup API both ways, a backup renamed over the
 //! database, journal mode switches, kill -9 of a worker, memcached `flush_all` and restarts,
-//! hot list on, off and grid. Steps run one at a time, every connection with busy timeout 0, so
-//! a schedule's outcomes depend on its steps alone; each schedule runs through waffle (64 KiB
+//! hot list on, off and grid. Steps run one at a time, every connection with one busy timeout
+//! (`explorer::BUSY_TIMEOUT_MS`: locks held across steps fail competitors alike in both runs,
+//! waffle's background readers are waited out), so a schedule's outcomes depend on its steps alone; each schedule runs through waffle (64 KiB
 //! L1, two memcached nodes) and as a control with every connection plain, and every step's
 //! outcome must be the control's, every read the model's, verify mode must count no mismatch.
 //!

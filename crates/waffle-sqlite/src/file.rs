@@ -408,6 +408,10 @@ unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
         if let (Some(db), true) = (db, from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
             // Before SQLite reads a page of this transaction.
             coherent(db, |c| c.on_shared(&db.cache, || file_sig(db, fd)));
+            // SAFETY: f is ours.
+            if unsafe { (*wf).shm0.is_null() } {
+                catch_up_before_mapping(db, fd);
+            }
         }
         if let (Some(db), true) = (db, level == SQLITE_LOCK_EXCLUSIVE) {
             // SAFETY: f is ours.
@@ -421,6 +425,21 @@ unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
         }
     }
     rc
+}
+
+/// A handle that has not mapped the wal-index yet reads page 1 under SHARED
+/// alone (SQLite learns from it whether the database is in WAL mode). In WAL
+/// mode SHARED does not stop another process's checkpoint, and other
+/// connections of ours holding SHARED prove nothing: catch up with the
+/// wal-index through the mapping another handle of ours holds, if any.
+fn catch_up_before_mapping(db: &OpenDb, fd: RawFd) {
+    let shared = db.shm.lock().unwrap_or_else(|e| e.into_inner());
+    if shared.handles == 0 {
+        return;
+    }
+    // SAFETY: region 0 stays mapped while a handle of ours counts in `handles` (held under this lock).
+    let view = unsafe { wal_index::read_view(shared.region0 as *const u8) };
+    coherent(db, |c| c.on_wal_read(&db.cache, view, &WalFrames(db, fd)));
 }
 
 /// Whether the file, as an unlock from `lock_level` leaves it, is one the
@@ -476,8 +495,14 @@ unsafe extern "C" fn main_shm_map(
     let rc = unsafe { pass_shm_map(f, pg, sz, extend, pp) };
     // SAFETY: pp is SQLite's out-pointer, set by the real xShmMap when it succeeded; f is ours.
     unsafe {
+        let wf = f as *mut WaffleFile;
         if pg == 0 && (rc == SQLITE_OK || rc & 0xff == SQLITE_READONLY) && !(*pp).is_null() && sz >= 136 {
-            (*(f as *mut WaffleFile)).shm0 = *pp as *const u8;
+            if let (Some(db), true) = (db(f), (*wf).shm0.is_null()) {
+                let mut shared = db.shm.lock().unwrap_or_else(|e| e.into_inner());
+                shared.handles += 1;
+                shared.region0 = *pp as usize;
+            }
+            (*wf).shm0 = *pp as *const u8;
         }
     }
     rc
@@ -485,7 +510,16 @@ unsafe extern "C" fn main_shm_map(
 
 unsafe extern "C" fn main_shm_unmap(f: *mut sqlite3_file, delete: c_int) -> c_int {
     // SAFETY: f is ours.
-    unsafe { (*(f as *mut WaffleFile)).shm0 = std::ptr::null() };
+    let was_mapped = !std::mem::replace(unsafe { &mut (*(f as *mut WaffleFile)).shm0 }, std::ptr::null()).is_null();
+    // SAFETY: f is ours.
+    if let (Some(db), true) = (unsafe { db(f) }, was_mapped) {
+        // Out of the count before the real unmap: nobody reads through this handle's mapping after.
+        let mut shared = db.shm.lock().unwrap_or_else(|e| e.into_inner());
+        shared.handles -= 1;
+        if shared.handles == 0 {
+            shared.region0 = 0;
+        }
+    }
     // SAFETY: f is ours.
     unsafe { pass_shm_unmap(f, delete) }
 }

@@ -47,6 +47,10 @@ pub struct OpenDb {
     /// generation that appears while one of them holds the write lock is its
     /// own only if it wrote frames meanwhile.
     pub wal_writes: Arc<AtomicU64>,
+    /// Region 0 of the wal-index as this process maps it (the unix VFS maps it
+    /// once per process and database, for every connection): read by a handle
+    /// of ours that has not mapped it yet (file.rs, `main_lock`).
+    pub shm: Mutex<SharedRegion>,
     /// Bytes 24..40 of page 1 as the cache last saw them (read or written
     /// through it): what SQLite's pager compares at its next SHARED lock.
     pub header_seen: Mutex<Option<[u8; 16]>>,
@@ -69,6 +73,15 @@ impl OpenDb {
             None => read(&file),
         }
     }
+}
+
+/// The wal-index mapping while handles of ours hold it: the address stays
+/// valid while `handles` > 0 (the VFS unmaps only after the last one lets go,
+/// and a handle leaves the count before it lets go, under this lock).
+#[derive(Default)]
+pub struct SharedRegion {
+    pub handles: usize,
+    pub region0: usize,
 }
 
 struct Entry {
@@ -220,6 +233,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
         coherence: Mutex::new(Coherence::new(sig)),
         wal_path: PathBuf::from(wal),
         wal_writes: Arc::new(AtomicU64::new(0)),
+        shm: Mutex::default(),
         header_seen: Mutex::new(None),
         warm: Arc::default(),
         hot: Mutex::new(hot),

@@ -284,7 +284,12 @@ impl<'a> Run<'a> {
     fn check_stderr(&mut self, w: usize) -> Result<(), String> {
         let new = self.workers[w].new_stderr();
         match new.lines().find(|l| l.contains(VERIFY_LOG_PREFIX)) {
-            Some(line) => Err(format!("worker {w} logged: {line}")),
+            Some(line) => {
+                if std::env::var_os("WAFFLE_TRACE").is_some() {
+                    eprintln!("worker {w}'s stderr:\n{new}");
+                }
+                Err(format!("worker {w} logged: {line}"))
+            }
             None => Ok(()),
         }
     }

@@ -25,7 +25,7 @@ fn ok() -> Record {
 }
 
 impl Run<'_> {
-    /// Runs `sql` in a shell with busy timeout 0: with `libwaffle.so` in the waffle run when
+    /// Runs `sql` in a shell with the explorer's busy timeout: with `libwaffle.so` in the waffle run when
     /// `waffle`, then its verify counters.
     fn shell(&mut self, waffle: bool, sql: &str) -> Result<ShellRun, String> {
         self.tally.shells += 1;
@@ -41,7 +41,7 @@ impl Run<'_> {
         };
         let stats =
             if through_waffle { format!("SELECT '{STATS_MARKER}';\nPRAGMA waffle_stats;\n") } else { String::new() };
-        let run = shell(&self.db, &open, 0, &format!("PRAGMA cache_size = 8;\n{sql}{stats}"));
+        let run = shell(&self.db, &open, super::BUSY_TIMEOUT_MS, &format!("PRAGMA cache_size = 8;\n{sql}{stats}"));
         if let Some(line) = run.stderr.lines().find(|l| l.contains("waffle verify:")) {
             return Err(format!("the shell logged: {line}"));
         }

@@ -5,7 +5,7 @@
 //! `close`, `begin SLOT deferred|immediate`, `commit`, `rollback`, `write SLOT OP...`, `read`,
 //! `get SLOT ID,ID,...`, `checkpoint SLOT MODE`, `vacuum`, `journal SLOT MODE`, `check`,
 //! `backup SLOT PATH`, `restore SLOT PATH`; `quit` closes everything and exits. Every
-//! connection has busy timeout 0, so an outcome depends only on the order of steps.
+//! connection has the explorer's busy timeout (BUSY_TIMEOUT_MS), so an outcome depends only on the order of steps.
 
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
@@ -130,7 +130,7 @@ fn open(setup: &Setup, conn: &mut Option<Connection>, waffle: bool, hot_list: &s
     }
     let opened = if waffle { open_waffle(setup, hot_list) } else { open_plain(setup) };
     let opened = opened.and_then(|c| {
-        c.busy_timeout(Duration::ZERO)?;
+        c.busy_timeout(Duration::from_millis(super::BUSY_TIMEOUT_MS.into()))?;
         c.execute_batch(&format!("PRAGMA cache_size = {SQLITE_CACHE_PAGES}"))?;
         Ok(c)
     });
