@@ -20,8 +20,9 @@
 //!
 //! `waffle_direct_io=on`: the kernel's page cache must not keep what waffle
 //! read (the local memory given to waffle is all the memory its pages use),
-//! so each read is followed by POSIX_FADV_DONTNEED of its range, the effect
-//! of an O_DIRECT read without a descriptor of waffle's own.
+//! so the descriptor gets POSIX_FADV_RANDOM (no kernel read-ahead) and each
+//! read is followed by POSIX_FADV_DONTNEED of its range: the effect of an
+//! O_DIRECT read without a descriptor of waffle's own.
 
 use std::ffi::CStr;
 use std::fs::{File, Metadata};
@@ -129,6 +130,14 @@ impl Backing for SqliteFd {
     fn is_direct(&self) -> bool {
         self.drop_cache
     }
+}
+
+/// `waffle_direct_io=on`: the kernel reads no more than is asked through this
+/// descriptor (POSIX_FADV_RANDOM: no read-ahead into its page cache), so that
+/// with POSIX_FADV_DONTNEED after each read nothing waffle read stays cached.
+pub fn no_read_ahead(fd: RawFd) {
+    // SAFETY: advice on an open descriptor; it changes no data.
+    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) };
 }
 
 /// A backing for work that must not read the file (the hot list's grid-only reload).

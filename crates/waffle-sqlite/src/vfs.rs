@@ -222,6 +222,9 @@ unsafe fn open(
                 return SQLITE_CANTOPEN;
             }
             crate::warm::joined_fd(fd);
+            if let (Some(fd), true) = (fd, db.config.direct_io) {
+                descriptor::no_read_ahead(fd);
+            }
             // SAFETY: f is ours to fill; main_close gives the Arc back (to registry::detach as a warmer).
             unsafe {
                 (*wf).db = Arc::into_raw(db);
@@ -261,6 +264,9 @@ unsafe fn open(
     });
     match attached {
         Ok(Ok(db)) => {
+            if db.config.direct_io {
+                descriptor::no_read_ahead(fd);
+            }
             // SAFETY: f is ours to fill; main_close gives the Arc back.
             unsafe {
                 (*wf).db = Arc::into_raw(db);
