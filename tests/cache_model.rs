@@ -112,6 +112,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
                 let mut buf = vec![0u8; PAGE];
                 let disk = MemFile(Arc::clone(&file));
                 let mut generation = 0u64;
+                let mut ra = waffle_core::ReadAhead::new();
                 let started = Instant::now();
                 for op in 0.. {
                     let conducted = moved.load(Ordering::Acquire) >= MIN_MOVES && fake.paused_sets() > 0;
@@ -125,7 +126,7 @@ fn every_read_equals_the_model_file_under_concurrent_writes_grid_changes_and_epo
                             assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read wrong");
                         }
                         10..=12 => {
-                            cache.read_sequential(p, &mut buf, &disk).unwrap();
+                            cache.read_sequential(p, &mut buf, &disk, &mut ra).unwrap();
                             assert!(buf == page_of(&file, p), "worker {w} op {op}: page {p} read ahead wrong");
                         }
                         13..=16 => {

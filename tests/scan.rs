@@ -90,6 +90,16 @@ fn a_scan_reads_ahead_and_keeps_l1_and_the_grid() {
         d("read_ahead_pages_l2") + d("read_ahead_pages_disk") >= pages * 8 / 10,
         "most pages came in windows: {s1}"
     );
+    // Pages read ahead of the scan, by source: read = used + unused + still in
+    // L1; the scan used nearly all of them, the grid's among them (the grid
+    // is asked for the window pages it may hold, the disk for the rest).
+    for src in ["disk", "l2"] {
+        let k = |what: &str| n(&s1, &format!("ahead_{what}_{src}"));
+        assert_eq!(k("pages"), k("used") + k("unused") + k("in_l1"), "{src}: {s1}");
+    }
+    let (ahead, used) = (d("ahead_pages_disk") + d("ahead_pages_l2"), d("ahead_used_disk") + d("ahead_used_l2"));
+    assert!(used * 10 >= ahead * 9, "a scan used {used} of the {ahead} pages read ahead: {s1}");
+    assert!(d("ahead_used_l2") > 0, "{s1}");
     // Pages the grid had came from the grid, and stayed there (plain mg).
     assert!(d("read_ahead_pages_l2") as usize >= grid_before.len() / 2, "the windows did not use the grid: {s1}");
     let kept = grid_before.iter().filter(|&&p| in_grid(p)).count();

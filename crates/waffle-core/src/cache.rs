@@ -25,7 +25,7 @@ use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::hot_list::HotListProgress;
-use crate::pool::{Evicted, Pool};
+use crate::pool::{Ahead, Evicted, Pool};
 use crate::presence::{Presence, Verdict};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
@@ -38,6 +38,12 @@ use crate::working_set::{self, WorkingSet};
 const STRIPES: usize = 256;
 /// Most pages one read-ahead window asks for (one grid round trip, one disk read).
 pub const READ_AHEAD_MAX_PAGES: u64 = 32;
+/// The first window of a sequential run, in pages (the missed page included):
+/// a range query of two or three leaves reads ahead at most three pages.
+pub const READ_AHEAD_FIRST_PAGES: u64 = 4;
+/// A miss at most this many pages past the last window continues its run
+/// (a b-tree scan skips the interior pages between its leaves).
+const READ_AHEAD_GAP_PAGES: u64 = 8;
 /// A window is at most this fraction of L1, so a scan cannot evict its own window before reading it.
 const READ_AHEAD_L1_DIVISOR: u64 = 16;
 /// After a window found nothing in the grid, this many windows skip the grid (then one asks again).
@@ -54,6 +60,93 @@ pub enum Source {
     Disk,
     /// Brought in by a sequential scan's read-ahead window (from the grid or the disk).
     ReadAhead,
+}
+
+/// One sequential reader's read-ahead: the adapter keeps one per handle it
+/// reads through ([`PageCache::read_sequential`]), as Linux keeps one per open
+/// file. A window grows only while its pages are used (Linux's on-demand
+/// read-ahead; InnoDB's linear read-ahead waits for most of an extent):
+///
+/// - a run starts with a window of [`READ_AHEAD_FIRST_PAGES`];
+/// - at the next miss past it (within [`READ_AHEAD_GAP_PAGES`] of its end),
+///   if the reader read at least half of the pages the window read ahead,
+///   the next window doubles (up to [`READ_AHEAD_MAX_PAGES`] and 1/16 of
+///   L1); if it read fewer, it halves (not below the first size); if it read
+///   none, read-ahead stops: misses read their page alone until the reader
+///   reads a page right after the last one it missed, which starts a first
+///   window again;
+/// - a miss elsewhere (behind the window, or further past it) starts a new run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReadAhead {
+    /// The last window: pages `start..end` (`start`: the miss that opened it).
+    /// Stopped: `end` is the page after the last one the reader read.
+    start: u64,
+    end: u64,
+    /// Pages of `start + 1..end` the reader has read since (found in L1).
+    used: u64,
+    /// The last window's size in pages: 0 none yet, 1 stopped.
+    size: u64,
+}
+
+impl ReadAhead {
+    pub const fn new() -> ReadAhead {
+        ReadAhead { start: 0, end: 0, used: 0, size: 0 }
+    }
+
+    /// The reader left its run: the next window starts small.
+    pub fn reset(&mut self) {
+        *self = ReadAhead::new();
+    }
+
+    /// The last window's size in pages (its missed page included); 1 when
+    /// read-ahead stopped, 0 before the first window.
+    pub fn last_window(&self) -> u64 {
+        self.size
+    }
+
+    /// The reader found `page` in L1 (or the push queue).
+    fn read_hit(&mut self, page: u64) {
+        if self.size == 1 {
+            if page == self.end {
+                self.end += 1;
+            }
+        } else if page > self.start && page < self.end {
+            self.used += 1;
+        }
+    }
+
+    /// The reader missed `page`: the size of the window to read now, in
+    /// pages (`page` included), at most `max`; 1: `page` alone.
+    fn next_size(&self, page: u64, max: u64) -> u64 {
+        let continues = self.size > 0 && page > self.start && page <= self.end + READ_AHEAD_GAP_PAGES;
+        let size = if !continues {
+            READ_AHEAD_FIRST_PAGES
+        } else if self.size == 1 {
+            if page == self.end {
+                READ_AHEAD_FIRST_PAGES
+            } else {
+                1
+            }
+        } else {
+            let ahead = self.end - self.start - 1;
+            if ahead == 0 {
+                READ_AHEAD_FIRST_PAGES
+            } else if self.used == 0 {
+                1
+            } else if self.used * 2 >= ahead {
+                self.size * 2
+            } else {
+                (self.size / 2).max(READ_AHEAD_FIRST_PAGES)
+            }
+        };
+        size.min(max)
+    }
+
+    /// A window of `size` pages opened at `page`, reaching `end` (the end of
+    /// its file may cut it short).
+    fn opened(&mut self, page: u64, end: u64, size: u64) {
+        *self = ReadAhead { start: page, end, used: 0, size };
+    }
 }
 
 /// What a clean close did with L1.
@@ -260,7 +353,12 @@ impl PageCache {
         let t0 = Instant::now();
         self.working_set.note(page, t0);
         let version = self.versions.current(page);
-        match self.pool.get(page, buf) {
+        let got = self.pool.get_used(page, buf).map(|(installed, ahead)| {
+            // (A stale read-ahead copy counts as used too: it left unread by no eviction.)
+            self.count_used(ahead);
+            installed
+        });
+        match got {
             Some(installed) if installed == version => {
                 self.stats.l1_hits.incr();
                 self.stats.record(Tier::L1, t0.elapsed());
@@ -310,44 +408,67 @@ impl PageCache {
     }
 
     /// Reads page `page` for a sequential scan (the adapter saw consecutive
-    /// page reads). Pages already in L1 are read without making them hotter.
-    /// A miss fetches a window of the following pages at once: one pipelined
-    /// grid request (plain `mg`: the grid keeps its copies) and one disk read
-    /// per contiguous run of what the grid lacked. Window pages enter L1
-    /// marked as scan pages: evicted unread, they are dropped, not pushed, so
-    /// a one-pass scan flushes neither L1's hot pages nor the grid's.
+    /// page reads); `ra` is the reader's read-ahead state (one per handle,
+    /// see [`ReadAhead`] for how a window's size is chosen). Pages already in
+    /// L1 are read without making them hotter. A miss fetches a window of the
+    /// following pages at once: one pipelined grid request (plain `mg`: the
+    /// grid keeps its copies) for the window's pages the grid may hold, and
+    /// one disk read per contiguous run of what the grid lacked. Window pages
+    /// enter L1 marked as scan pages: evicted unread, they are dropped, not
+    /// pushed, so a one-pass scan flushes neither L1's hot pages nor the
+    /// grid's.
     ///
     /// Counting: a miss here is an `l1_misses` that starts one
-    /// `read_ahead_windows`; what the window brings is counted in the
-    /// `read_ahead_*` counters only, so `l2_*`, `disk_reads` and the latency
-    /// histograms keep describing demand reads one page at a time.
-    pub fn read_sequential(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
-        let served = self.read_window(page, buf, file)?;
+    /// `read_ahead_windows` (or, read-ahead stopped, goes the ordinary way);
+    /// what the window brings is counted in the `read_ahead_*` counters only,
+    /// so `l2_*`, `disk_reads` and the latency histograms keep describing
+    /// demand reads one page at a time. The pages it brought ahead of the
+    /// missed one are counted by source (`ahead_pages_*`), and again when a
+    /// read first uses one (`ahead_used_*`).
+    pub fn read_sequential(
+        &self,
+        page: u64,
+        buf: &mut [u8],
+        file: &dyn Backing,
+        ra: &mut ReadAhead,
+    ) -> io::Result<(usize, Source)> {
+        let served = self.read_window(page, buf, file, ra)?;
         self.verified(page, buf, served, file)
     }
 
-    fn read_window(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
+    fn read_window(
+        &self,
+        page: u64,
+        buf: &mut [u8],
+        file: &dyn Backing,
+        ra: &mut ReadAhead,
+    ) -> io::Result<(usize, Source)> {
         if self.is_fused() {
             return self.read_through(page, buf, file);
         }
         self.adopt_page_size(buf.len());
         let page_bytes = buf.len() as u64;
-        let window = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
-        if window < 2 {
+        let max = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
+        if max < 2 {
             return self.read_tiers(page, buf, file);
         }
         let t0 = Instant::now();
         self.working_set.note(page, t0);
         let version = self.versions.current(page);
         let peeked = match self.pool.peek(page, buf) {
-            Some((installed, scan)) if installed == version => Some(scan),
-            Some(_) => {
+            Some((installed, scan, ahead)) if installed == version => {
+                self.count_used(ahead);
+                Some(scan)
+            }
+            Some((_, _, ahead)) => {
+                self.count_used(ahead); // as in read_tiers
                 self.drop_stale_l1(page);
                 None
             }
             None => None,
         };
         if let Some(scan) = peeked {
+            ra.read_hit(page);
             if scan {
                 self.stats.read_ahead_hits.incr();
                 return Ok((buf.len(), Source::ReadAhead));
@@ -358,11 +479,19 @@ impl PageCache {
         }
         if self.pusher.take_if_queued(page) {
             // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
+            ra.read_hit(page);
+            return self.read_tiers(page, buf, file);
+        }
+        let size = ra.next_size(page, max);
+        if size < 2 {
+            // Read-ahead stopped: the last window was not read.
+            ra.opened(page, page + 1, 1);
             return self.read_tiers(page, buf, file);
         }
         self.stats.l1_misses.incr();
         // The window stays in the page's file (a segment holds MAX_PAGES pages).
-        let end = (page + window).min((page >> SEGMENT_BITS << SEGMENT_BITS) + MAX_PAGES);
+        let end = (page + size).min((page >> SEGMENT_BITS << SEGMENT_BITS) + MAX_PAGES);
+        ra.opened(page, end, size);
         let wanted: Vec<u64> = (page..end).filter(|&p| p == page || !self.pool.contains(p)).collect();
         let versions: Vec<u64> = wanted.iter().map(|&p| self.versions.current(p)).collect();
         let mut got: Vec<Option<Box<[u8]>>> = vec![None; wanted.len()];
@@ -370,13 +499,11 @@ impl PageCache {
         self.stats.read_ahead_windows.incr();
 
         if let Some(grid) = self.grid.get() {
-            // The grid is asked only for a window it may hold whole: a window that
-            // needs the disk anyway costs one read of the run from disk, while a
-            // partial grid answer costs a round trip and splits that read in pieces
-            // (measured: 3.3 pages per disk read instead of a window's 20).
+            // The grid is asked, in one round trip, for the window's pages it
+            // may hold (pushed at their version, within its reach); the disk
+            // reads only the rest.
             let held = |p: u64| matches!(self.presence.verdict(p), Verdict::Held { .. });
-            let asked: Vec<usize> =
-                if wanted.iter().all(|&p| held(p)) { (0..wanted.len()).collect() } else { Vec::new() };
+            let asked: Vec<usize> = (0..wanted.len()).filter(|&i| held(wanted[i])).collect();
             if asked.is_empty() {
                 self.stats.read_ahead_presence_skips.incr();
             } else if self.read_ahead_grid_skip.load(Ordering::Relaxed) == 0 {
@@ -442,14 +569,22 @@ impl PageCache {
         let mut served = None;
         for (k, bytes) in got.into_iter().enumerate() {
             let Some(bytes) = bytes else { continue };
+            let source = if from_grid[k] { Ahead::Grid } else { Ahead::Disk };
             if wanted[k] == page {
                 buf.copy_from_slice(&bytes);
                 served = Some(if from_grid[k] { Source::L2 } else { Source::Disk });
             }
+            // The missed page is served now: only the pages after it are read ahead.
+            let ahead = (wanted[k] != page).then_some(source);
             let _g = self.stripe(wanted[k]);
             if self.versions.current(wanted[k]) == versions[k] {
-                self.pool.insert_scan(wanted[k], versions[k], bytes, &mut evicted);
+                self.pool.insert_ahead(wanted[k], versions[k], bytes, ahead, &mut evicted);
                 self.verifier.entered(wanted[k], versions[k], How::ReadAhead);
+                match ahead {
+                    Some(Ahead::Disk) => self.stats.ahead_pages_disk.incr(),
+                    Some(Ahead::Grid) => self.stats.ahead_pages_l2.incr(),
+                    None => {}
+                }
             }
         }
         self.settle(evicted);
@@ -457,6 +592,15 @@ impl PageCache {
             Some(source) => Ok((buf.len(), source)),
             // Past the end of the file (or a short read): the ordinary path answers.
             None => self.read_tiers(page, buf, file),
+        }
+    }
+
+    /// A read found a page a window read ahead: the first such read uses it.
+    fn count_used(&self, ahead: Option<Ahead>) {
+        match ahead {
+            Some(Ahead::Disk) => self.stats.ahead_used_disk.incr(),
+            Some(Ahead::Grid) => self.stats.ahead_used_l2.incr(),
+            None => {}
         }
     }
 
@@ -620,6 +764,17 @@ impl PageCache {
                 "pages": self.pool.len(),
             }),
         );
+        // Pages read ahead of their reader, by source: read = used + unused + in_l1.
+        let (held, dropped) = self.pool.ahead_counts();
+        for (source, read, used, a) in [
+            ("disk", &self.stats.ahead_pages_disk, &self.stats.ahead_used_disk, Ahead::Disk),
+            ("l2", &self.stats.ahead_pages_l2, &self.stats.ahead_used_l2, Ahead::Grid),
+        ] {
+            m.insert(format!("ahead_pages_{source}"), json!(read.get()));
+            m.insert(format!("ahead_used_{source}"), json!(used.get()));
+            m.insert(format!("ahead_unused_{source}"), json!(dropped[a as usize]));
+            m.insert(format!("ahead_in_l1_{source}"), json!(held[a as usize]));
+        }
         m.insert("push_queue_bytes".into(), json!(self.pusher.queued_bytes()));
         m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
@@ -1062,6 +1217,134 @@ mod tests {
         let j = Value::Object(c.stats_json());
         assert_eq!(j["verify_checked"], 2, "{j}");
         assert_eq!(j["verify_mismatches_by_tier"]["l1"], 1, "{j}");
+    }
+
+    /// A file of `pages` 512-byte pages (page i filled with i as u8) and a
+    /// cache with no grid whose L1 holds `l1_pages`.
+    fn scan_file(pages: usize, l1_pages: u64) -> (Arc<Mutex<Vec<u8>>>, Mem, PageCache) {
+        let file = Arc::new(Mutex::new((0..pages).flat_map(|i| vec![i as u8; 512]).collect::<Vec<u8>>()));
+        let c = PageCache::new(CacheOptions { local_bytes: l1_pages * 512, ..cache_opts() });
+        (Arc::clone(&file), Mem(file), c)
+    }
+
+    fn cache_opts() -> CacheOptions {
+        CacheOptions {
+            cache_id: 1,
+            saved: None,
+            page_bytes: 512,
+            local_bytes: 64 * 512,
+            push_queue_bytes: 0,
+            grid: None,
+            seal_key: None,
+            page_check: None,
+            codec: crate::codec::DEFAULT,
+        }
+    }
+
+    /// Pages read ahead by source add up: read = used + unused + still in L1.
+    fn assert_ahead_adds_up(c: &PageCache) -> Value {
+        let j = Value::Object(c.stats_json());
+        for source in ["disk", "l2"] {
+            let k = |what: &str| j[format!("ahead_{what}_{source}")].as_u64().unwrap();
+            assert_eq!(k("pages"), k("used") + k("unused") + k("in_l1"), "{source}: {j}");
+        }
+        j
+    }
+
+    #[test]
+    fn a_long_scan_ramps_up_to_full_windows() {
+        let (_f, m, c) = scan_file(3000, 1024); // windows up to 32 pages (1/16 of L1)
+        let (mut ra, mut buf, mut biggest) = (ReadAhead::new(), vec![0u8; 512], 0);
+        let mut sizes = Vec::new();
+        for page in 0..3000u64 {
+            c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
+            assert_eq!(buf[0], page as u8);
+            if ra.last_window() != *sizes.last().unwrap_or(&0) || ra.start == page {
+                sizes.push(ra.last_window());
+            }
+            biggest = biggest.max(ra.last_window());
+        }
+        assert_eq!(&sizes[..5], &[4, 8, 16, 32, 32], "the window doubles while it is used");
+        assert_eq!(biggest, READ_AHEAD_MAX_PAGES);
+        let j = assert_ahead_adds_up(&c);
+        let n = |k: &str| j[k].as_u64().unwrap();
+        assert!(n("read_ahead_windows") <= 3000 / 32 + 5, "{j}");
+        assert!(n("read_ahead_pages_disk") >= 2990, "the scan read (almost) every page through windows: {j}");
+        assert_eq!(n("disk_reads"), 0, "{j}");
+        // Every page read ahead was used but the last window's tail (the file ends there).
+        assert!(n("ahead_used_disk") + 32 >= n("ahead_pages_disk"), "{j}");
+        assert!(n("ahead_used_disk") * 100 >= n("ahead_pages_disk") * 98, "{j}");
+    }
+
+    /// Range queries: two or three adjacent pages, then a jump elsewhere. The
+    /// window never grows past the first, and most of what it reads is used.
+    #[test]
+    fn short_ranges_keep_the_first_small_window() {
+        let (_f, m, c) = scan_file(3000, 1024);
+        let (mut ra, mut buf) = (ReadAhead::new(), vec![0u8; 512]);
+        let mut expect_used = 0;
+        for r in 0..150u64 {
+            let start = (r * 37 % 150) * 19; // every range somewhere else, more than a gap away
+            let len = if r % 3 == 2 { 2 } else { 3 };
+            for page in start..start + len {
+                c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
+                assert_eq!(buf[0], page as u8);
+                assert!(ra.last_window() <= READ_AHEAD_FIRST_PAGES, "range {r}: a window of {}", ra.last_window());
+            }
+            expect_used += len - 1;
+        }
+        let j = assert_ahead_adds_up(&c);
+        let n = |k: &str| j[k].as_u64().unwrap();
+        assert_eq!(n("read_ahead_windows"), 150, "one window per range: {j}");
+        assert_eq!(n("ahead_pages_disk"), 150 * (READ_AHEAD_FIRST_PAGES - 1), "{j}");
+        assert_eq!(n("ahead_used_disk"), expect_used, "{j}");
+        assert!(n("ahead_used_disk") * 2 > n("ahead_pages_disk"), "more than half the pages read ahead were used: {j}");
+    }
+
+    /// A reader that moves forward but skips past each window stops reading
+    /// ahead; reading the next page again starts a small window.
+    #[test]
+    fn a_window_nobody_reads_stops_read_ahead() {
+        let (_f, m, c) = scan_file(600, 1024);
+        let (mut ra, mut buf) = (ReadAhead::new(), vec![0u8; 512]);
+        for page in (0..300u64).step_by(6) {
+            c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
+            assert_eq!(buf[0], page as u8);
+        }
+        let j = assert_ahead_adds_up(&c);
+        let n = |k: &str| j[k].as_u64().unwrap();
+        assert_eq!((n("read_ahead_windows"), n("ahead_pages_disk")), (1, 3), "only the first window: {j}");
+        assert_eq!(ra.last_window(), 1, "stopped");
+        for page in 400..440u64 {
+            c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
+        }
+        assert_eq!(ra.last_window(), 32, "a new run ramps again (4, 8, 16 over its first 28 pages, then 32)");
+    }
+
+    /// Pages read ahead that leave L1 unread (evicted, rewritten, reset) are
+    /// counted unused; the counts add up at every step.
+    #[test]
+    fn pages_read_ahead_are_used_unused_or_still_held() {
+        let (_f, m, c) = scan_file(2000, 512); // windows up to 32: a scan of 2000 pages evicts
+        let (mut ra, mut buf) = (ReadAhead::new(), vec![0u8; 512]);
+        for page in (0..2000u64).filter(|p| p % 10 != 9) {
+            c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
+        }
+        let j = assert_ahead_adds_up(&c);
+        let n = |k: &str| j[k].as_u64().unwrap();
+        assert!(n("ahead_unused_disk") > 0 && n("ahead_in_l1_disk") > 0 && n("ahead_used_disk") > 0, "{j}");
+        // An ordinary read uses a page read ahead; a write replaces one unread
+        // (pages the scan skipped).
+        let held: Vec<u64> = (1900..2000).filter(|&p| p % 10 == 9 && c.pool.contains(p)).collect();
+        let before = (n("ahead_used_disk"), n("ahead_unused_disk"));
+        c.read(held[held.len() - 1], &mut buf, &m).unwrap();
+        c.wrote(held[held.len() - 2], &[7u8; 512]);
+        let j = assert_ahead_adds_up(&c);
+        let n = |k: &str| j[k].as_u64().unwrap();
+        assert_eq!((n("ahead_used_disk"), n("ahead_unused_disk")), (before.0 + 1, before.1 + 1), "{j}");
+        c.reset();
+        let j = assert_ahead_adds_up(&c);
+        assert_eq!(j["ahead_in_l1_disk"], 0, "{j}");
     }
 
     #[test]

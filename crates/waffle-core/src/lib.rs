@@ -50,7 +50,7 @@ pub mod versions;
 pub mod warm;
 pub mod working_set;
 
-pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, Source};
+pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, ReadAhead, Source};
 pub use config::{Config, ConfigError};
 
 /// A random 64-bit identity for a new cache incarnation.

@@ -159,6 +159,14 @@ pub struct Stats {
     pub read_ahead_pages_disk: Counter,
     pub read_ahead_hits: Counter,
     pub scan_drops: Counter,
+    /// Pages a window read ahead of its reader (the page it missed not
+    /// counted) into L1, from the disk and from the grid; and of those, the
+    /// ones a read used later. The rest left L1 unread or are still there
+    /// (`Pool::ahead_counts`; `ahead_*` in the stats JSON, cache.rs).
+    pub ahead_pages_disk: Counter,
+    pub ahead_pages_l2: Counter,
+    pub ahead_used_disk: Counter,
+    pub ahead_used_l2: Counter,
     /// Whole-cache invalidations (page size changed).
     pub resets: Counter,
     /// Commits by writers that bypass this cache (another process, another
@@ -234,6 +242,10 @@ impl Stats {
             read_ahead_pages_disk: Counter::default(),
             read_ahead_hits: Counter::default(),
             scan_drops: Counter::default(),
+            ahead_pages_disk: Counter::default(),
+            ahead_pages_l2: Counter::default(),
+            ahead_used_disk: Counter::default(),
+            ahead_used_l2: Counter::default(),
             resets: Counter::default(),
             foreign_changes: Counter::default(),
             foreign_resets: Counter::default(),

@@ -131,13 +131,17 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
         let in_order = page >= (*wf).seq_next && page - (*wf).seq_next < SEQUENTIAL_GAP_PAGES;
         (*wf).seq_run = if in_order { (*wf).seq_run.saturating_add(1) } else { 0 };
         (*wf).seq_next = page + 1;
+        if !in_order {
+            (*wf).read_ahead.reset(); // a new run starts with a small window
+        }
         (*wf).seq_run >= SEQUENTIAL_AFTER_PAGES
     };
     let rc = guard(|| {
         // SAFETY: f is ours.
         match db.with_backing(unsafe { (*wf).fd }, |file: &dyn Backing| {
             if sequential {
-                db.cache.read_sequential(page, out, file)
+                // SAFETY: f is ours.
+                db.cache.read_sequential(page, out, file, unsafe { &mut (*wf).read_ahead })
             } else {
                 db.cache.read(page, out, file)
             }

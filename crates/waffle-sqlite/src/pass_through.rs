@@ -19,6 +19,8 @@ pub struct WaffleFile {
     /// time, so no lock is needed.
     pub seq_next: u64,
     pub seq_run: u32,
+    /// The read-ahead window of this handle while it reads sequentially.
+    pub read_ahead: waffle_core::ReadAhead,
     /// The lock level SQLite holds through this handle (what it asked for and got).
     pub lock_level: c_int,
     /// Region 0 of the WAL's shared memory as mapped for this handle; null when unmapped.

@@ -159,6 +159,7 @@ unsafe fn open(
         (*wf).db = std::ptr::null();
         (*wf).seq_next = u64::MAX;
         (*wf).seq_run = 0;
+        (*wf).read_ahead = waffle_core::ReadAhead::new();
         (*wf).lock_level = 0;
         (*wf).shm0 = std::ptr::null();
         (*wf).wal_writes = std::ptr::null();

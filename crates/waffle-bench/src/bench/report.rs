@@ -54,6 +54,21 @@ pub struct Hits {
     pub read_ahead: f64,
     /// Pages read from the disk in all, read-ahead included (I/O volume).
     pub disk_pages: u64,
+    /// Pages windows read ahead of their reader, from the disk and from the
+    /// grid, and of those the ones a read used (the rest: dropped unread, or
+    /// still in L1 at the end).
+    pub ahead_pages_disk: u64,
+    pub ahead_used_disk: u64,
+    pub ahead_pages_l2: u64,
+    pub ahead_used_l2: u64,
+}
+
+/// "used/read (percent)" of pages read ahead from one source.
+fn used_of(used: u64, read: u64) -> String {
+    if read == 0 {
+        return "0/0".into();
+    }
+    format!("{used}/{read} ({:.0}%)", 100.0 * used as f64 / read as f64)
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -304,9 +319,12 @@ pub fn print_table(results: &[ConfigResult]) {
             }
             if let Some(h) = r.hits.as_ref().filter(|h| h.read_ahead > 0.0) {
                 parts.push(format!(
-                    "{:.1}% of reads started a read-ahead window; {} pages read from disk",
+                    "{:.1}% of reads started a read-ahead window; {} pages read from disk; \
+                     read ahead used/read: disk {}, grid {}",
                     100.0 * h.read_ahead,
-                    h.disk_pages
+                    h.disk_pages,
+                    used_of(h.ahead_used_disk, h.ahead_pages_disk),
+                    used_of(h.ahead_used_l2, h.ahead_pages_l2)
                 ));
             }
             if let Some(s) = r.ratio_to_stock.filter(|_| r.name != "stock") {

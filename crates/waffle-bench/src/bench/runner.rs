@@ -287,6 +287,10 @@ pub fn run_config(
             l1_l2: f(l1 as f64 + l2),
             read_ahead: f(windows),
             disk_pages: d("disk_reads") + d("read_ahead_pages_disk"),
+            ahead_pages_disk: d("ahead_pages_disk"),
+            ahead_used_disk: d("ahead_used_disk"),
+            ahead_pages_l2: d("ahead_pages_l2"),
+            ahead_used_l2: d("ahead_used_l2"),
         }
     });
     let grid_traffic = matches!(plan.kind, Kind::Grid { .. }).then(|| {

@@ -81,6 +81,14 @@ pub struct Evicted {
     pub scan: bool,
 }
 
+/// Where a page a read-ahead window brought in ahead of its reader came from
+/// (an index into per-source counters).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Ahead {
+    Disk = 0,
+    Grid = 1,
+}
+
 impl fmt::Debug for Evicted {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Evicted")
@@ -169,6 +177,12 @@ impl Pool {
         self.shard(page).lock().get(page, out)
     }
 
+    /// As [`Pool::get`], and whether this is the first read of a page read
+    /// ahead ([`Pool::insert_ahead`]): where it came from.
+    pub fn get_used(&self, page: u64, out: &mut [u8]) -> Option<(u64, Option<Ahead>)> {
+        self.shard(page).lock().get_used(page, out)
+    }
+
     /// Inserts or replaces the entry for `page`. Entries evicted to make room
     /// are appended to `evicted`; a replaced entry is dropped, not reported.
     /// An entry that cannot be cached (longer than its shard's budget, or
@@ -178,9 +192,10 @@ impl Pool {
     }
 
     /// Copies the entry into `out` like [`Pool::get`] but counts no access (a
-    /// scan passing by does not make a page hot). Returns the version and
-    /// whether the entry is still an unread scan entry.
-    pub fn peek(&self, page: u64, out: &mut [u8]) -> Option<(u64, bool)> {
+    /// scan passing by does not make a page hot). Returns the version,
+    /// whether the entry is still an unread scan entry, and, on the first
+    /// read of a page read ahead, where it came from.
+    pub fn peek(&self, page: u64, out: &mut [u8]) -> Option<(u64, bool, Option<Ahead>)> {
         self.shard(page).lock().peek(page, out)
     }
 
@@ -188,7 +203,36 @@ impl Pool {
     /// evicted before anyone reads it, it comes back with `scan` set, and it
     /// leaves no ghost entry behind. A read clears the mark.
     pub fn insert_scan(&self, page: u64, version: u64, bytes: Box<[u8]>, evicted: &mut Vec<Evicted>) {
-        self.shard(page).update(|cache| cache.insert(page, version, bytes, true, evicted));
+        self.insert_ahead(page, version, bytes, None, evicted);
+    }
+
+    /// As [`Pool::insert_scan`]; `ahead` names where a page read ahead of its
+    /// reader came from, so that its first read (or its leaving unread) is
+    /// counted ([`Pool::ahead_counts`]).
+    pub fn insert_ahead(
+        &self,
+        page: u64,
+        version: u64,
+        bytes: Box<[u8]>,
+        ahead: Option<Ahead>,
+        evicted: &mut Vec<Evicted>,
+    ) {
+        self.shard(page).update(|cache| cache.insert_ahead(page, version, bytes, true, ahead, evicted));
+    }
+
+    /// Pages read ahead, by source ([`Ahead`] as index): (held in the pool
+    /// unread, left it unread: evicted, removed, replaced or cleared).
+    /// Locks the shards one after the other.
+    pub fn ahead_counts(&self) -> ([u64; 2], [u64; 2]) {
+        let (mut held, mut dropped) = ([0; 2], [0; 2]);
+        for shard in self.shards.iter() {
+            let (h, d) = shard.lock().ahead_counts();
+            for a in 0..2 {
+                held[a] += h[a];
+                dropped[a] += d[a];
+            }
+        }
+        (held, dropped)
     }
 
     /// Inserts `page` only if its shard has room for it without evicting

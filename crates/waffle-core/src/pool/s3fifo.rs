@@ -27,7 +27,7 @@ use std::mem;
 
 use super::ghost::Ghost;
 use super::hash::PageMap;
-use super::Evicted;
+use super::{Ahead, Evicted};
 
 const NIL: u32 = u32::MAX;
 const MAX_FREQ: u8 = 3;
@@ -54,6 +54,9 @@ struct Slot {
     queue: Queue,
     /// Inserted by a sequential scan and not read since (see `Evicted::scan`).
     scan: bool,
+    /// Read ahead of the reader by a window and not read yet (by anyone):
+    /// where it came from. Cleared by the first `get` or `peek`.
+    ahead: Option<Ahead>,
 }
 
 /// A FIFO threaded through the slab: new entries at `head`, eviction at `tail`.
@@ -82,6 +85,10 @@ pub(super) struct S3Fifo {
     /// Debug builds walk the whole structure once every `len` mutations,
     /// which keeps the check O(1) amortized.
     mutations_since_check: usize,
+    /// Entries read ahead and not read yet, by source ([`Ahead`] as index).
+    ahead_held: [u64; 2],
+    /// Entries read ahead that left (evicted, removed, replaced, cleared) unread, by source.
+    ahead_dropped: [u64; 2],
 }
 
 impl S3Fifo {
@@ -98,6 +105,8 @@ impl S3Fifo {
             main: List::EMPTY,
             ghost: Ghost::new(budget_bytes - small_target_bytes),
             mutations_since_check: 0,
+            ahead_held: [0; 2],
+            ahead_dropped: [0; 2],
         }
     }
 
@@ -118,6 +127,12 @@ impl S3Fifo {
     }
 
     pub(super) fn get(&mut self, page: u64, out: &mut [u8]) -> Option<u64> {
+        self.get_used(page, out).map(|(version, _)| version)
+    }
+
+    /// As `get`, and says whether this read is the first of a read-ahead
+    /// page (where it came from), clearing that mark.
+    pub(super) fn get_used(&mut self, page: u64, out: &mut [u8]) -> Option<(u64, Option<Ahead>)> {
         let idx = *self.index.get(&page)?;
         let slot = &mut self.slots[idx as usize];
         if slot.bytes.len() != out.len() {
@@ -126,24 +141,67 @@ impl S3Fifo {
         out.copy_from_slice(&slot.bytes);
         slot.freq = (slot.freq + 1).min(MAX_FREQ);
         slot.scan = false;
-        Some(slot.version)
+        let ahead = slot.ahead.take();
+        let version = slot.version;
+        if let Some(a) = ahead {
+            self.ahead_held[a as usize] -= 1;
+        }
+        Some((version, ahead))
     }
 
-    /// Copies the entry without counting an access: (version, still marked scan).
-    pub(super) fn peek(&self, page: u64, out: &mut [u8]) -> Option<(u64, bool)> {
-        let slot = &self.slots[*self.index.get(&page)? as usize];
+    /// Copies the entry without counting an access: (version, still marked
+    /// scan, first read of a read-ahead page: where it came from). The
+    /// read-ahead mark is cleared; the scan mark stays.
+    pub(super) fn peek(&mut self, page: u64, out: &mut [u8]) -> Option<(u64, bool, Option<Ahead>)> {
+        let idx = *self.index.get(&page)?;
+        let slot = &mut self.slots[idx as usize];
         if slot.bytes.len() != out.len() {
             return None;
         }
         out.copy_from_slice(&slot.bytes);
-        Some((slot.version, slot.scan))
+        let ahead = slot.ahead.take();
+        let (version, scan) = (slot.version, slot.scan);
+        if let Some(a) = ahead {
+            self.ahead_held[a as usize] -= 1;
+        }
+        Some((version, scan, ahead))
+    }
+
+    /// (read-ahead entries held unread, read-ahead entries that left unread), by source.
+    pub(super) fn ahead_counts(&self) -> ([u64; 2], [u64; 2]) {
+        (self.ahead_held, self.ahead_dropped)
+    }
+
+    /// A read-ahead entry leaves unread.
+    fn ahead_left(&mut self, ahead: Option<Ahead>) {
+        if let Some(a) = ahead {
+            self.ahead_held[a as usize] -= 1;
+            self.ahead_dropped[a as usize] += 1;
+        }
     }
 
     pub(super) fn insert(&mut self, page: u64, version: u64, bytes: Box<[u8]>, scan: bool, evicted: &mut Vec<Evicted>) {
+        self.insert_ahead(page, version, bytes, scan, None, evicted);
+    }
+
+    /// As `insert`, for a page a read-ahead window brought from `ahead`
+    /// (None: not read ahead of its reader).
+    pub(super) fn insert_ahead(
+        &mut self,
+        page: u64,
+        version: u64,
+        bytes: Box<[u8]>,
+        scan: bool,
+        ahead: Option<Ahead>,
+        evicted: &mut Vec<Evicted>,
+    ) {
         let size = bytes.len() as u64;
         if size == 0 || size > self.budget_bytes {
             // Not cacheable (see the pool's doc). The old copy is stale now.
             self.remove(page);
+            if let Some(a) = ahead {
+                self.ahead_dropped[a as usize] += 1; // read ahead and gone at once
+            }
             evicted.push(Evicted { page, version, bytes, scan });
             return;
         }
@@ -157,6 +215,7 @@ impl S3Fifo {
             slot.bytes = bytes;
             slot.freq = (slot.freq + 1).min(MAX_FREQ);
             slot.scan = false;
+            let replaced = std::mem::replace(&mut slot.ahead, ahead);
             let list = match slot.queue {
                 Queue::Small => &mut self.small,
                 Queue::Main => &mut self.main,
@@ -164,6 +223,10 @@ impl S3Fifo {
             };
             list.bytes = list.bytes - old_size + size;
             self.used_bytes = self.used_bytes - old_size + size;
+            self.ahead_left(replaced);
+            if let Some(a) = ahead {
+                self.ahead_held[a as usize] += 1;
+            }
             self.make_room(0, evicted);
         } else {
             self.make_room(size, evicted);
@@ -178,7 +241,11 @@ impl S3Fifo {
                 queue,
                 // A ghost hit is a re-reference, whoever brought the page back.
                 scan: scan && queue == Queue::Small,
+                ahead,
             });
+            if let Some(a) = ahead {
+                self.ahead_held[a as usize] += 1;
+            }
             self.link_head(idx);
             self.index.insert(page, idx);
             self.used_bytes += size;
@@ -213,6 +280,9 @@ impl S3Fifo {
     }
 
     pub(super) fn clear(&mut self) {
+        for a in 0..2 {
+            self.ahead_dropped[a] += std::mem::take(&mut self.ahead_held[a]);
+        }
         self.index.clear();
         self.slots.clear();
         self.free_head = NIL;
@@ -316,12 +386,13 @@ impl S3Fifo {
         self.unlink(idx);
         let slot = &mut self.slots[idx as usize];
         let bytes = mem::take(&mut slot.bytes);
-        let (page, version, scan) = (slot.page, slot.version, slot.scan);
+        let (page, version, scan, ahead) = (slot.page, slot.version, slot.scan, slot.ahead.take());
         slot.queue = Queue::Free;
         slot.next = self.free_head;
         self.free_head = idx;
         self.index.remove(&page);
         self.used_bytes -= bytes.len() as u64;
+        self.ahead_left(ahead);
         Evicted { page, version, bytes, scan }
     }
 
@@ -411,6 +482,13 @@ impl S3Fifo {
     pub(super) fn validate(&self) {
         let mut live = 0;
         let mut live_bytes = 0;
+        let mut ahead = [0u64; 2];
+        for slot in self.slots.iter().filter(|s| s.queue != Queue::Free) {
+            if let Some(a) = slot.ahead {
+                ahead[a as usize] += 1;
+            }
+        }
+        assert_eq!(ahead, self.ahead_held, "read-ahead entries held drifted");
         for (queue, list) in [(Queue::Small, &self.small), (Queue::Main, &self.main)] {
             let (mut n, mut bytes, mut prev, mut idx) = (0, 0, NIL, list.head);
             while idx != NIL {
