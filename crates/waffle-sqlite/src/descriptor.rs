@@ -36,6 +36,9 @@ use waffle_core::backing::{Backing, PageId};
 
 use crate::ffi::{sqlite3_file, sqlite3_vfs, SQLITE_OK};
 
+/// Times the descriptor's size is compared with SQLite's before it is refused.
+const SIZE_TRIES: usize = 3;
+
 /// The first fields of os_unix.c's `unixFile`.
 #[repr(C)]
 struct UnixFileHead {
@@ -64,13 +67,19 @@ pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<Ra
     if head.vfs != base || head.fd < 0 {
         return Err("the unix VFS's file object is not laid out as expected".into());
     }
-    let meta = metadata(head.fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
-    // SAFETY: real is open (the caller's promise), so its methods are the base VFS's.
-    let sqlite_size = unsafe { file_size(real) }.ok_or("SQLite cannot say the file's size")?;
-    if !meta.file_type().is_file() && !meta.file_type().is_block_device() || meta.len() != sqlite_size {
-        return Err("SQLite's descriptor is not the file it reports".into());
+    // The sizes agree unless another process is growing the file right now: asked again, a few times.
+    for _ in 0..SIZE_TRIES {
+        let meta = metadata(head.fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
+        if !meta.file_type().is_file() && !meta.file_type().is_block_device() {
+            return Err("SQLite's descriptor is not a regular file".into());
+        }
+        // SAFETY: real is open (the caller's promise), so its methods are the base VFS's.
+        let sqlite_size = unsafe { file_size(real) }.ok_or("SQLite cannot say the file's size")?;
+        if meta.len() == sqlite_size {
+            return Ok(head.fd);
+        }
     }
-    Ok(head.fd)
+    Err("SQLite's descriptor is not the file it reports".into())
 }
 
 /// # Safety
