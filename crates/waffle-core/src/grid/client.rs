@@ -113,12 +113,12 @@ impl<C: Clock> Grid<C> {
     /// Whether a lookup of `key` should go to its node: false while the node
     /// costs more than the disk read it would save (backed off, not sampled).
     pub fn admits_lookup(&self, key: &[u8]) -> bool {
-        self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup())
+        self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup(key))
     }
 
     /// Whether the evicted page of `key` should be pushed to its node (as for lookups).
     pub fn admits_push(&self, key: &[u8]) -> bool {
-        self.node_index(key).is_none_or(|i| self.nodes[i].admits_push())
+        self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))
     }
 
     /// A single page read from the disk in `took`: what a grid hit saves.
@@ -384,7 +384,9 @@ impl<C: Clock> Grid<C> {
             }
         }
 
-        let mut in_flight: Vec<(Exchange<'_, C>, usize)> = Vec::new();
+        // Each node's exchange is timed (its write, then its replies): what a
+        // push costs on both ends, per page, for the cost back-off (grid::cost).
+        let mut in_flight: Vec<(Exchange<'_, C>, usize, std::time::Duration)> = Vec::new();
         for (node, indexes) in self.nodes.iter().zip(&per_node) {
             if indexes.is_empty() {
                 continue;
@@ -394,6 +396,7 @@ impl<C: Clock> Grid<C> {
                 report.skipped += indexes.len();
                 continue;
             }
+            let write_start = Instant::now();
             let bytes: usize = indexes.iter().map(|&i| items[i].0.len() + items[i].1.len() + 32).sum();
             let mut request = Vec::with_capacity(bytes + 4);
             for &i in indexes {
@@ -401,11 +404,13 @@ impl<C: Clock> Grid<C> {
             }
             protocol::encode_noop(&mut request);
             match node.begin(admission, &request) {
-                Ok(exchange) => in_flight.push((exchange, indexes.len())),
+                Ok(exchange) => in_flight.push((exchange, indexes.len(), write_start.elapsed())),
                 Err(_) => report.failed += indexes.len(),
             }
         }
-        for (mut exchange, count) in in_flight {
+        for (mut exchange, count, wrote) in in_flight {
+            let read_start = Instant::now();
+            let node = exchange.node();
             let mut failures = 0usize;
             let outcome = read_pipeline(&mut exchange, |reply| {
                 let reusable = match reply {
@@ -425,6 +430,7 @@ impl<C: Clock> Grid<C> {
                     report.stored += count - failed;
                     report.failed += failed;
                     exchange.finish(end.reusable);
+                    node.note_push((count - failed) as u64, wrote + read_start.elapsed(), &self.disk);
                 }
                 Err(kind) => {
                     // Some items may be stored, but none is known to be: count them all failed.

@@ -1,44 +1,80 @@
-//! Whether asking a node pays: its measured lookup cost against the disk
-//! read a hit saves.
+//! Whether asking a node pays: what the grid costs (its lookups and the
+//! pushes that fill it) against the disk reads its hits save, decided once
+//! per window and held for a dwell that grows with each reversal.
 //!
 //! A lookup (of a page the presence set says the grid may hold) costs one
-//! round trip, `lookup_us`, and saves a disk read, `disk_us`, the fraction
-//! `hit_ratio` of the time it finds the page. Asking pays while
-//! `lookup_us < hit_ratio × disk_us`. Both sides are measured as the cache
-//! runs (moving averages of real requests and real disk reads), so a fast
-//! local disk, a loaded node or a distant one each show in the figures.
+//! round trip, and saves a disk read the share `hit_ratio` of the time it
+//! finds the page. Pushes are what the hits are bought with: every evicted
+//! page sent costs the CPU of a store on both ends (measured as lookups are:
+//! the wall time of the node's pipelined `ms` exchange, from its write to its
+//! `MN`, per page sent; sealing and compressing before it are not in it). Per
+//! lookup, over a window:
 //!
-//! A node that costs more than it saves is backed off: only one lookup and
-//! one push in [`SAMPLE_EVERY`] go to it (the rest read the disk and drop the
-//! evicted page), a sample small enough to cost little and large enough to
-//! notice when the node gets cheap again. A margin ([`MARGIN`]) on either side
-//! of the break-even, and [`MIN_SAMPLES`] lookups measured after each change
-//! before the next, keep a node near it from flapping. The state and its
-//! reason are in [`CostStatus`] (`PRAGMA waffle_stats`, the bench reports).
+//! ```text
+//! cost  = (Σ lookup round trips + Σ push exchanges) / lookups
+//! saved = hits / lookups × disk read
+//! ```
+//!
+//! The rule (docs/design.md, "Grid client", the cost back-off):
+//!
+//! - **Windows.** The figures are sums over a window of [`WINDOW`] (10 s) of
+//!   real requests (at least [`MIN_SAMPLES`] lookups: a quiet node's window
+//!   lasts until it has them), and the decision is taken only at a window's
+//!   end. A cost that swings faster than the window is averaged, not followed.
+//!   The disk read is the window's mean of the cache's single-page reads (a
+//!   moving average when the window had fewer than MIN_SAMPLES of them).
+//! - **Hysteresis.** On: backed off when `cost > MARGIN × saved`. Backed off:
+//!   on again when `saved > MARGIN × cost`. MARGIN = 1.25: nothing changes
+//!   while cost/saved is within 0.8..1.25.
+//! - **Dwell.** After a change the state holds at least the dwell: 10 s
+//!   (one window) at first, doubled by each reversal up to 5 minutes
+//!   ([`DWELL_MAX_WINDOWS`]), halved after each 10 minutes
+//!   ([`DECAY_WINDOWS`]) of windows that all agree with the state. A window
+//!   that disagrees within the dwell changes nothing.
+//! - **Sampling.** Backed off, the node still gets the lookups and pushes of
+//!   one page key in [`SAMPLE_EVERY`] (by a hash of the key: the same pages
+//!   are pushed and looked up, so the sample's hit ratio and pushes per lookup
+//!   are the grid's as if it were on), the rest read the disk and drop the
+//!   evicted page.
+//! - **One line per decision that lasts.** A change is said on stderr once it
+//!   has held through its dwell (at most a minute) with every window since
+//!   agreeing, and only if it differs from what was said last (the start counts
+//!   as "on"); changes reversed before that are counted (`changes`) and named
+//!   in the next line.
+//!
+//! The state, the figures of the last window and the reason are in
+//! [`CostStatus`] (`PRAGMA waffle_stats`, the bench reports). Time comes from
+//! the caller (the node's [`super::Clock`]), so the tests run minutes of it
+//! without sleeping.
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-/// While backed off, one lookup and one push in this many go to the node.
+/// While backed off, the lookups and pushes of one page key in this many go to the node.
 pub const SAMPLE_EVERY: u64 = 16;
-/// Lookups and disk reads measured before the first decision (until then:
-/// every request goes), and lookups measured after a change before the next.
+/// Lookups a window needs before it is judged (it lasts until it has them),
+/// and disk reads measured before the first decision.
 pub const MIN_SAMPLES: u64 = 16;
-/// A node backs off when a lookup costs more than (1 + MARGIN) × what it
-/// saves, and comes back when it costs less than (1 - MARGIN) × that.
-pub const MARGIN: f64 = 0.2;
-/// The weight of a new sample in a moving average (1/16: the last few dozen
-/// requests). While a node is backed off its samples are rare, so each one
-/// weighs more ([`SPARSE_WEIGHT_SHIFT`]: 1/4) and recovery is noticed within
-/// a few dozen samples.
+/// Hysteresis: on, a node backs off when a lookup costs more than MARGIN ×
+/// what it saves; backed off, it comes back when it saves more than MARGIN ×
+/// what it costs.
+pub const MARGIN: f64 = 1.25;
+/// The window of figures a decision rests on, and the first dwell.
+pub const WINDOW: Duration = Duration::from_secs(10);
+/// The longest dwell, in windows (5 minutes).
+pub const DWELL_MAX_WINDOWS: u32 = 30;
+/// Windows in a row that agree with the state before the dwell halves (10 minutes).
+pub const DECAY_WINDOWS: u32 = 60;
+/// The longest a change waits to be said, in windows (a minute), when its dwell is longer.
+pub const SAY_AFTER_MAX_WINDOWS: u32 = 6;
+/// The weight of a new disk read in the moving average used when a window had
+/// too few reads (1/16: the last few dozen).
 const WEIGHT_SHIFT: u32 = 4;
-const SPARSE_WEIGHT_SHIFT: u32 = 2;
 /// Fixed point of the averages: values are kept × 256.
 const FIXED_SHIFT: u32 = 8;
-/// A hit ratio sample: 1.0 in fixed point of 16 bits.
-const RATIO_ONE: u64 = 1 << 16;
 
 /// An exponentially weighted moving average of `u64` samples, lock-free.
 #[derive(Default)]
@@ -68,21 +104,48 @@ impl Ewma {
     fn mean(&self) -> f64 {
         self.fixed.load(Ordering::Relaxed) as f64 / (1u64 << FIXED_SHIFT) as f64
     }
-
-    fn samples(&self) -> u64 {
-        self.samples.load(Ordering::Relaxed)
-    }
 }
 
 /// The disk side, one per grid (a grid serves one cache): single-page reads.
 #[derive(Default)]
 pub struct DiskCost {
     read_us: Ewma,
+    sum_us: AtomicU64,
+    reads: AtomicU64,
+}
+
+/// The disk's totals at a window's start.
+#[derive(Clone, Copy, Debug, Default)]
+struct DiskMark {
+    sum_us: u64,
+    reads: u64,
 }
 
 impl DiskCost {
     pub fn record(&self, took: Duration) {
-        self.read_us.record(took.as_micros() as u64, WEIGHT_SHIFT);
+        let us = took.as_micros() as u64;
+        self.read_us.record(us, WEIGHT_SHIFT);
+        self.sum_us.fetch_add(us, Ordering::Relaxed);
+        self.reads.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
+    fn mark(&self) -> DiskMark {
+        DiskMark { sum_us: self.sum_us.load(Ordering::Relaxed), reads: self.reads() }
+    }
+
+    /// A read's mean since `mark`, or the moving average if too few since.
+    fn mean_since(&self, mark: DiskMark) -> f64 {
+        let now = self.mark();
+        let reads = now.reads.saturating_sub(mark.reads);
+        if reads >= MIN_SAMPLES {
+            now.sum_us.saturating_sub(mark.sum_us) as f64 / reads as f64
+        } else {
+            self.read_us.mean()
+        }
     }
 }
 
@@ -90,11 +153,11 @@ impl DiskCost {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CostState {
-    /// Fewer than MIN_SAMPLES lookups or disk reads so far: every request goes.
+    /// No window judged yet: every request goes.
     Measuring,
-    /// A lookup costs less than the disk read it saves: every request goes.
+    /// The grid saves more than it costs (or not clearly less): every request goes.
     On,
-    /// A lookup costs more than it saves: one in SAMPLE_EVERY goes.
+    /// The grid costs more than it saves: the sample's keys go (one in SAMPLE_EVERY).
     BackedOff,
 }
 
@@ -112,164 +175,377 @@ impl CostState {
 #[derive(Clone, Debug, Serialize)]
 pub struct CostStatus {
     pub state: CostState,
-    /// Moving average of a lookup's round trip, µs.
+    /// Mean round trip of a lookup over the last window judged (the running one before), µs.
     pub lookup_us: f64,
-    /// Moving average of the share of lookups that found their page.
+    /// Share of that window's lookups that found their page.
     pub hit_ratio: f64,
-    /// Moving average of a single-page disk read, µs (the whole cache's).
+    /// Mean single-page disk read over that window (the whole cache's), µs.
     pub disk_us: f64,
     /// What a lookup saves on average: hit_ratio × disk_us.
     pub saved_us: f64,
+    /// Mean push exchange per page sent, µs.
+    pub push_us: f64,
+    /// Pages pushed per lookup.
+    pub pushes_per_lookup: f64,
+    /// What a lookup costs with its share of the pushes: lookup_us + pushes_per_lookup × push_us.
+    pub cost_us: f64,
     /// Lookups not sent (backed off): those pages were read from the disk.
     pub declined_lookups: u64,
     /// Evicted pages not pushed (backed off): dropped, the disk has them.
     pub declined_pushes: u64,
+    /// Changes of state so far (the first decision included).
+    pub changes: u64,
+    /// The least the state holds after a change, now, seconds.
+    pub dwell_s: f64,
     /// Why the node is in its state, in words.
     pub reason: String,
 }
 
-/// One node's measured lookup cost, hit ratio and state.
+/// Requests of the running window (added to lock-free; taken at its end).
 #[derive(Default)]
+struct Tally {
+    lookups: AtomicU64,
+    lookup_us: AtomicU64,
+    hits: AtomicU64,
+    pushes: AtomicU64,
+    push_us: AtomicU64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Sums {
+    lookups: u64,
+    lookup_us: u64,
+    hits: u64,
+    pushes: u64,
+    push_us: u64,
+}
+
+impl Tally {
+    fn read(&self, take: bool) -> Sums {
+        let get = |a: &AtomicU64| if take { a.swap(0, Ordering::Relaxed) } else { a.load(Ordering::Relaxed) };
+        Sums {
+            lookups: get(&self.lookups),
+            lookup_us: get(&self.lookup_us),
+            hits: get(&self.hits),
+            pushes: get(&self.pushes),
+            push_us: get(&self.push_us),
+        }
+    }
+}
+
+/// The decision's memory, touched once per request by whoever gets the lock
+/// (a `try_lock`: nobody waits for it), and by the stats.
+struct Decision {
+    /// None until the first lookup.
+    window_start: Option<Instant>,
+    disk_mark: DiskMark,
+    dwell: Duration,
+    /// When the state last changed (None: still measuring).
+    last_change: Option<Instant>,
+    /// The start of the run of windows that agree with the state.
+    agree_since: Option<Instant>,
+    /// What stderr was last told (the start counts as on: the grid is used).
+    said: CostState,
+    changes: u64,
+    changes_unsaid: u64,
+    /// The figures of the last window judged.
+    last: Option<Figures>,
+}
+
+/// One node's measured costs and state.
 pub struct NodeCost {
     /// False: measure and decide, but send everything (`waffle_grid_backoff=off`).
     backoff: bool,
-    lookup_us: Ewma,
-    hit_ratio: Ewma,
+    window: Duration,
     state: AtomicU8,
-    /// Lookups recorded since the state last changed (or since the start).
-    since_change: AtomicU64,
-    lookup_ticket: AtomicU64,
-    push_ticket: AtomicU64,
+    /// Set at the first lookup: pushes before it fill the grid and are not costed.
+    started: AtomicBool,
+    tally: Tally,
     declined_lookups: AtomicU64,
     declined_pushes: AtomicU64,
+    decision: Mutex<Decision>,
 }
 
 impl NodeCost {
-    /// `backoff` false keeps the figures and the state but never declines a request.
-    pub fn new(backoff: bool) -> NodeCost {
-        NodeCost { backoff, ..NodeCost::default() }
+    /// `backoff` false keeps the figures and the state but never declines a
+    /// request. `window`: [`WINDOW`] but in tests that run in real time.
+    pub fn new(backoff: bool, window: Duration) -> NodeCost {
+        let window = window.max(Duration::from_millis(1));
+        NodeCost {
+            backoff,
+            window,
+            state: AtomicU8::new(CostState::Measuring as u8),
+            started: AtomicBool::new(false),
+            tally: Tally::default(),
+            declined_lookups: AtomicU64::new(0),
+            declined_pushes: AtomicU64::new(0),
+            decision: Mutex::new(Decision {
+                window_start: None,
+                disk_mark: DiskMark::default(),
+                dwell: window,
+                last_change: None,
+                agree_since: None,
+                said: CostState::On,
+                changes: 0,
+                changes_unsaid: 0,
+                last: None,
+            }),
+        }
     }
 
     pub fn state(&self) -> CostState {
         CostState::from_u8(self.state.load(Ordering::Relaxed))
     }
 
-    /// Whether a lookup goes to the node (always, unless backed off and not sampled).
-    pub fn admits_lookup(&self) -> bool {
-        self.admits(&self.lookup_ticket, &self.declined_lookups)
+    /// Whether a lookup of `key` goes to the node (always, unless backed off
+    /// and the key is not in the sample).
+    pub fn admits_lookup(&self, key: &[u8]) -> bool {
+        self.admits(key, &self.declined_lookups)
     }
 
-    /// Whether an evicted page is pushed to the node (as for lookups).
-    pub fn admits_push(&self) -> bool {
-        self.admits(&self.push_ticket, &self.declined_pushes)
+    /// Whether the evicted page of `key` is pushed to the node (as for lookups).
+    pub fn admits_push(&self, key: &[u8]) -> bool {
+        self.admits(key, &self.declined_pushes)
     }
 
-    fn admits(&self, ticket: &AtomicU64, declined: &AtomicU64) -> bool {
-        if !self.backoff || self.state() != CostState::BackedOff {
-            return true;
-        }
-        if ticket.fetch_add(1, Ordering::Relaxed).is_multiple_of(SAMPLE_EVERY) {
+    fn admits(&self, key: &[u8], declined: &AtomicU64) -> bool {
+        if !self.backoff || self.state() != CostState::BackedOff || in_sample(key) {
             return true;
         }
         declined.fetch_add(1, Ordering::Relaxed);
         false
     }
 
-    /// A lookup answered (hit or miss) in `took`; decides again. Returns the
-    /// new state when it changed (the caller says so once on stderr).
-    pub fn record_lookup(&self, took: Duration, hit: bool, disk: &DiskCost) -> Option<CostState> {
-        let shift = if self.state() == CostState::BackedOff { SPARSE_WEIGHT_SHIFT } else { WEIGHT_SHIFT };
-        self.lookup_us.record(took.as_micros() as u64, shift);
-        self.hit_ratio.record(if hit { RATIO_ONE } else { 0 }, shift);
-        self.since_change.fetch_add(1, Ordering::Relaxed);
-        let old = self.state();
-        let new = decide(old, &self.figures(disk));
-        if new == old {
+    /// A lookup answered (hit or miss) in `took`, at `now`. Returns the line
+    /// to say on stderr when a decision has lasted (see the module's doc).
+    pub fn record_lookup(&self, took: Duration, hit: bool, disk: &DiskCost, now: Instant) -> Option<String> {
+        self.started.store(true, Ordering::Relaxed);
+        let t = &self.tally;
+        t.lookups.fetch_add(1, Ordering::Relaxed);
+        t.lookup_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        t.hits.fetch_add(u64::from(hit), Ordering::Relaxed);
+        self.tick(disk, now)
+    }
+
+    /// `pages` pushed to the node in one exchange of `took`, at `now` (as [`NodeCost::record_lookup`]).
+    pub fn record_push(&self, pages: u64, took: Duration, disk: &DiskCost, now: Instant) -> Option<String> {
+        if pages == 0 || !self.started.load(Ordering::Relaxed) {
             return None;
         }
-        // Another thread may have decided the same meanwhile: only the one that moves it reports.
-        self.state.compare_exchange(old as u8, new as u8, Ordering::Relaxed, Ordering::Relaxed).ok()?;
-        self.since_change.store(0, Ordering::Relaxed);
-        Some(new)
+        self.tally.pushes.fetch_add(pages, Ordering::Relaxed);
+        self.tally.push_us.fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.tick(disk, now)
+    }
+
+    /// Ends the window if it is over (long enough, enough lookups) and judges it.
+    fn tick(&self, disk: &DiskCost, now: Instant) -> Option<String> {
+        let Ok(mut d) = self.decision.try_lock() else { return None };
+        let Some(start) = d.window_start else {
+            d.window_start = Some(now);
+            d.disk_mark = disk.mark();
+            return None;
+        };
+        if now.saturating_duration_since(start) < self.window
+            || self.tally.lookups.load(Ordering::Relaxed) < MIN_SAMPLES
+            || disk.reads() < MIN_SAMPLES
+        {
+            return None;
+        }
+        let f = Figures::of(self.tally.read(true), disk.mean_since(d.disk_mark));
+        d.window_start = Some(now);
+        d.disk_mark = disk.mark();
+        d.last = Some(f);
+        self.judge(&mut d, &f, start, now)
+    }
+
+    /// The window `[start, now]` said `f`: change, hold, decay the dwell, or say a decision that lasted.
+    fn judge(&self, d: &mut Decision, f: &Figures, start: Instant, now: Instant) -> Option<String> {
+        let state = self.state();
+        let verdict = verdict(state, f);
+        if verdict != state {
+            d.agree_since = None;
+            if let Some(changed) = d.last_change {
+                if now.saturating_duration_since(changed) < d.dwell {
+                    return None; // within the dwell: held
+                }
+                // A reversal: the next state must hold twice as long.
+                d.dwell = (d.dwell * 2).min(self.window * DWELL_MAX_WINDOWS);
+            }
+            self.state.store(verdict as u8, Ordering::Relaxed);
+            d.last_change = Some(now);
+            // The first decision is not a change stderr was to hear of unless it lasts as something other than on.
+            if d.changes > 0 {
+                d.changes_unsaid += 1;
+            }
+            d.changes += 1;
+            return None;
+        }
+        let agree_since = *d.agree_since.get_or_insert(start);
+        if now.saturating_duration_since(agree_since) >= self.window * DECAY_WINDOWS && d.dwell > self.window {
+            d.dwell = (d.dwell / 2).max(self.window);
+            d.agree_since = Some(now);
+        }
+        let changed = d.last_change?;
+        let say_after = d.dwell.min(self.window * SAY_AFTER_MAX_WINDOWS);
+        // The windows agreed with the state for say_after in a row (all since the change, if it is that recent).
+        if state == d.said || now.saturating_duration_since(agree_since) < say_after {
+            return None;
+        }
+        let held = now.saturating_duration_since(changed);
+        d.said = state;
+        let unsaid = d.changes_unsaid.saturating_sub(1); // all but the one said now
+        d.changes_unsaid = 0;
+        let others = if unsaid > 0 { format!("; {unsaid} changes not said before it") } else { String::new() };
+        Some(format!(
+            "{} (held {:.0?}, the next change no sooner than {:?} after this one{others})",
+            reason(state, f, self.backoff),
+            held,
+            d.dwell
+        ))
     }
 
     pub fn status(&self, disk: &DiskCost) -> CostStatus {
-        let f = self.figures(disk);
+        let d = self.lock_decision();
+        let f = d.last.unwrap_or_else(|| Figures::of(self.tally.read(false), disk.read_us.mean()));
         let state = self.state();
+        let reason = match state {
+            CostState::Measuring => format!(
+                "measuring: {} of {MIN_SAMPLES} lookups and {} of {MIN_SAMPLES} disk reads so far; \
+                 the first decision at the end of a {:?} window",
+                f.lookups.min(MIN_SAMPLES),
+                disk.reads().min(MIN_SAMPLES),
+                self.window
+            ),
+            _ => reason(state, &f, self.backoff),
+        };
         CostStatus {
             state,
-            lookup_us: round1(f.lookup_us),
-            hit_ratio: (f.hit_ratio * 1000.0).round() / 1000.0,
+            lookup_us: round1(f.lookup_us()),
+            hit_ratio: (f.hit_ratio() * 1000.0).round() / 1000.0,
             disk_us: round1(f.disk_us),
             saved_us: round1(f.saved_us()),
+            push_us: round1(f.push_us()),
+            pushes_per_lookup: (f.pushes_per_lookup() * 100.0).round() / 100.0,
+            cost_us: round1(f.cost_us()),
             declined_lookups: self.declined_lookups.load(Ordering::Relaxed),
             declined_pushes: self.declined_pushes.load(Ordering::Relaxed),
-            reason: reason(state, &f, self.backoff),
+            changes: d.changes,
+            dwell_s: d.dwell.as_secs_f64(),
+            reason,
         }
     }
 
-    fn figures(&self, disk: &DiskCost) -> Figures {
-        Figures {
-            lookups: self.lookup_us.samples(),
-            since_change: self.since_change.load(Ordering::Relaxed),
-            disk_reads: disk.read_us.samples(),
-            lookup_us: self.lookup_us.mean(),
-            hit_ratio: self.hit_ratio.mean() / RATIO_ONE as f64,
-            disk_us: disk.read_us.mean(),
-        }
+    fn lock_decision(&self) -> MutexGuard<'_, Decision> {
+        self.decision.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
-/// What a decision rests on.
+/// Whether `key` is in the sample a backed-off node still serves: one key
+/// in SAMPLE_EVERY, the same for its lookups and its pushes (FNV-1a, then a
+/// finalizer: FNV's low bits alone are weak).
+fn in_sample(key: &[u8]) -> bool {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in key {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h.is_multiple_of(SAMPLE_EVERY)
+}
+
+/// What a decision rests on: one window's sums and the disk's mean read.
 #[derive(Clone, Copy, Debug)]
 struct Figures {
     lookups: u64,
-    since_change: u64,
-    disk_reads: u64,
-    lookup_us: f64,
-    hit_ratio: f64,
+    lookup_us_sum: u64,
+    hits: u64,
+    pushes: u64,
+    push_us_sum: u64,
     disk_us: f64,
 }
 
 impl Figures {
+    fn of(s: Sums, disk_us: f64) -> Figures {
+        Figures {
+            lookups: s.lookups,
+            lookup_us_sum: s.lookup_us,
+            hits: s.hits,
+            pushes: s.pushes,
+            push_us_sum: s.push_us,
+            disk_us,
+        }
+    }
+
+    fn per_lookup(&self, v: u64) -> f64 {
+        if self.lookups == 0 {
+            0.0
+        } else {
+            v as f64 / self.lookups as f64
+        }
+    }
+
+    fn lookup_us(&self) -> f64 {
+        self.per_lookup(self.lookup_us_sum)
+    }
+
+    fn hit_ratio(&self) -> f64 {
+        self.per_lookup(self.hits)
+    }
+
+    fn pushes_per_lookup(&self) -> f64 {
+        self.per_lookup(self.pushes)
+    }
+
+    fn push_us(&self) -> f64 {
+        if self.pushes == 0 {
+            0.0
+        } else {
+            self.push_us_sum as f64 / self.pushes as f64
+        }
+    }
+
+    fn cost_us(&self) -> f64 {
+        self.per_lookup(self.lookup_us_sum + self.push_us_sum)
+    }
+
     fn saved_us(&self) -> f64 {
-        self.hit_ratio * self.disk_us
+        self.hit_ratio() * self.disk_us
     }
 }
 
-/// The state after `old` given the figures: break-even with a margin either side.
-fn decide(old: CostState, f: &Figures) -> CostState {
-    if f.since_change < MIN_SAMPLES || f.disk_reads < MIN_SAMPLES {
-        return old;
-    }
-    let saved = f.saved_us();
+/// What the window says the state should be, from `old`: hysteresis by MARGIN.
+fn verdict(old: CostState, f: &Figures) -> CostState {
+    let (cost, saved) = (f.cost_us(), f.saved_us());
     match old {
-        CostState::BackedOff if f.lookup_us < saved * (1.0 - MARGIN) => CostState::On,
+        CostState::BackedOff if saved > cost * MARGIN => CostState::On,
         CostState::BackedOff => CostState::BackedOff,
-        _ if f.lookup_us > saved * (1.0 + MARGIN) => CostState::BackedOff,
+        _ if cost > saved * MARGIN => CostState::BackedOff,
         _ => CostState::On,
     }
 }
 
 fn reason(state: CostState, f: &Figures, backoff: bool) -> String {
     let costs = format!(
-        "a lookup costs {:.0} us and saves {:.2} x {:.0} us = {:.0} us of disk read",
-        f.lookup_us,
-        f.hit_ratio,
+        "a lookup costs {:.0} us ({:.0} us round trip + {:.1} pushes x {:.0} us) and saves {:.2} x {:.0} us = {:.0} us of disk read",
+        f.cost_us(),
+        f.lookup_us(),
+        f.pushes_per_lookup(),
+        f.push_us(),
+        f.hit_ratio(),
         f.disk_us,
         f.saved_us()
     );
     match state {
-        CostState::Measuring => format!(
-            "measuring: {} of {MIN_SAMPLES} lookups and {} of {MIN_SAMPLES} disk reads so far",
-            f.lookups.min(MIN_SAMPLES),
-            f.disk_reads.min(MIN_SAMPLES)
-        ),
+        CostState::Measuring => format!("measuring: {costs}"),
         CostState::On => format!("on: {costs}"),
         CostState::BackedOff if !backoff => {
             format!("would back off, but waffle_grid_backoff=off: every request is sent: {costs}")
         }
-        CostState::BackedOff => format!("backed off (1 in {SAMPLE_EVERY} lookups and pushes sent): {costs}"),
+        CostState::BackedOff => {
+            format!("backed off (the lookups and pushes of 1 page in {SAMPLE_EVERY} sent): {costs}")
+        }
     }
 }
 
@@ -285,110 +561,299 @@ mod tests {
         Duration::from_micros(v)
     }
 
-    fn disk_of(read_us: u64) -> DiskCost {
-        let disk = DiskCost::default();
-        (0..MIN_SAMPLES).for_each(|_| disk.record(us(read_us)));
-        disk
+    /// A node and a disk driven on a simulated clock: each simulated second,
+    /// `rate` lookups spread over it, `pushes` pages pushed per lookup (in
+    /// exchanges of 8 pages), 50 disk reads; the costs given per second.
+    struct Sim {
+        node: NodeCost,
+        disk: DiskCost,
+        t0: Instant,
+        /// Simulated milliseconds since t0.
+        ms: u64,
+        /// (second, new state) of every change, and the lines said.
+        changes: Vec<(f64, CostState)>,
+        lines: Vec<(f64, String)>,
+    }
+
+    /// One simulated second's costs.
+    #[derive(Clone, Copy)]
+    struct Second {
+        lookup_us: u64,
+        hit_every: u64,
+        disk_us: u64,
+        pushes_per_lookup: u64,
+        push_us_per_page: u64,
+    }
+
+    const FAST: Second =
+        Second { lookup_us: 50, hit_every: 1, disk_us: 200, pushes_per_lookup: 0, push_us_per_page: 0 };
+    const SLOW: Second = Second { lookup_us: 500, ..FAST };
+
+    impl Sim {
+        fn new(backoff: bool) -> Sim {
+            Sim {
+                node: NodeCost::new(backoff, WINDOW),
+                disk: DiskCost::default(),
+                t0: Instant::now(),
+                ms: 0,
+                changes: Vec::new(),
+                lines: Vec::new(),
+            }
+        }
+
+        fn secs(&self) -> f64 {
+            self.ms as f64 / 1000.0
+        }
+
+        /// Runs `seconds` simulated seconds, second `i` (from now) costed by `cost(i)`.
+        fn run(&mut self, seconds: u64, cost: impl Fn(u64) -> Second) {
+            const RATE: u64 = 100;
+            for i in 0..seconds {
+                let c = cost(i);
+                let mut pushed = 0;
+                for j in 0..RATE {
+                    let now = self.t0 + Duration::from_millis(self.ms + j * 1000 / RATE);
+                    if j % 2 == 0 {
+                        self.disk.record(us(c.disk_us));
+                    }
+                    let before = self.node.state();
+                    let mut said = self.node.record_lookup(us(c.lookup_us), j % c.hit_every == 0, &self.disk, now);
+                    pushed += c.pushes_per_lookup;
+                    if pushed >= 8 {
+                        pushed -= 8;
+                        let line = self.node.record_push(8, us(8 * c.push_us_per_page), &self.disk, now);
+                        said = said.or(line);
+                    }
+                    let after = self.node.state();
+                    let t = (self.ms + j * 1000 / RATE) as f64 / 1000.0;
+                    if after != before {
+                        self.changes.push((t, after));
+                    }
+                    if let Some(line) = said {
+                        self.lines.push((t, line));
+                    }
+                }
+                self.ms += 1000;
+            }
+        }
+
+        fn state(&self) -> CostState {
+            self.node.state()
+        }
+
+        fn reversals(&self) -> Vec<f64> {
+            self.changes.iter().skip(1).map(|c| c.0).collect()
+        }
     }
 
     #[test]
-    fn a_node_cheaper_than_the_disk_stays_on_and_a_dearer_one_backs_off() {
-        let disk = disk_of(500);
-        let cheap = NodeCost::new(true);
-        for _ in 0..MIN_SAMPLES {
-            assert!(cheap.admits_lookup());
-            cheap.record_lookup(us(50), true, &disk);
-        }
+    fn the_first_decision_comes_at_the_end_of_a_window_cheap_on_dear_backed_off() {
+        let mut cheap = Sim::new(true);
+        cheap.run(9, |_| FAST);
+        assert_eq!(cheap.state(), CostState::Measuring, "no decision before a window's end");
+        cheap.run(2, |_| FAST);
         assert_eq!(cheap.state(), CostState::On);
+        cheap.run(60, |_| FAST);
+        assert!(cheap.lines.is_empty(), "on from the start is not news: {:?}", cheap.lines);
 
-        let dear = NodeCost::new(true);
-        for i in 0..MIN_SAMPLES {
-            assert_eq!(dear.state(), CostState::Measuring, "no decision on {i} samples");
-            dear.record_lookup(us(2000), true, &disk);
-        }
+        let mut dear = Sim::new(true);
+        dear.run(11, |_| SLOW);
         assert_eq!(dear.state(), CostState::BackedOff);
-        assert!(dear.status(&disk).reason.starts_with("backed off"), "{}", dear.status(&disk).reason);
+        dear.run(30, |_| SLOW);
+        assert_eq!(dear.lines.len(), 1, "said once, when it had lasted: {:?}", dear.lines);
+        assert!(dear.lines[0].1.starts_with("backed off"), "{:?}", dear.lines);
+        let s = dear.node.status(&dear.disk);
+        assert_eq!((s.lookup_us, s.disk_us, s.saved_us, s.changes), (500.0, 200.0, 200.0, 1), "{s:?}");
     }
 
     #[test]
     fn a_low_hit_ratio_backs_off_even_a_fast_node() {
-        let disk = disk_of(100);
-        let node = NodeCost::new(true);
-        // 60 us a lookup, one in four hits: it saves 25 us.
-        for i in 0..4 * MIN_SAMPLES {
-            node.record_lookup(us(60), i % 4 == 0, &disk);
-        }
-        assert_eq!(node.state(), CostState::BackedOff, "{:?}", node.status(&disk));
+        // 60 us a lookup, one in four hits, a 100 us disk: it saves 25 us.
+        let mut sim = Sim::new(true);
+        sim.run(11, |_| Second { lookup_us: 60, hit_every: 4, disk_us: 100, ..FAST });
+        assert_eq!(sim.state(), CostState::BackedOff, "{:?}", sim.node.status(&sim.disk));
     }
 
     #[test]
-    fn backed_off_sends_one_in_sample_every_and_counts_the_rest() {
-        let disk = disk_of(100);
-        let node = NodeCost::new(true);
-        (0..MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(5000), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::BackedOff);
-        let sent = (0..10 * SAMPLE_EVERY).filter(|_| node.admits_lookup()).count() as u64;
-        assert_eq!(sent, 10);
-        let pushed = (0..10 * SAMPLE_EVERY).filter(|_| node.admits_push()).count() as u64;
-        assert_eq!(pushed, 10);
-        let s = node.status(&disk);
-        assert_eq!((s.declined_lookups, s.declined_pushes), (150, 150));
+    fn pushes_that_cost_more_than_they_save_count() {
+        // A lookup alone: 100 us against 200 saved. Four pages pushed per
+        // lookup at 60 us each: 340 us against 200: backed off.
+        let dear_pushes = Second { lookup_us: 100, pushes_per_lookup: 4, push_us_per_page: 60, ..FAST };
+        let mut sim = Sim::new(true);
+        sim.run(11, |_| Second { pushes_per_lookup: 0, ..dear_pushes });
+        assert_eq!(sim.state(), CostState::On);
+        sim.run(30, |_| dear_pushes);
+        assert_eq!(sim.state(), CostState::BackedOff, "{:?}", sim.node.status(&sim.disk));
+        let s = sim.node.status(&sim.disk);
+        assert_eq!((s.pushes_per_lookup, s.push_us, s.cost_us), (4.0, 60.0, 340.0), "{s:?}");
+        assert!(sim.lines.last().unwrap().1.contains("4.0 pushes x 60 us"), "{:?}", sim.lines);
+        // Cheap pushes (pipelined, 5 us a page) leave it worth asking.
+        let mut cheap = Sim::new(true);
+        cheap.run(41, |_| Second { push_us_per_page: 5, ..dear_pushes });
+        assert_eq!(cheap.state(), CostState::On, "{:?}", cheap.node.status(&cheap.disk));
     }
 
     #[test]
-    fn a_backed_off_node_that_gets_fast_comes_back_within_a_few_dozen_samples_and_no_sooner_than_min_samples() {
-        let disk = disk_of(500);
-        let node = NodeCost::new(true);
-        (0..MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(20_000), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::BackedOff);
-        let mut samples = 0;
-        while node.state() == CostState::BackedOff {
-            samples += 1;
-            assert!(samples <= 40, "still backed off after {samples} fast samples: {:?}", node.status(&disk));
-            node.record_lookup(us(40), true, &disk);
-        }
-        assert_eq!(node.state(), CostState::On);
-        assert!(samples >= MIN_SAMPLES, "changed again after {samples} samples: no flapping on a burst");
+    fn pushes_before_the_first_lookup_fill_the_grid_and_are_not_costed() {
+        let sim = Sim::new(true);
+        let now = sim.t0;
+        assert_eq!(sim.node.record_push(10_000, Duration::from_secs(1), &sim.disk, now), None);
+        let mut sim = sim;
+        sim.run(11, |_| FAST);
+        assert_eq!(sim.state(), CostState::On);
+        assert_eq!(sim.node.status(&sim.disk).pushes_per_lookup, 0.0);
+    }
+
+    #[test]
+    fn backed_off_sends_the_sample_of_keys_for_both_lookups_and_pushes() {
+        let mut sim = Sim::new(true);
+        sim.run(11, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff);
+        let keys: Vec<String> = (0..16_000).map(|p| format!("w:c057:{p}")).collect();
+        let looked: Vec<bool> = keys.iter().map(|k| sim.node.admits_lookup(k.as_bytes())).collect();
+        let pushed: Vec<bool> = keys.iter().map(|k| sim.node.admits_push(k.as_bytes())).collect();
+        assert_eq!(looked, pushed, "a page pushed is a page looked up: the sample's hit ratio is the grid's");
+        let sent = looked.iter().filter(|&&a| a).count() as u64;
+        assert!((800..1200).contains(&sent), "{sent} of 16000: about one in {SAMPLE_EVERY}");
+        let s = sim.node.status(&sim.disk);
+        assert_eq!((s.declined_lookups, s.declined_pushes), (16_000 - sent, 16_000 - sent));
     }
 
     #[test]
     fn with_backoff_off_the_state_is_shown_but_every_request_goes() {
-        let disk = disk_of(100);
-        let node = NodeCost::new(false);
-        (0..MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(5000), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::BackedOff);
-        assert!((0..100).all(|_| node.admits_lookup() && node.admits_push()));
-        let s = node.status(&disk);
+        let mut sim = Sim::new(false);
+        sim.run(11, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff);
+        assert!((0..100).all(|p| {
+            let k = format!("k{p}");
+            sim.node.admits_lookup(k.as_bytes()) && sim.node.admits_push(k.as_bytes())
+        }));
+        let s = sim.node.status(&sim.disk);
         assert_eq!((s.declined_lookups, s.declined_pushes), (0, 0));
         assert!(s.reason.contains("waffle_grid_backoff=off"), "{}", s.reason);
     }
 
     #[test]
     fn near_break_even_the_margin_keeps_the_state() {
-        let disk = disk_of(100);
-        let node = NodeCost::new(true);
-        (0..MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(95), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::On);
-        // 115 us against 100 saved: dearer, but within the margin.
-        (0..4 * MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(115), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::On);
-        (0..4 * MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(130), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::BackedOff);
-        (0..4 * MIN_SAMPLES).for_each(|_| {
-            let _ = node.record_lookup(us(95), true, &disk);
-        });
-        assert_eq!(node.state(), CostState::BackedOff, "95 us is not 20% below 100");
+        let at = |lookup_us| move |_| Second { lookup_us, disk_us: 100, ..FAST };
+        let mut sim = Sim::new(true);
+        sim.run(11, at(95));
+        assert_eq!(sim.state(), CostState::On);
+        sim.run(120, at(120)); // dearer than it saves, within the margin
+        assert_eq!(sim.state(), CostState::On);
+        sim.run(20, at(130)); // 130 > 1.25 x 100
+        assert_eq!(sim.state(), CostState::BackedOff);
+        sim.run(120, at(85)); // 100 < 1.25 x 85 = 106: not clearly cheaper
+        assert_eq!(sim.state(), CostState::BackedOff, "saving 100 for 85 is not a clear win");
+        sim.run(30, at(75)); // 100 > 1.25 x 75 = 94
+        assert_eq!(sim.state(), CostState::On);
+    }
+
+    /// The issue's case: a node flapping between slow and fast every second
+    /// for 10 minutes. Each window averages five of each: the decision, taken
+    /// once, holds, and stderr says nothing (on is the start's state).
+    #[test]
+    fn a_node_flapping_every_second_does_not_flap_the_decision() {
+        let mut sim = Sim::new(true);
+        // Alone, a slow second says back off (400 > 1.25 x 200) and a fast one
+        // says on; five of each average 225 us: within the margin.
+        let slow = Second { lookup_us: 400, ..FAST };
+        sim.run(600, |i| if i % 2 == 0 { slow } else { FAST });
+        assert_eq!(sim.changes.len(), 1, "the first decision only: {:?}", sim.changes);
+        assert_eq!(sim.state(), CostState::On);
+        assert!(sim.lines.is_empty(), "{:?}", sim.lines);
+        // Slower seconds: the mean is dearer than the margin: backed off, once.
+        let mut sim = Sim::new(true);
+        let slower = Second { lookup_us: 600, ..FAST };
+        sim.run(600, |i| if i % 2 == 0 { slower } else { FAST });
+        assert_eq!(sim.changes.iter().map(|c| c.1).collect::<Vec<_>>(), [CostState::BackedOff], "{:?}", sim.changes);
+        assert_eq!(sim.lines.len(), 1, "{:?}", sim.lines);
+    }
+
+    /// The worst case for windows: a node slow for 25 s then fast for 25 s, so
+    /// windows do disagree. Each reversal waits out a dwell that doubles, up
+    /// to 5 minutes: over 10 minutes at most one change a minute after the
+    /// first two, and a line for each change at most.
+    #[test]
+    fn a_node_flapping_slower_than_the_window_changes_at_most_once_per_growing_dwell() {
+        let mut sim = Sim::new(true);
+        sim.run(600, |i| if (i / 25) % 2 == 0 { SLOW } else { FAST });
+        let reversals = sim.reversals();
+        eprintln!("changes {:?}\nlines {:?}", sim.changes, sim.lines);
+        assert!(!reversals.is_empty(), "it does follow a phase that lasts: {:?}", sim.changes);
+        let mut last = sim.changes[0].0;
+        let mut dwell = WINDOW.as_secs_f64();
+        for &t in &reversals {
+            assert!(
+                t - last >= dwell,
+                "a reversal at {t} s, {:.0} s after the last: the dwell was {dwell} s",
+                t - last
+            );
+            dwell = (dwell * 2.0).min(300.0);
+            last = t;
+        }
+        assert!(sim.changes.len() <= 7, "{:?}", sim.changes);
+        for (i, w) in reversals.windows(2).enumerate().skip(2) {
+            assert!(w[1] - w[0] >= 60.0, "steady state: reversal {} only {:.0} s after the last", i + 3, w[1] - w[0]);
+        }
+        let second_half = sim.changes.iter().filter(|c| c.0 >= 300.0).count();
+        assert!(second_half <= 2, "{second_half} changes in the last 5 minutes: {:?}", sim.changes);
+        assert!(sim.lines.len() <= sim.changes.len(), "{:?}", sim.lines);
+        assert_eq!(sim.node.status(&sim.disk).dwell_s, 300.0);
+    }
+
+    /// A sustained change is followed within the dwell (plus the window that shows it).
+    #[test]
+    fn a_sustained_change_is_followed_within_the_dwell() {
+        let mut sim = Sim::new(true);
+        sim.run(120, |_| FAST);
+        assert_eq!(sim.state(), CostState::On);
+        // Truly slow: backed off within a window or two (the dwell is 10 s, long past).
+        let since = sim.secs();
+        sim.run(21, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff, "{:?}", sim.changes);
+        assert!(sim.changes.last().unwrap().0 - since <= 20.0, "{:?}", sim.changes);
+        // Said once it has held its dwell (now 20 s) with every window agreeing.
+        assert!(sim.lines.is_empty(), "{:?}", sim.lines);
+        sim.run(20, |_| SLOW);
+        assert_eq!(sim.lines.len(), 1, "{:?}", sim.lines);
+        assert!(sim.lines[0].1.starts_with("backed off"), "{:?}", sim.lines);
+        // Truly fast again: the 20 s dwell is over; on again within a window or two.
+        let since = sim.secs();
+        sim.run(21, |_| FAST);
+        assert_eq!(sim.state(), CostState::On, "{:?}", sim.changes);
+        assert!(sim.changes.last().unwrap().0 - since <= 20.0, "{:?}", sim.changes);
+        sim.run(40, |_| FAST);
+        assert_eq!(sim.lines.len(), 2, "both decisions lasted and were said: {:?}", sim.lines);
+        assert!(sim.lines[1].1.starts_with("on:"), "{:?}", sim.lines);
+        assert!(sim.lines[1].1.contains("no sooner than 40s"), "{:?}", sim.lines);
+
+        // After a long flapping (the dwell at 5 minutes), a sustained slowdown
+        // still wins, no later than the dwell and a window.
+        let mut sim = Sim::new(true);
+        sim.run(600, |i| if (i / 25) % 2 == 0 { SLOW } else { FAST });
+        let dwell = sim.node.status(&sim.disk).dwell_s;
+        let (t_last, _) = *sim.changes.last().unwrap();
+        let want = if sim.state() == CostState::On { SLOW } else { FAST };
+        let start = sim.secs();
+        sim.run(dwell as u64 + 21, |_| want);
+        let (t, state) = *sim.changes.last().unwrap();
+        assert_ne!(state, if want.lookup_us == SLOW.lookup_us { CostState::On } else { CostState::BackedOff });
+        assert!(t > start && t <= (t_last + dwell).max(start) + 21.0, "changed at {t}: {:?}", sim.changes);
+    }
+
+    #[test]
+    fn a_state_that_holds_long_brings_the_dwell_back_down() {
+        let mut sim = Sim::new(true);
+        sim.run(11, |_| FAST);
+        sim.run(20, |_| SLOW);
+        sim.run(40, |_| FAST);
+        sim.run(60, |_| SLOW);
+        assert_eq!(sim.changes.len(), 4, "{:?}", sim.changes);
+        assert_eq!(sim.node.status(&sim.disk).dwell_s, 80.0);
+        sim.run(11 * 60, |_| SLOW);
+        assert_eq!(sim.node.status(&sim.disk).dwell_s, 40.0, "ten agreeing minutes halve it");
+        sim.run(10 * 60, |_| SLOW);
+        assert_eq!(sim.node.status(&sim.disk).dwell_s, 20.0);
     }
 }

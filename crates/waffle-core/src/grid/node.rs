@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
-use super::cost::{CostState, DiskCost, NodeCost};
+use super::cost::{DiskCost, NodeCost};
 use super::health::{Admission, Health};
 use super::memory::NodeMemory;
 use super::options::GridOptions;
@@ -98,7 +98,7 @@ impl<C: Clock> Node<C> {
                 connect_timeout * 2 + Duration::from_secs(1),
             ),
             counters: Counters::default(),
-            cost: NodeCost::new(opts.cost_backoff),
+            cost: NodeCost::new(opts.cost_backoff, Duration::from_millis(opts.cost_window_ms)),
             memory: NodeMemory::default(),
             clock,
         }
@@ -165,25 +165,32 @@ impl<C: Clock> Node<C> {
         &self.label
     }
 
-    /// Whether a lookup goes to this node (see [`NodeCost`]).
-    pub fn admits_lookup(&self) -> bool {
-        self.cost.admits_lookup()
+    /// Whether a lookup of `key` goes to this node (see [`NodeCost`]).
+    pub fn admits_lookup(&self, key: &[u8]) -> bool {
+        self.cost.admits_lookup(key)
     }
 
-    /// Whether an evicted page is pushed to this node (see [`NodeCost`]).
-    pub fn admits_push(&self) -> bool {
-        self.cost.admits_push()
+    /// Whether the evicted page of `key` is pushed to this node (see [`NodeCost`]).
+    pub fn admits_push(&self, key: &[u8]) -> bool {
+        self.cost.admits_push(key)
     }
 
     /// A lookup this node answered in `took` (round trip, link included).
     pub fn note_lookup(&self, took: Duration, hit: bool, disk: &DiskCost) {
-        if let Some(state) = self.cost.record_lookup(took, hit, disk) {
-            // One line per change of state: the figures are in the stats.
-            let status = self.cost.status(disk);
-            if state != CostState::Measuring {
-                // The reason names the state ("backed off", "on", or "would back off" when that is off).
-                eprintln!("waffle: grid node {}: {}", self.label, status.reason);
-            }
+        let line = self.cost.record_lookup(took, hit, disk, self.clock.now());
+        self.say_cost(line);
+    }
+
+    /// `pages` stored on this node in one pipelined exchange of `took`.
+    pub fn note_push(&self, pages: u64, took: Duration, disk: &DiskCost) {
+        let line = self.cost.record_push(pages, took, disk, self.clock.now());
+        self.say_cost(line);
+    }
+
+    /// One line per cost decision that lasted (grid::cost says when); the figures are in the stats.
+    fn say_cost(&self, line: Option<String>) {
+        if let Some(line) = line {
+            eprintln!("waffle: grid node {}: {line}", self.label);
         }
     }
 
@@ -273,7 +280,12 @@ fn transfer_allowance(bytes: usize) -> Duration {
     Duration::from_micros(bytes as u64 * 1000 / MIN_TRANSFER_BYTES_PER_MS)
 }
 
-impl<C: Clock> Exchange<'_, C> {
+impl<'n, C: Clock> Exchange<'n, C> {
+    /// The node the exchange is with.
+    pub fn node(&self) -> &'n Node<C> {
+        self.node
+    }
+
     /// The node answered completely. The connection is pooled again if
     /// `reusable` and nothing is left unread.
     pub fn finish(self, reusable: bool) {

@@ -29,6 +29,10 @@ pub struct GridOptions {
     /// (grid::cost): only a sample of lookups and pushes go to it. Default on;
     /// off still measures and shows the costs, and asks every node always.
     pub cost_backoff: bool,
+    /// The window of figures each back-off decision rests on, and its first
+    /// dwell (grid::cost::WINDOW, 10 s). Shorter only for tests that run in
+    /// real time; at least 1 ms.
+    pub cost_window_ms: u64,
 }
 
 impl Default for GridOptions {
@@ -41,6 +45,7 @@ impl Default for GridOptions {
             backoff_max_ms: 5000,
             ttl_s: 0,
             cost_backoff: true,
+            cost_window_ms: super::cost::WINDOW.as_millis() as u64,
         }
     }
 }
@@ -58,6 +63,7 @@ impl GridOptions {
             backoff_max_ms: self.backoff_max_ms.max(backoff_min_ms),
             ttl_s: self.ttl_s,
             cost_backoff: self.cost_backoff,
+            cost_window_ms: self.cost_window_ms.max(1),
         }
     }
 }
