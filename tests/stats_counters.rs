@@ -19,6 +19,9 @@
 //!               = l1_misses - read_ahead_windows          (without)
 //!   (a sequential reader's miss starts a read-ahead window, counted apart)
 //!   latency.l1.count = l1_hits, latency.disk.count = disk_reads
+//!   disk_reads  = the sum of disk_reasons (each demand disk read has one
+//!                 reason); aged_out = l2_aged_skips, evicted >= l2_misses
+//!                 (a miss is the grid losing a pushed page)
 
 use rusqlite::{params, Connection};
 use serde_json::Value;
@@ -43,6 +46,14 @@ fn check_identities(s: &Value, with_grid: bool) {
     assert_eq!(n(s, "latency.l1.count"), n(s, "l1_hits"), "one L1 latency per L1 hit: {s}");
     assert_eq!(n(s, "latency.disk.count"), n(s, "disk_reads"), "one disk latency per disk read: {s}");
     assert_eq!(n(s, "latency.l2.count"), attempts, "one grid latency per grid attempt: {s}");
+    let reasons = s["disk_reasons"].as_object().expect("disk_reasons");
+    assert_eq!(
+        reasons.values().filter_map(Value::as_u64).sum::<u64>(),
+        n(s, "disk_reads"),
+        "one reason per disk read: {s}"
+    );
+    assert_eq!(n(s, "disk_reasons.aged_out"), n(s, "l2_aged_skips"), "{s}");
+    assert!(n(s, "disk_reasons.evicted") >= n(s, "l2_misses"), "{s}");
     if with_grid {
         assert_eq!(
             n(s, "l1_misses"),
@@ -225,6 +236,10 @@ fn with_a_grid_pushes_and_hits_count() {
         "after flush_all at least 90 of 100 pages should miss or be skipped as gone, {misses} + {aged}: {s3}"
     );
     assert!(n(&s3, "disk_reads") - n(&s2, "disk_reads") >= misses, "each miss reads the disk: {s3}");
+    // Why: the grid lost them (asked and missed: evicted), or they were skipped as aged out.
+    let evicted = n(&s3, "disk_reasons.evicted") - n(&s2, "disk_reasons.evicted");
+    let aged_out = n(&s3, "disk_reasons.aged_out") - n(&s2, "disk_reasons.aged_out");
+    assert!(evicted >= misses && aged_out == aged, "misses {misses}, aged {aged}: {s3}");
     check_identities(&s3, true);
     eprintln!("grid: {pushes} pushes, {hits} hits, {misses} misses after flush_all");
 }

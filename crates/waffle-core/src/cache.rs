@@ -26,7 +26,7 @@ use crate::envelope::{self, Identity};
 use crate::grid::{Fetch, Grid};
 use crate::hot_list::HotListProgress;
 use crate::pool::{Ahead, Evicted, Pool};
-use crate::presence::{Presence, Verdict};
+use crate::presence::{DiskReason, Fate, Presence, Verdict};
 use crate::pusher::{GridSlot, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
@@ -299,7 +299,8 @@ impl PageCache {
     fn read_through(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
         let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
         buf[n..].fill(0);
-        self.stats.disk_reads.incr();
+        // The cache turned itself off: every copy it held was given up.
+        self.stats.disk_read(DiskReason::Invalidated);
         Ok((n, Source::Disk))
     }
 
@@ -325,7 +326,8 @@ impl PageCache {
                 let key = envelope::GridKey::new(self.cache_id, page);
                 old.node_label(key.as_bytes()) == new.node_label(key.as_bytes())
             }),
-            _ => self.presence.clear(),
+            // Not `clear`: a grid change is no new epoch; the pages keep their fates.
+            _ => self.presence.retain(|_| false),
         }
         // Other nodes keep other pages: what the old grid was seen to keep says nothing of the new one.
         self.presence.forget_reach();
@@ -381,12 +383,17 @@ impl PageCache {
         }
 
         let grid = self.grid.get();
-        if let Some(grid) = &grid {
-            if self.ask_grid(grid, page, version, buf) {
-                self.fill(page, version, Box::from(&*buf), How::Grid);
-                return Ok((buf.len(), Source::L2));
-            }
-        }
+        // Why this read goes to the disk, decided at the miss: the grid's answer, else the page's fate.
+        let why = match &grid {
+            Some(grid) => match self.ask_grid(grid, page, version, buf) {
+                Ok(()) => {
+                    self.fill(page, version, Box::from(&*buf), How::Grid);
+                    return Ok((buf.len(), Source::L2));
+                }
+                Err(why) => why,
+            },
+            None => self.presence.absent_reason(page),
+        };
 
         let t2 = Instant::now();
         let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
@@ -395,7 +402,7 @@ impl PageCache {
         if let Some(grid) = &grid {
             grid.note_disk_read(took);
         }
-        self.stats.disk_reads.incr();
+        self.stats.disk_read(why);
         if n < buf.len() {
             // Past the end of the file: nothing to cache.
             buf[n..].fill(0);
@@ -633,9 +640,19 @@ impl PageCache {
         self.stats.partial_writes.incr();
         let _g = self.stripe(page);
         self.versions.bump(page);
-        self.presence.remove(page);
-        self.discard_queued(page);
-        self.pool.remove(page);
+        self.give_up_copies(page);
+    }
+
+    /// Every tier forgets `page` (its version moved on already); if one held a
+    /// copy, a read of it from the disk is [`DiskReason::Invalidated`].
+    /// Returns how many copies the push queue and L1 dropped.
+    fn give_up_copies(&self, page: u64) -> u64 {
+        let stamped = self.presence.remove(page);
+        let dropped = u64::from(self.pusher.take(page).is_some()) + u64::from(self.pool.remove(page));
+        if stamped || dropped > 0 {
+            self.presence.set_fate(page, Fate::Invalidated);
+        }
+        dropped
     }
 
     /// The file was cut before page `first_gone`: it and every later page of
@@ -682,9 +699,7 @@ impl PageCache {
         for &page in pages {
             let _g = self.stripe(page);
             self.versions.bump(page);
-            self.presence.remove(page);
-            dropped += u64::from(self.pusher.take(page).is_some());
-            dropped += u64::from(self.pool.remove(page));
+            dropped += self.give_up_copies(page);
         }
         self.stats.foreign_copies_dropped.add(dropped);
     }
@@ -794,19 +809,20 @@ impl PageCache {
 
     /// Asks the grid for `page` at `version` into `buf`, unless the presence
     /// set, the grid's reach or the node's cost says it is not worth a round
-    /// trip. True when `buf` holds the page (the caller puts it in L1).
-    fn ask_grid(&self, grid: &Grid, page: u64, version: u64, buf: &mut [u8]) -> bool {
+    /// trip. Ok when `buf` holds the page (the caller puts it in L1), else
+    /// why the page must come from the disk.
+    fn ask_grid(&self, grid: &Grid, page: u64, version: u64, buf: &mut [u8]) -> Result<(), DiskReason> {
         let verdict = self.presence.verdict(page);
         match verdict {
             // Never pushed at this version, or taken back since: the grid has nothing to give.
             Verdict::Absent => {
                 self.stats.l2_presence_skips.incr();
-                return false;
+                return Err(self.presence.absent_reason(page));
             }
             // Pushed longer ago than the grid is seen to keep pages: most likely evicted.
             Verdict::Aged { .. } if !self.presence.sample_aged() => {
                 self.stats.l2_aged_skips.incr();
-                return false;
+                return Err(DiskReason::AgedOut);
             }
             _ => {}
         }
@@ -814,7 +830,7 @@ impl PageCache {
         if !grid.admits_lookup(key.as_bytes()) {
             // The node costs more than the disk read it would save (grid::cost).
             self.stats.l2_cost_skips.incr();
-            return false;
+            return Err(DiskReason::Skipped);
         }
         let t1 = Instant::now();
         let expect = Identity { cache_id: self.cache_id, page, version };
@@ -841,20 +857,29 @@ impl PageCache {
                 match opened.and_then(|()| self.check_page(page, buf)) {
                     Ok(()) => {
                         self.stats.l2_hits.incr();
-                        return true;
+                        Ok(())
                     }
-                    Err(reject) => self.stats.reject(reject),
+                    Err(reject) => {
+                        self.stats.reject(reject);
+                        Err(DiskReason::Rejected)
+                    }
                 }
             }
             Fetch::Miss => {
                 // Only marked pages are asked for: every miss is a presence miss.
                 self.stats.l2_misses.incr();
                 grid.note_presence_miss(key.as_bytes());
+                Err(DiskReason::Evicted)
             }
-            Fetch::Skipped => self.stats.l2_skipped.incr(),
-            Fetch::Fault(kind) => self.stats.fault(kind),
+            Fetch::Skipped => {
+                self.stats.l2_skipped.incr();
+                Err(DiskReason::Skipped)
+            }
+            Fetch::Fault(kind) => {
+                self.stats.fault(kind);
+                Err(DiskReason::Skipped)
+            }
         }
-        false
     }
 
     /// Opens a grid value into `out` (the envelope's checks, and decompression
@@ -881,6 +906,7 @@ impl PageCache {
         self.stats.l1_stale_drops.incr();
         let _g = self.stripe(page);
         self.pool.remove(page);
+        self.presence.set_fate(page, Fate::Invalidated);
     }
 
     fn fill(&self, page: u64, version: u64, bytes: Box<[u8]>, how: How) {
@@ -934,20 +960,27 @@ impl PageCache {
     fn forget(&self, page: u64) {
         let _g = self.stripe(page);
         self.versions.bump(page);
-        self.presence.remove(page);
-        self.discard_queued(page);
-        self.pool.remove(page);
+        self.give_up_copies(page);
     }
 
     /// Evicted pages go to the grid; without one they are simply dropped, and
     /// so are a scan's pages nobody read again (disk or grid still has them).
+    /// A page dropped here is never pushed ([`Fate::Unpushed`]); the pusher
+    /// records what becomes of the others.
     fn settle(&self, evicted: Vec<Evicted>) {
-        if evicted.is_empty() || self.grid.get().is_none() {
+        if evicted.is_empty() {
+            return;
+        }
+        if self.grid.get().is_none() {
+            for e in &evicted {
+                self.presence.set_fate(e.page, Fate::Unpushed);
+            }
             return;
         }
         for e in evicted {
             if e.scan {
                 self.stats.scan_drops.incr();
+                self.presence.set_fate(e.page, Fate::Unpushed);
             } else {
                 self.pusher.push(e);
             }
@@ -1345,6 +1378,170 @@ mod tests {
         c.reset();
         let j = assert_ahead_adds_up(&c);
         assert_eq!(j["ahead_in_l1_disk"], 0, "{j}");
+    }
+
+    /// `disk_reasons` of the stats, checked to sum to `disk_reads` (the JSON's and the counter's).
+    fn disk_reasons(c: &PageCache) -> Value {
+        let j = Value::Object(c.stats_json());
+        let reasons = j["disk_reasons"].as_object().expect("disk_reasons");
+        assert_eq!(reasons.len(), DiskReason::ALL.len(), "{j}");
+        let sum: u64 = reasons.values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!((sum, sum), (j["disk_reads"].as_u64().unwrap(), c.stats.disk_reads.get()), "{j}");
+        j["disk_reasons"].clone()
+    }
+
+    /// The reasons that moved between two snapshots, as (name, count).
+    fn moved(before: &Value, after: &Value) -> Vec<(String, u64)> {
+        DiskReason::ALL
+            .iter()
+            .map(|r| (r.name(), after[r.name()].as_u64().unwrap() - before[r.name()].as_u64().unwrap()))
+            .filter(|&(_, n)| n > 0)
+            .map(|(k, n)| (k.to_string(), n))
+            .collect()
+    }
+
+    fn one(reason: DiskReason, n: u64) -> Vec<(String, u64)> {
+        vec![(reason.name().to_string(), n)]
+    }
+
+    /// Without a grid: a first read is cold, a page L1 evicted is never
+    /// pushed, a page whose copy a partial write, another writer or a stale
+    /// L1 entry gave up is invalidated; a reset or a truncation makes pages cold again.
+    #[test]
+    fn without_a_grid_disk_reads_are_cold_then_never_pushed() {
+        let (_f, m, c) = scan_file(64, 8);
+        let mut buf = vec![0u8; 512];
+        let r0 = disk_reasons(&c);
+        for page in 0..32 {
+            assert_eq!(c.read(page, &mut buf, &m).unwrap().1, Source::Disk);
+        }
+        let r1 = disk_reasons(&c);
+        assert_eq!(moved(&r0, &r1), one(DiskReason::Cold, 32));
+        assert!(!c.pool.contains(0));
+        c.read(0, &mut buf, &m).unwrap();
+        let r2 = disk_reasons(&c);
+        assert_eq!(moved(&r1, &r2), one(DiskReason::NeverPushed, 1), "evicted from L1 with no grid");
+
+        // Copies given up: a partial write, another writer, a stale L1 entry.
+        let held: Vec<u64> = (0..32).filter(|&p| c.pool.contains(p)).collect();
+        assert!(held.len() >= 3, "{held:?}");
+        c.invalidate(held[0]);
+        c.foreign_pages(&[held[1]]);
+        c.versions.bump(held[2]);
+        for &page in &held[..3] {
+            c.read(page, &mut buf, &m).unwrap();
+        }
+        let r3 = disk_reasons(&c);
+        assert_eq!(moved(&r2, &r3), one(DiskReason::Invalidated, 3));
+        // A page with no copy anywhere is not invalidated by being named: it stays never pushed.
+        let gone = (1..32).find(|&p| !c.pool.contains(p)).unwrap();
+        c.foreign_pages(&[gone]);
+        c.read(gone, &mut buf, &m).unwrap();
+        let r4 = disk_reasons(&c);
+        assert_eq!(moved(&r3, &r4), one(DiskReason::NeverPushed, 1));
+
+        // A truncation makes the pages it cut cold; a reset, every page.
+        c.truncated(20);
+        c.read(25, &mut buf, &m).unwrap(); // read before the cut, then evicted or cut from L1
+        let r5 = disk_reasons(&c);
+        assert_eq!(moved(&r4, &r5), one(DiskReason::Cold, 1), "a page the file grew back to is a new page");
+        c.reset();
+        for page in 0..8 {
+            c.read(page, &mut buf, &m).unwrap();
+        }
+        assert_eq!(moved(&r5, &disk_reasons(&c)), one(DiskReason::Cold, 8), "a reset: a new epoch");
+
+        // The fuse: every read goes to the file, its copies given up.
+        let r6 = disk_reasons(&c);
+        c.trip("test");
+        c.read(0, &mut buf, &m).unwrap();
+        assert_eq!(moved(&r6, &disk_reasons(&c)), one(DiskReason::Invalidated, 1));
+    }
+
+    /// A grid whose only node refuses connections (a port nobody listens on).
+    fn dead_grid() -> Arc<Grid> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let spec = crate::grid::NodeSpec { host: "127.0.0.1".into(), port, weight: 1 };
+        Arc::new(Grid::new(vec![spec], Default::default()))
+    }
+
+    /// With a grid: a push the queue could not take is push_dropped; a page
+    /// pushed (stamped) whose node does not answer is skipped; a grid change
+    /// that drops its stamp leaves it evicted (the grid lost it).
+    #[test]
+    fn with_a_grid_disk_reads_say_what_became_of_the_push() {
+        let mut buf = vec![0u8; 512];
+        // No room in the push queue: every eviction is dropped.
+        let (_f, m, c) = scan_file(64, 8);
+        c.set_grid(Some(dead_grid()));
+        let r0 = disk_reasons(&c);
+        for page in 0..32 {
+            c.read(page, &mut buf, &m).unwrap();
+        }
+        let r1 = disk_reasons(&c);
+        assert_eq!(moved(&r0, &r1), one(DiskReason::Cold, 32));
+        c.read(0, &mut buf, &m).unwrap();
+        let r2 = disk_reasons(&c);
+        assert_eq!(moved(&r1, &r2), one(DiskReason::PushDropped, 1), "{}", Value::Object(c.stats_json()));
+
+        // Room to queue: pages are sent (stamped), the store fails, the lookup is not answered.
+        let c = PageCache::new(CacheOptions {
+            local_bytes: 8 * 512,
+            push_queue_bytes: 1 << 20,
+            grid: Some(dead_grid()),
+            ..cache_opts()
+        });
+        for page in 0..32 {
+            c.read(page, &mut buf, &m).unwrap();
+        }
+        assert!(c.flush_pushes(Duration::from_secs(10)));
+        let r1 = disk_reasons(&c);
+        assert!(!c.pool.contains(0) && c.presence.verdict(0) != Verdict::Absent);
+        c.read(0, &mut buf, &m).unwrap();
+        let r2 = disk_reasons(&c);
+        assert_eq!(moved(&r1, &r2), one(DiskReason::Skipped, 1), "{}", Value::Object(c.stats_json()));
+        // The grid goes: its stamps with it; a page it held was lost to this cache.
+        c.set_grid(None);
+        c.read(1, &mut buf, &m).unwrap();
+        assert_eq!(moved(&r2, &disk_reasons(&c)), one(DiskReason::Evicted, 1));
+    }
+
+    /// The reasons sum to `disk_reads` at every step of a mixed workload:
+    /// reads, scans, writes, partial writes, other writers, truncations,
+    /// resets, and a grid that comes and goes.
+    #[test]
+    fn disk_reasons_sum_to_disk_reads_across_a_mixed_workload() {
+        let (file, m, _) = scan_file(400, 32);
+        let c = PageCache::new(CacheOptions { local_bytes: 32 * 512, push_queue_bytes: 4 * 512, ..cache_opts() });
+        let (mut ra, mut buf) = (ReadAhead::new(), vec![0u8; 512]);
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for step in 0..6000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let page = (x >> 8) % 300;
+            match x % 100 {
+                0..=59 => drop(c.read(page, &mut buf, &m).unwrap()),
+                60..=79 => drop(c.read_sequential(page, &mut buf, &m, &mut ra).unwrap()),
+                80..=89 => {
+                    let byte = (x >> 32) as u8;
+                    file.lock().unwrap()[page as usize * 512..][..512].fill(byte);
+                    c.wrote(page, &[byte; 512]);
+                }
+                90..=93 => c.invalidate(page),
+                94..=96 => c.foreign_pages(&[page, page + 1]),
+                97 => c.truncated(300 + page % 50),
+                98 => c.reset(),
+                _ => c.set_grid(if c.grid().is_some() { None } else { Some(dead_grid()) }),
+            }
+            if step % 50 == 0 {
+                disk_reasons(&c);
+            }
+        }
+        let r = disk_reasons(&c);
+        for reason in [DiskReason::Cold, DiskReason::NeverPushed, DiskReason::PushDropped, DiskReason::Invalidated] {
+            assert!(r[reason.name()].as_u64().unwrap() > 0, "{reason:?} never seen: {r}");
+        }
     }
 
     #[test]

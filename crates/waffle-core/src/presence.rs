@@ -34,8 +34,12 @@
 //! Memory: 4 bytes per page pushed, in chunks ([`PageTable`]) as the version
 //! table (1 MiB per GiB of database at 4 KiB pages, half of it): a far page
 //! costs its chunk, not a stamp for every page below it.
+//!
+//! Why the grid cannot hold a page is kept too, one byte per page that left
+//! L1 ([`Fate`], chunked the same way: 256 KiB per GiB at 4 KiB pages), so
+//! that every demand read of the disk is given exactly one [`DiskReason`].
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::RwLock;
 
 use crate::page_table::PageTable;
@@ -62,6 +66,124 @@ pub enum Verdict {
     Aged { age: u32 },
 }
 
+/// Why a demand read went to the disk: one per `disk_reads`, decided from
+/// what the cache knew at the miss (`disk_reasons` in `PRAGMA waffle_stats`,
+/// summing to `disk_reads`). Pages a read-ahead window brings from the disk
+/// are not demand reads: they are counted apart (`read_ahead_pages_disk`,
+/// `ahead_*_disk`).
+///
+/// The grid's answer decides first (the page had a push stamp: it was
+/// pushed at its current version and not taken back since); a page without
+/// a stamp ([`Verdict::Absent`]) is told by what became of it the last time
+/// it left L1 ([`Fate`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DiskReason {
+    /// The page has not left L1 since the cache opened, the last reset or
+    /// new epoch (a page size change, another writer's change that could not
+    /// be named) or the truncation that cut it off: this cache never had a
+    /// copy of it to keep (a warm restart's guess that it is in the grid is
+    /// asked first, and then its answer counts).
+    Cold,
+    /// It left L1 without being pushed: there is no grid, it was a scan page
+    /// read ahead and evicted unread, or its node was backed off (a push
+    /// cost skip, `l2_push_cost_skips`).
+    NeverPushed,
+    /// It left L1 to be pushed and was not: the push queue was full and
+    /// dropped it (`l2_push_drops`), the grid was removed before it was
+    /// sent, or it could not be sealed. (A store the node refused is counted
+    /// in `l2_push_failures` without naming its pages: its stamp stays, and
+    /// a read asks and counts `evicted` or `skipped` as the node answers.)
+    PushDropped,
+    /// Pushed longer ago than the grid is seen to keep pages (its reach):
+    /// not asked (`l2_aged_skips`).
+    AgedOut,
+    /// Pushed and asked, and the grid did not have it (`l2_misses`:
+    /// memcached evicted it, or a node lost it in a restart); or pushed and
+    /// its stamp gone since without its being cached again (a grid change
+    /// moved its key to another node).
+    Evicted,
+    /// The grid may hold it but did not answer: its node was down
+    /// (`l2_skipped`), backed off for its cost (`l2_cost_skips`), or the
+    /// request failed (`l2_faults`).
+    Skipped,
+    /// The grid returned a copy and it was refused (`l2_rejects`: envelope,
+    /// version, seal or the adapter's page check).
+    Rejected,
+    /// The cache made its copies unusable: a partial write of it, another
+    /// writer named it as changed, verify mode found a copy differing from
+    /// the file, L1 held it at a version the file had left, or the cache
+    /// turned itself off (the fuse: every read goes to the file).
+    Invalidated,
+}
+
+impl DiskReason {
+    pub const ALL: [DiskReason; 8] = [
+        DiskReason::Cold,
+        DiskReason::NeverPushed,
+        DiskReason::PushDropped,
+        DiskReason::AgedOut,
+        DiskReason::Evicted,
+        DiskReason::Skipped,
+        DiskReason::Rejected,
+        DiskReason::Invalidated,
+    ];
+
+    /// The key in `disk_reasons`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DiskReason::Cold => "cold",
+            DiskReason::NeverPushed => "never_pushed",
+            DiskReason::PushDropped => "push_dropped",
+            DiskReason::AgedOut => "aged_out",
+            DiskReason::Evicted => "evicted",
+            DiskReason::Skipped => "skipped",
+            DiskReason::Rejected => "rejected",
+            DiskReason::Invalidated => "invalidated",
+        }
+    }
+}
+
+/// What became of a page the last time it left L1 (or its copies were given
+/// up): one byte per page, read only when a read finds no push stamp.
+/// Cleared (to [`Fate::Unknown`]) by a new epoch and by a truncation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Fate {
+    /// Nothing recorded: [`DiskReason::Cold`].
+    Unknown = 0,
+    /// Left L1 without a push: [`DiskReason::NeverPushed`].
+    Unpushed = 1,
+    /// Queued for a push that did not happen: [`DiskReason::PushDropped`].
+    PushDropped = 2,
+    /// Sent to the grid (its stamp set): without the stamp, [`DiskReason::Evicted`].
+    Pushed = 3,
+    /// Its copies made unusable: [`DiskReason::Invalidated`].
+    Invalidated = 4,
+}
+
+impl Fate {
+    fn from_u8(v: u8) -> Fate {
+        match v {
+            1 => Fate::Unpushed,
+            2 => Fate::PushDropped,
+            3 => Fate::Pushed,
+            4 => Fate::Invalidated,
+            _ => Fate::Unknown,
+        }
+    }
+
+    /// Why a page with this fate and no push stamp is read from the disk.
+    pub fn reason(self) -> DiskReason {
+        match self {
+            Fate::Unknown => DiskReason::Cold,
+            Fate::Unpushed => DiskReason::NeverPushed,
+            Fate::PushDropped => DiskReason::PushDropped,
+            Fate::Pushed => DiskReason::Evicted,
+            Fate::Invalidated => DiskReason::Invalidated,
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct Presence {
     /// Per segment, page `i`'s push stamp (0: absent).
@@ -79,6 +201,8 @@ pub struct Presence {
     aged_ticket: AtomicU64,
     /// The stamp a warm restart gave the saved pages (0: none): a guess, not a push seen.
     restart_stamp: AtomicU32,
+    /// Per segment, page `i`'s [`Fate`] as a byte (grown only when a page leaves L1).
+    fates: RwLock<Vec<PageTable<AtomicU8>>>,
 }
 
 impl Presence {
@@ -170,12 +294,17 @@ impl Presence {
             let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
             if let Some(s) = segments.get(seg).and_then(|s| s.get(idx)) {
                 self.count_set(s.swap(stamp, Ordering::AcqRel));
+                drop(segments);
+                self.set_fate(page, Fate::Pushed);
                 return;
             }
         }
         self.grow(seg, idx);
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        self.count_set(segments[seg].get(idx).expect("grown").swap(stamp, Ordering::AcqRel));
+        {
+            let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+            self.count_set(segments[seg].get(idx).expect("grown").swap(stamp, Ordering::AcqRel));
+        }
+        self.set_fate(page, Fate::Pushed);
     }
 
     /// A stamp was set over `old`: one more stamped page if it had none.
@@ -200,22 +329,73 @@ impl Presence {
         segments.get(seg).and_then(|s| s.get(idx)).is_some_and(|s| self.count_cleared(s.swap(0, Ordering::AcqRel)))
     }
 
-    /// Clears `page` and every later page of its segment (a truncation).
+    /// Clears `page` and every later page of its segment (a truncation): their
+    /// stamps, and their fates (a page the file grows back to is a new page).
     pub fn remove_from(&self, page: u64) {
         let (seg, idx) = split(page);
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        let Some(stamps) = segments.get(seg) else { return };
-        for (_, s) in stamps.iter_from(idx) {
-            self.count_cleared(s.swap(0, Ordering::AcqRel));
+        {
+            let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(stamps) = segments.get(seg) {
+                for (_, s) in stamps.iter_from(idx) {
+                    self.count_cleared(s.swap(0, Ordering::AcqRel));
+                }
+            }
+        }
+        let fates = self.fates.read().unwrap_or_else(|e| e.into_inner());
+        if let Some(fates) = fates.get(seg) {
+            for (_, f) in fates.iter_from(idx) {
+                f.store(Fate::Unknown as u8, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Clears every stamp (a new epoch: no copy in the grid is acceptable any more).
+    /// Clears every stamp and every fate (a new epoch: no copy in the grid is
+    /// acceptable any more, and every page is cold).
     pub fn clear(&self) {
-        let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
-        for (_, s) in segments.iter().flat_map(PageTable::iter) {
-            self.count_cleared(s.swap(0, Ordering::AcqRel));
+        {
+            let segments = self.segments.read().unwrap_or_else(|e| e.into_inner());
+            for (_, s) in segments.iter().flat_map(PageTable::iter) {
+                self.count_cleared(s.swap(0, Ordering::AcqRel));
+            }
         }
+        let fates = self.fates.read().unwrap_or_else(|e| e.into_inner());
+        for (_, f) in fates.iter().flat_map(PageTable::iter) {
+            f.store(Fate::Unknown as u8, Ordering::Relaxed);
+        }
+    }
+
+    /// Records what became of `page` as it left L1 (or its copies were given up).
+    pub fn set_fate(&self, page: u64, fate: Fate) {
+        let (seg, idx) = split(page);
+        {
+            let fates = self.fates.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(f) = fates.get(seg).and_then(|f| f.get(idx)) {
+                f.store(fate as u8, Ordering::Relaxed);
+                return;
+            }
+        }
+        if fate == Fate::Unknown {
+            return; // no slot reads as Unknown already
+        }
+        assert!((seg as u64) < MAX_SEGMENTS && (idx as u64) < MAX_PAGES, "page {idx} of segment {seg} out of range");
+        let mut fates = self.fates.write().unwrap_or_else(|e| e.into_inner());
+        while fates.len() <= seg {
+            fates.push(PageTable::default());
+        }
+        fates[seg].grow(idx, || AtomicU8::new(0));
+        fates[seg].get(idx).expect("grown").store(fate as u8, Ordering::Relaxed);
+    }
+
+    /// What became of `page` the last time it left L1.
+    pub fn fate(&self, page: u64) -> Fate {
+        let (seg, idx) = split(page);
+        let fates = self.fates.read().unwrap_or_else(|e| e.into_inner());
+        fates.get(seg).and_then(|f| f.get(idx)).map_or(Fate::Unknown, |f| Fate::from_u8(f.load(Ordering::Relaxed)))
+    }
+
+    /// Why `page`, read from the disk with no push stamp ([`Verdict::Absent`]), was not in the grid.
+    pub fn absent_reason(&self, page: u64) -> DiskReason {
+        self.fate(page).reason()
     }
 
     /// Clears the stamp of every stamped page for which `keep(page)` is false
@@ -495,6 +675,34 @@ mod tests {
         }
         assert!(matches!(p.verdict(7), Verdict::Aged { .. }));
         assert_eq!(p.held_newest_first(10, |_| false), [4, 1, 3]);
+    }
+
+    /// Fates: set as pages leave L1, a push marks them pushed, a truncation
+    /// clears the pages it cut, a new epoch clears all; a grid change's
+    /// `retain` keeps them (the pages were pushed, the grid lost them).
+    /// A far page costs its chunk of bytes only.
+    #[test]
+    fn fates_say_why_an_absent_page_is_not_in_the_grid() {
+        let p = Presence::new();
+        assert_eq!(p.absent_reason(5), DiskReason::Cold);
+        p.set_fate(5, Fate::Unpushed);
+        p.set_fate(6, Fate::PushDropped);
+        p.insert(7);
+        p.set_fate(8, Fate::Invalidated);
+        let far = join(1, 1 << 30);
+        p.set_fate(far, Fate::Unpushed);
+        assert_eq!(p.fates.read().unwrap().iter().map(PageTable::chunks_held).sum::<usize>(), 2);
+        let reasons = |p: &Presence| [5, 6, 7, 8, far].map(|page| p.absent_reason(page));
+        use DiskReason::*;
+        assert_eq!(reasons(&p), [NeverPushed, PushDropped, Evicted, Invalidated, NeverPushed]);
+        p.retain(|_| false);
+        assert_eq!(reasons(&p), [NeverPushed, PushDropped, Evicted, Invalidated, NeverPushed]);
+        p.remove_from(7);
+        assert_eq!(reasons(&p), [NeverPushed, PushDropped, Cold, Cold, NeverPushed]);
+        p.clear();
+        assert_eq!(reasons(&p), [Cold; 5]);
+        p.set_fate(1 << 20, Fate::Unknown);
+        assert_eq!(p.fate(1 << 20), Fate::Unknown, "an unknown fate takes no slot");
     }
 
     #[test]

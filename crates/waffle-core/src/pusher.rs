@@ -6,6 +6,11 @@
 //! and counts the drop. An L1 miss looks in the queue first and takes the page
 //! back if it is there, so a page is never fetched from disk while its bytes
 //! sit in memory waiting for the network.
+//!
+//! What becomes of each page is recorded in the presence set's fates (why a
+//! later disk read happened): pushed (its stamp), dropped by the queue or
+//! with nowhere to go ([`Fate::PushDropped`]), or not pushed because its node
+//! is backed off ([`Fate::Unpushed`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,7 +22,7 @@ use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::Grid;
 use crate::pool::Evicted;
-use crate::presence::Presence;
+use crate::presence::{Fate, Presence};
 use crate::seal::SealKey;
 use crate::stats::Stats;
 
@@ -146,15 +151,15 @@ impl Pusher {
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
             self.shared.stats.l2_push_drops.incr();
+            self.shared.presence.set_fate(entry.page, Fate::PushDropped);
             return;
         }
         let mut q = self.shared.queue.lock().unwrap();
         q.remove(entry.page);
         while q.bytes + len > self.shared.capacity_bytes {
-            if q.pop_oldest().is_none() {
-                break;
-            }
+            let Some(dropped) = q.pop_oldest() else { break };
             self.shared.stats.l2_push_drops.incr();
+            self.shared.presence.set_fate(dropped.page, Fate::PushDropped);
         }
         let seq = q.next_seq;
         q.next_seq += 1;
@@ -178,6 +183,7 @@ impl Pusher {
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
             self.shared.stats.l2_push_drops.incr();
+            self.shared.presence.set_fate(entry.page, Fate::PushDropped);
             return false;
         }
         let mut q = self.shared.queue.lock().unwrap();
@@ -185,6 +191,7 @@ impl Pusher {
             let now = Instant::now();
             if now >= deadline {
                 self.shared.stats.l2_push_drops.incr();
+                self.shared.presence.set_fate(entry.page, Fate::PushDropped);
                 return false;
             }
             // The pusher signals `idle` after every batch it sent.
@@ -313,6 +320,9 @@ fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
     let Some(grid) = shared.grid.get() else {
         // The grid was removed while these waited: nowhere to push them.
         shared.stats.l2_push_failures.add(batch.len() as u64);
+        for e in batch {
+            shared.presence.set_fate(e.page, Fate::PushDropped);
+        }
         return;
     };
     // A node that costs more than the disk read it would save takes only a
@@ -324,6 +334,7 @@ fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
             let admitted = closing || grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
             if !admitted {
                 shared.stats.l2_push_cost_skips.incr();
+                shared.presence.set_fate(e.page, Fate::Unpushed);
             }
             admitted
         })
@@ -344,6 +355,9 @@ fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
             let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
                 shared.stats.l2_push_failures.incr();
+                // Not sent: the stamp set above would send a read to the grid for nothing.
+                shared.presence.remove(e.page);
+                shared.presence.set_fate(e.page, Fate::PushDropped);
             }
             Some((envelope::key(shared.cache_id, e.page), value?))
         })

@@ -14,6 +14,7 @@ use serde_json::{json, Map, Value};
 
 use crate::envelope::Reject;
 use crate::grid::FaultKind;
+use crate::presence::DiskReason;
 use crate::verify::Served;
 
 const HISTOGRAM_SHARDS: usize = 8;
@@ -144,7 +145,10 @@ pub struct Stats {
     pub l2_fetch_bytes: Counter,
     /// L1 misses answered from the push queue (evicted, not yet pushed).
     pub push_queue_hits: Counter,
+    /// Demand reads of the disk (read-ahead windows apart): count them with [`Stats::disk_read`].
     pub disk_reads: Counter,
+    /// `disk_reads` by why each happened ([`DiskReason`] as index; they sum to it).
+    pub disk_reasons: [Counter; DiskReason::ALL.len()],
     pub disk_short_reads: Counter,
     pub disk_writes: Counter,
     /// Writes that were not one whole page (the page is dropped from the tiers).
@@ -231,6 +235,7 @@ impl Stats {
             l2_fetch_bytes: Counter::default(),
             push_queue_hits: Counter::default(),
             disk_reads: Counter::default(),
+            disk_reasons: Default::default(),
             disk_short_reads: Counter::default(),
             disk_writes: Counter::default(),
             partial_writes: Counter::default(),
@@ -268,6 +273,12 @@ impl Stats {
 
     pub fn reject(&self, r: Reject) {
         self.l2_rejects[r.index()].incr();
+    }
+
+    /// A demand read of the disk, and why (the two counters move together).
+    pub fn disk_read(&self, why: DiskReason) {
+        self.disk_reads.incr();
+        self.disk_reasons[why as usize].incr();
     }
 
     pub fn fault(&self, f: FaultKind) {
@@ -345,7 +356,11 @@ impl Stats {
         put("l2_push_bytes", json!(self.l2_push_bytes.get()));
         put("l2_fetch_bytes", json!(self.l2_fetch_bytes.get()));
         put("push_queue_hits", json!(self.push_queue_hits.get()));
-        put("disk_reads", json!(self.disk_reads.get()));
+        // One snapshot of the reasons, and `disk_reads` as their sum: exact even under traffic.
+        let reasons: Vec<(&str, u64)> =
+            DiskReason::ALL.iter().map(|&r| (r.name(), self.disk_reasons[r as usize].get())).collect();
+        put("disk_reads", json!(reasons.iter().map(|(_, n)| n).sum::<u64>()));
+        put("disk_reasons", Value::Object(reasons.into_iter().map(|(k, n)| (k.into(), json!(n))).collect()));
         put("disk_short_reads", json!(self.disk_short_reads.get()));
         put("disk_writes", json!(self.disk_writes.get()));
         put("partial_writes", json!(self.partial_writes.get()));

@@ -3,10 +3,12 @@
 //! and what every report has (`waffle bench`, `bench sweep`, `probe`): the
 //! EMULATED notes, the invocation, and [`Output`], its JSON file and charts.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 use serde_json::{json, Value};
+use waffle_core::presence::DiskReason;
 use waffle_emulation::{DeviceProfile, LinkProfile};
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -61,6 +63,31 @@ pub struct Hits {
     pub ahead_used_disk: u64,
     pub ahead_pages_l2: u64,
     pub ahead_used_l2: u64,
+    /// Demand disk reads in the measured run (read-ahead windows apart), and
+    /// why each happened (`disk_reasons` of `PRAGMA waffle_stats`, see
+    /// `waffle_core::presence::DiskReason`): they sum to `disk_reads`.
+    pub disk_reads: u64,
+    pub disk_reasons: BTreeMap<String, u64>,
+}
+
+impl Hits {
+    /// One line: why the demand reads went to the disk, as percentages of
+    /// them (the reasons that occurred, in `DiskReason` order), and the pages
+    /// read-ahead brought from the disk apart.
+    pub fn disk_reasons_line(&self) -> String {
+        let reasons: Vec<String> = DiskReason::ALL
+            .iter()
+            .filter_map(|r| {
+                let n = self.disk_reasons.get(r.name()).copied().unwrap_or(0);
+                (n > 0).then(|| format!("{} {:.1}%", r.name(), 100.0 * n as f64 / self.disk_reads as f64))
+            })
+            .collect();
+        let reasons = if reasons.is_empty() { String::new() } else { format!(": {}", reasons.join(", ")) };
+        format!(
+            "{} disk reads{reasons}; read-ahead apart: {} pages from the disk",
+            self.disk_reads, self.ahead_pages_disk
+        )
+    }
 }
 
 /// "used/read (percent)" of pages read ahead from one source.
@@ -337,6 +364,11 @@ pub fn print_table(results: &[ConfigResult]) {
         println!("  {n}");
     }
     for r in results {
+        if let Some(h) = &r.hits {
+            println!("  {}: {}", r.name, h.disk_reasons_line());
+        }
+    }
+    for r in results {
         let Some(ws) = &r.working_set else { continue };
         println!(
             "  {}: working set (distinct pages, estimated) 1m {} | 5m {} | 15m {}; the warm-up read {} pages{}; {}",
@@ -466,6 +498,17 @@ mod tests {
         assert_eq!((ws.pages_1m, ws.pages_15m, ws.known_pages, ws.ratio_15m), (10, 99, 100, Some(0.99)));
         assert_eq!(WorkingSet::from_stats(&after, 100, false).unwrap().ratio_15m, None, "the warm-up left the window");
         assert!(WorkingSet::from_stats(&json!({}), 100, true).is_none(), "no estimate");
+    }
+
+    #[test]
+    fn the_disk_reasons_line_shows_what_occurred_as_percentages() {
+        let reasons = [("cold", 10), ("evicted", 30), ("aged_out", 0)].map(|(k, n)| (k.to_string(), n));
+        let h = Hits { disk_reads: 40, disk_reasons: reasons.into(), ahead_pages_disk: 7, ..Default::default() };
+        assert_eq!(
+            h.disk_reasons_line(),
+            "40 disk reads: cold 25.0%, evicted 75.0%; read-ahead apart: 7 pages from the disk"
+        );
+        assert_eq!(Hits::default().disk_reasons_line(), "0 disk reads; read-ahead apart: 0 pages from the disk");
     }
 
     #[test]

@@ -291,6 +291,14 @@ pub fn run_config(
             ahead_used_disk: d("ahead_used_disk"),
             ahead_pages_l2: d("ahead_pages_l2"),
             ahead_used_l2: d("ahead_used_l2"),
+            disk_reads: d("disk_reads"),
+            disk_reasons: waffle_core::presence::DiskReason::ALL
+                .iter()
+                .map(|r| {
+                    let n = |s: &Value| s["disk_reasons"][r.name()].as_u64().unwrap_or(0);
+                    (r.name().to_string(), n(&after).saturating_sub(n(&before)))
+                })
+                .collect(),
         }
     });
     let grid_traffic = matches!(plan.kind, Kind::Grid { .. }).then(|| {
