@@ -55,3 +55,71 @@ pub fn device(s: &str) -> Result<String, String> {
 pub fn link(s: &str) -> Result<String, String> {
     LinkProfile::by_name(s.trim()).map(|_| s.trim().to_string())
 }
+
+/// The most rounds `--rounds` takes (bench, bench sweep, bench mysql).
+pub const MAX_ROUNDS: u32 = 20;
+
+/// `--rounds N` (bench, bench sweep, bench mysql): every configuration runs N times,
+/// interleaved (a, b, a, b, ...), and the median round is reported with the spread.
+#[derive(Args, Clone, Copy, Debug)]
+pub struct Rounds {
+    /// Run every configuration this many times (1 to 20), interleaved, and report the median round
+    /// with the spread (min..max) of all; every round goes in the JSON. Evens out a shared machine's
+    /// changing load.
+    #[arg(long, default_value_t = 1, value_parser = rounds)]
+    pub rounds: u32,
+}
+
+/// A `--rounds` value: 1 to [`MAX_ROUNDS`] (clap's error names the flag and the value).
+pub fn rounds(s: &str) -> Result<u32, String> {
+    let n: u32 = s.trim().parse().map_err(|_| format!("not a number of rounds (1 to {MAX_ROUNDS})"))?;
+    if n == 0 || n > MAX_ROUNDS {
+        return Err(format!("from 1 to {MAX_ROUNDS} rounds"));
+    }
+    Ok(n)
+}
+
+/// Refuses 0 rounds and more than [`MAX_ROUNDS`], naming the flag and the value.
+pub fn check_rounds(n: usize) -> Result<usize, String> {
+    if n == 0 || n > MAX_ROUNDS as usize {
+        return Err(format!("--rounds {n}: from 1 to {MAX_ROUNDS} rounds"));
+    }
+    Ok(n)
+}
+
+/// The median of `values` as the bench reports it: the index of the middle value once sorted
+/// (the upper of the two middle ones for an even count), and the min and max. None when empty.
+pub fn median_round(values: &[f64]) -> Option<(usize, f64, f64)> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let mid = *order.get(values.len() / 2)?;
+    Some((mid, values[order[0]], values[order[values.len() - 1]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_are_refused_outside_1_to_20() {
+        assert_eq!(rounds("3"), Ok(3));
+        assert_eq!(rounds("20"), Ok(20));
+        for bad in ["0", "21", "-1", "x"] {
+            assert!(rounds(bad).unwrap_err().contains("1 to 20"), "{bad}");
+        }
+        assert_eq!(check_rounds(1), Ok(1));
+        for bad in [0, 21] {
+            let e = check_rounds(bad).unwrap_err();
+            assert!(e.starts_with(&format!("--rounds {bad}: ")), "{e}");
+        }
+    }
+
+    #[test]
+    fn the_median_round_and_the_spread() {
+        assert_eq!(median_round(&[]), None);
+        assert_eq!(median_round(&[5.0]), Some((0, 5.0, 5.0)));
+        assert_eq!(median_round(&[3.0, 1.0, 2.0]), Some((2, 1.0, 3.0)));
+        // Even: the upper middle, as `waffle bench` reports it.
+        assert_eq!(median_round(&[4.0, 1.0]), Some((0, 1.0, 4.0)));
+    }
+}

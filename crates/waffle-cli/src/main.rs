@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use waffle_bench::args::{codec, device, link, size, Codec, GridTimeout, PageSize};
+use waffle_bench::args::{codec, device, link, size, Codec, GridTimeout, PageSize, Rounds};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
 use waffle_bench::bench::report::Output;
@@ -220,10 +220,8 @@ struct BenchArgs {
     /// Seed of the workload's random choices.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Run every configuration this many times, interleaved, and report the median round
-    /// (evens out a shared machine's changing load; bench only).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=20))]
-    rounds: u64,
+    #[command(flatten)]
+    rounds: Rounds,
     /// Warm every waffle configuration with PRAGMA waffle_warm instead of a pass over every table
     /// and index (as CONFIG+warm does for one); the report says how long it took and what it filled.
     #[arg(long)]
@@ -319,7 +317,7 @@ fn bench_options(a: &BenchArgs, sweep: bool) -> Result<BenchOptions, String> {
         dir: a.dir.clone(),
         output: a.output.clone(),
         seed: a.seed,
-        rounds: a.rounds as usize,
+        rounds: a.rounds.rounds as usize,
         writer_gate: !a.no_writer_gate,
     })
 }

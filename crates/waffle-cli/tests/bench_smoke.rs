@@ -1,6 +1,6 @@
-//! CI smoke tests of `waffle bench`, `waffle bench sweep` and `waffle probe`:
-//! each command at a tiny size for a second or two. They check structure
-//! (JSON fields, finite ratios, PNG charts), never speed.
+//! CI smoke tests of `waffle bench`, `waffle bench sweep`, `waffle bench mysql`
+//! and `waffle probe`: each command at a tiny size for a second or two. They
+//! check structure (JSON fields, finite ratios, PNG charts), never speed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -170,6 +170,138 @@ fn sweep_draws_throughput_against_memory() {
     assert_png(&dir.0.join("charts/sweep-oltp-read-only.png"));
 }
 
+/// `--rounds 2`: each point runs local and grid twice, interleaved; the table shows the median
+/// with the spread, the JSON every round.
+#[test]
+fn sweep_with_rounds_reports_medians_and_every_round() {
+    let dir = TempDir::new("sweep-rounds");
+    let cmd = "bench sweep --data 2MiB --points 50 --threads 2 --warmup 0 --duration 0.5 --rounds 2";
+    let (stdout, v) = run_in(&dir, cmd, "sweep.json", true);
+    assert!(stdout.contains("2 rounds per point, interleaved"), "{stdout}");
+    assert!(stdout.contains("the median round of 2 (min..max of all rounds)"), "{stdout}");
+    let row = stdout.lines().find(|l| l.starts_with("real")).unwrap_or_else(|| panic!("no row:\n{stdout}"));
+    assert_eq!(row.matches("..").count(), 3, "local, grid and grid/local with their spread: {row}");
+    assert_eq!(v["params"]["rounds"], 2);
+    let points = v["points"].as_array().unwrap();
+    assert_eq!(points.len(), 1);
+    let p = &points[0];
+    for c in p["configs"].as_array().unwrap() {
+        check_config(c);
+        let rounds: Vec<f64> = c["rounds"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+        assert_eq!(rounds.len(), 2, "{c}");
+        let (t, lo, hi) = (
+            c["throughput"].as_f64().unwrap(),
+            c["throughput_min"].as_f64().unwrap(),
+            c["throughput_max"].as_f64().unwrap(),
+        );
+        let median = c["median_round"].as_u64().unwrap() as usize;
+        assert!((1..=2).contains(&median), "{c}");
+        assert_eq!(t, rounds[median - 1], "the median shown is its round's: {c}");
+        assert_eq!(lo, rounds.iter().copied().fold(f64::MAX, f64::min));
+        assert_eq!(hi, rounds.iter().copied().fold(f64::MIN, f64::max));
+    }
+    let grid = &p["configs"][1];
+    let local = p["configs"][0]["throughput"].as_f64().unwrap();
+    let ratio = grid["ratio_to_local"].as_f64().expect("grid/local of the medians");
+    assert!((ratio - grid["throughput"].as_f64().unwrap() / local).abs() < 1e-9, "{ratio}");
+    let every = p["rounds"].as_array().expect("every round");
+    assert_eq!(every.iter().map(|r| r["round"].as_u64().unwrap()).collect::<Vec<_>>(), [1, 2]);
+    for r in every {
+        let names: Vec<&str> = r["configs"].as_array().unwrap().iter().map(|c| c["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["local", "grid"], "{r}");
+        finite_or_null(&r["configs"][1]["ratio_to_local"], "a round's grid/local");
+    }
+    assert_png(&dir.0.join("charts/sweep-oltp-read-only.png"));
+}
+
+/// `waffle bench mysql --rounds 2` at the tiniest size: a real MariaDB and sysbench, stock and
+/// waffle twice each, interleaved; the medians with their spread, every round in the JSON.
+#[test]
+fn mysql_with_rounds_reports_medians_and_every_round() {
+    let dir = TempDir::new("mysql-rounds");
+    let json = dir.0.join("mysql.json");
+    let mysql_dir = dir.0.join("mysql");
+    let stdout = run(&[
+        "bench",
+        "mysql",
+        "--budget",
+        "8MiB",
+        "--data",
+        "1MiB",
+        "--tables",
+        "1",
+        "--threads",
+        "2",
+        "--warmup",
+        "0",
+        "--duration",
+        "1",
+        "--configs",
+        "stock,waffle",
+        "--workloads",
+        "oltp_read_only,oltp_read_write",
+        "--nodes",
+        "1",
+        "--rounds",
+        "2",
+        "--dir",
+        mysql_dir.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("2 rounds, interleaved"), "{stdout}");
+    assert!(stdout.contains("tps min..max"), "{stdout}");
+    for w in ["oltp_read_only", "oltp_read_write"] {
+        for c in ["stock", "waffle"] {
+            assert!(stdout.contains(&format!("rounds: {w} {c}: tps ")), "{w} {c}:\n{stdout}");
+        }
+    }
+    let v = read_json(&json);
+    assert_eq!(v["rounds"], 2);
+    let runs = v["runs"].as_array().expect("every round");
+    let order: Vec<(u64, &str, &str)> = runs
+        .iter()
+        .map(|r| (r["round"].as_u64().unwrap(), r["config"].as_str().unwrap(), r["workload"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            (1, "stock", "oltp_read_only"),
+            (1, "stock", "oltp_read_write"),
+            (1, "waffle", "oltp_read_only"),
+            (1, "waffle", "oltp_read_write"),
+            (2, "stock", "oltp_read_only"),
+            (2, "stock", "oltp_read_write"),
+            (2, "waffle", "oltp_read_only"),
+            (2, "waffle", "oltp_read_write"),
+        ],
+        "interleaved"
+    );
+    for r in runs {
+        assert!(r["tps"].as_f64().is_some_and(|t| t.is_finite() && t > 0.0), "{r}");
+    }
+    let results = v["results"].as_array().expect("medians");
+    assert_eq!(results.len(), 4);
+    for r in results {
+        let tps: Vec<f64> = r["tps_rounds"].as_array().unwrap().iter().map(|t| t.as_f64().unwrap()).collect();
+        assert_eq!(tps.len(), 2, "{r}");
+        let median = r["median_round"].as_u64().unwrap() as usize;
+        assert!((1..=2).contains(&median), "{r}");
+        assert_eq!(r["tps"].as_f64().unwrap(), tps[median - 1], "{r}");
+        assert_eq!(r["round"].as_u64(), Some(median as u64), "{r}");
+        assert!(r["tps_min"].as_f64().unwrap() <= r["tps"].as_f64().unwrap());
+        assert!(r["tps_max"].as_f64().unwrap() >= r["tps"].as_f64().unwrap());
+        assert!(r["ratio_to_stock"].as_f64().is_some_and(f64::is_finite), "{r}");
+        assert_eq!(r["ratio_to_stock_rounds"].as_array().map(Vec::len), Some(2), "{r}");
+        if r["config"] == "waffle" {
+            assert!(r["waffle"].is_object(), "the median run's waffle counters: {r}");
+            let stock = results.iter().find(|s| s["config"] == "stock" && s["workload"] == r["workload"]).unwrap();
+            let ratio = r["tps"].as_f64().unwrap() / stock["tps"].as_f64().unwrap();
+            assert!((r["ratio_to_stock"].as_f64().unwrap() - ratio).abs() < 1e-9, "the ratio of the medians: {r}");
+        }
+    }
+}
+
 #[test]
 fn probe_reports_disk_and_grid_latency() {
     let dir = TempDir::new("probe");
@@ -204,6 +336,11 @@ fn bad_arguments_are_refused_with_a_reason() {
         (&["bench", "--workload", "tpch"][..], "unknown workload"),
         (&["bench", "--memory", "lots"][..], "memory"),
         (&["probe", "--device", "floppy"][..], "unknown device profile"),
+        (&["bench", "--rounds", "0"][..], "'0' for '--rounds"),
+        (&["bench", "sweep", "--rounds", "0"][..], "'0' for '--rounds"),
+        (&["bench", "sweep", "--rounds", "21"][..], "'21' for '--rounds"),
+        (&["bench", "mysql", "--rounds", "0"][..], "'0' for '--rounds"),
+        (&["bench", "mysql", "--rounds", "21"][..], "'21' for '--rounds"),
     ] {
         let dir = TempDir::new("bad");
         let mut all = args.to_vec();

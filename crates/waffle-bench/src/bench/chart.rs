@@ -139,10 +139,40 @@ pub fn line_chart(
     log2_x: bool,
     log10_y: bool,
 ) -> Result<(), String> {
+    line_chart_with_spread(path, title, subtitle, x_label, y_label, series, &[], log2_x, log10_y)
+}
+
+/// A vertical bar from `lo` to `hi` at `x`, in the color of series `color`: the
+/// spread (min..max) of the rounds behind a median point.
+#[derive(Clone, Copy, Debug)]
+pub struct Spread {
+    pub x: f64,
+    pub lo: f64,
+    pub hi: f64,
+    pub color: usize,
+}
+
+/// [`line_chart`] with error bars (`spread`) drawn under the lines.
+#[allow(clippy::too_many_arguments)]
+pub fn line_chart_with_spread(
+    path: &Path,
+    title: &str,
+    subtitle: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    spread: &[Spread],
+    log2_x: bool,
+    log10_y: bool,
+) -> Result<(), String> {
     register_font();
     let tx = |x: f64| if log2_x { x.max(1e-9).log2() } else { x };
     let ty = |y: f64| if log10_y { y.max(1e-9).log10() } else { y };
-    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.iter().map(|&(x, y)| (tx(x), ty(y)))).collect();
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|&(x, y)| (tx(x), ty(y))))
+        .chain(spread.iter().flat_map(|b| [(tx(b.x), ty(b.lo)), (tx(b.x), ty(b.hi))]))
+        .collect();
     if pts.is_empty() {
         return Err("no points to draw".into());
     }
@@ -209,6 +239,18 @@ pub fn line_chart(
         .axis_desc_style((FONT, 15))
         .draw()
         .map_err(fail)?;
+    let cap = (x1 - x0) * 0.006;
+    for b in spread {
+        let (x, lo, hi) = (tx(b.x), ty(b.lo), ty(b.hi));
+        let style = color(b.color).stroke_width(1);
+        chart
+            .draw_series([
+                PathElement::new(vec![(x, lo), (x, hi)], style),
+                PathElement::new(vec![(x - cap, lo), (x + cap, lo)], style),
+                PathElement::new(vec![(x - cap, hi), (x + cap, hi)], style),
+            ])
+            .map_err(fail)?;
+    }
     for s in series {
         let c = color(s.color);
         let points: Vec<(f64, f64)> = s.points.iter().map(|&(x, y)| (tx(x), ty(y))).collect();
@@ -268,6 +310,12 @@ mod tests {
         let d = Series { name: "b".into(), points: vec![(1.0, 20.0), (32.0, 2000.0)], dashed: true, color: 1 };
         line_chart(&line, "t", "s", "threads", "us", &[s, d], true, true).unwrap();
         assert!(looks_like_png(&line));
+        let spread = dir.join("spread.png");
+        let m = Series { name: "median".into(), points: vec![(10.0, 100.0), (50.0, 150.0)], dashed: false, color: 0 };
+        let bars =
+            [Spread { x: 10.0, lo: 90.0, hi: 120.0, color: 0 }, Spread { x: 50.0, lo: 140.0, hi: 400.0, color: 0 }];
+        line_chart_with_spread(&spread, "t", "s", "%", "tps", &[m], &bars, false, false).unwrap();
+        assert!(looks_like_png(&spread));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -401,8 +401,12 @@ pub struct SweepOptions {
 }
 
 /// `waffle bench sweep`: throughput against the memory budget, for each configuration and device.
+/// With `--rounds N`, each point runs its configurations N times, interleaved (local, grid, local,
+/// grid, ...); the table and the chart show each configuration's median round with the spread
+/// (min..max) of all, and the JSON every round.
 pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
     let o = &s.bench;
+    let rounds = crate::args::check_rounds(o.rounds)?;
     let workload = make_workload(o)?;
     let threads = threads_for(o, workload.as_ref());
     let specs: Vec<ConfigSpec> = o.configs.iter().map(|c| ConfigSpec::parse(c)).collect::<Result<_, _>>()?;
@@ -413,78 +417,163 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
     let (unit, _) = workload.unit();
     println!("waffle bench sweep {}: {}", workload.name(), workload.describe());
     println!(
-        "data {}; budgets {:?}% of it; configurations {}; devices {}; {threads} threads, warm-up one pass + {} s, measured {} s",
+        "data {}; budgets {:?}% of it; configurations {}; devices {}; {threads} threads, warm-up one pass + {} s, measured {} s{}",
         mib(ds.bytes),
         s.points,
         o.configs.join(","),
         s.devices.iter().map(runner::device_label).collect::<Vec<_>>().join(", "),
         o.warmup_s,
-        o.duration_s
+        o.duration_s,
+        if rounds > 1 {
+            format!("; {rounds} rounds per point, interleaved: the median shown, (min..max) of all rounds")
+        } else {
+            String::new()
+        }
     );
     println!("host: {} cores, load average {:.2} at start", report::cores(), report::load_average());
     let mut rows = Vec::new();
     let mut all_plans = Vec::new();
-    // lines[(config, device)] = points
-    let mut lines: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    // One line per configuration and device: its median points and their spreads (x, min, max).
+    type Line = (String, Vec<(f64, f64)>, Vec<(f64, f64, f64)>);
+    let mut lines: Vec<Line> = Vec::new();
     for device in &s.devices {
         for &pct in &s.points {
             let budget = Amount::Percent(pct).of(ds.bytes).max(1 << 20);
             let share = o.sqlite_cache.of(budget);
-            let mut results = Vec::new();
-            for (name, spec) in o.configs.iter().zip(&specs) {
-                let plan = Plan::new(
-                    name.trim(),
-                    spec,
-                    budget,
-                    share,
-                    o.grid_memory.of(budget),
-                    threads,
-                    o.link,
-                    device.clone(),
-                );
-                let ropts = run_options(o, threads, budget, o.seed);
-                eprintln!("waffle bench sweep: budget {pct}% ({}), {}", mib(budget), runner::device_label(device));
-                let r = runner::run_config(workload.as_ref(), &ds, &plan, &ropts)?;
-                let line = format!("{} on {}", r.name, runner::device_label(&plan.device));
-                match lines.iter_mut().find(|l| l.0 == line) {
-                    Some(l) => l.1.push((pct, r.throughput)),
-                    None => lines.push((line, vec![(pct, r.throughput)])),
+            let plans: Vec<Plan> = o
+                .configs
+                .iter()
+                .zip(&specs)
+                .map(|(name, spec)| {
+                    Plan::new(
+                        name.trim(),
+                        spec,
+                        budget,
+                        share,
+                        o.grid_memory.of(budget),
+                        threads,
+                        o.link,
+                        device.clone(),
+                    )
+                })
+                .collect();
+            let mut per_plan: Vec<Vec<ConfigResult>> = vec![Vec::new(); plans.len()];
+            for round in 0..rounds {
+                for (i, plan) in plans.iter().enumerate() {
+                    let ropts = run_options(o, threads, budget, o.seed + round as u64);
+                    eprintln!(
+                        "waffle bench sweep: budget {pct}% ({}), {}{}",
+                        mib(budget),
+                        runner::device_label(device),
+                        if rounds > 1 { format!(", round {} of {rounds}", round + 1) } else { String::new() }
+                    );
+                    per_plan[i].push(runner::run_config(workload.as_ref(), &ds, plan, &ropts)?);
                 }
-                all_plans.push(plan);
-                results.push(r);
             }
+            // Every round, with its ratios to that round's local (and all-local).
+            let mut round_rows = Vec::new();
+            for round in 0..rounds {
+                let mut these: Vec<ConfigResult> = per_plan.iter().map(|rs| rs[round].clone()).collect();
+                report::fill_ratios(&mut these);
+                round_rows.push(json!({
+                    "round": round + 1,
+                    "configs": these.iter().map(|r| json!({
+                        "name": r.name,
+                        "throughput": r.throughput,
+                        "ratio_to_local": r.ratio_to_local,
+                        "ratio_to_all_local": r.ratio_to_all_local,
+                    })).collect::<Vec<_>>(),
+                }));
+            }
+            let mut results = Vec::new();
+            let mut spreads = Vec::new();
+            for (plan, rs) in plans.iter().zip(per_plan) {
+                let all: Vec<f64> = rs.iter().map(|r| r.throughput).collect();
+                let (mid, lo, hi) = crate::args::median_round(&all).ok_or("no round ran")?;
+                let mut median = rs.into_iter().nth(mid).ok_or("no round ran")?;
+                median.rounds = all;
+                let line = format!("{} on {}", median.name, runner::device_label(&plan.device));
+                match lines.iter_mut().find(|l| l.0 == line) {
+                    Some(l) => {
+                        l.1.push((pct, median.throughput));
+                        l.2.push((pct, lo, hi));
+                    }
+                    None => lines.push((line, vec![(pct, median.throughput)], vec![(pct, lo, hi)])),
+                }
+                spreads.push((mid, lo, hi));
+                results.push(median);
+            }
+            all_plans.extend(plans);
+            // Ratios of the medians.
             report::fill_ratios(&mut results);
+            let configs: Vec<Value> = results
+                .iter()
+                .zip(&spreads)
+                .map(|(r, &(mid, lo, hi))| {
+                    let mut v = serde_json::to_value(r).unwrap_or(Value::Null);
+                    if let Some(m) = v.as_object_mut() {
+                        m.insert("median_round".into(), json!(mid + 1));
+                        m.insert("throughput_min".into(), json!(lo));
+                        m.insert("throughput_max".into(), json!(hi));
+                    }
+                    v
+                })
+                .collect();
             rows.push(json!({
                 "device": runner::device_label(device),
                 "budget_pct": pct,
                 "budget_bytes": budget,
-                "configs": results,
+                "configs": configs,
+                "rounds": round_rows,
             }));
         }
     }
     // The table: one row per budget and device, one column per configuration.
+    let (col, ratio_col) = if rounds > 1 { (26, 22) } else { (12, 12) };
     println!();
     print!("{:<20} {:>8} {:>10}", "device", "budget", "B");
     for c in &o.configs {
-        print!(" {:>12}", format!("{c} {unit}"));
+        print!(" {:>col$}", format!("{c} {unit}"));
     }
-    println!(" {:>12}", "grid/local");
+    println!(" {:>ratio_col$}", "grid/local");
     for row in &rows {
         let cfgs = row["configs"].as_array().cloned().unwrap_or_default();
         print!(
             "{:<20} {:>7}% {:>10}",
             row["device"].as_str().unwrap_or(""),
-            row["budget_pct"],
+            row["budget_pct"].as_f64().unwrap_or(0.0),
             mib(row["budget_bytes"].as_u64().unwrap_or(0))
         );
+        let f = |c: &Value, k: &str| c[k].as_f64().unwrap_or(0.0);
         for c in &cfgs {
-            print!(" {:>12.1}", c["throughput"].as_f64().unwrap_or(0.0));
+            let cell = if rounds > 1 {
+                format!("{:.1} ({:.1}..{:.1})", f(c, "throughput"), f(c, "throughput_min"), f(c, "throughput_max"))
+            } else {
+                format!("{:.1}", f(c, "throughput"))
+            };
+            print!(" {cell:>col$}");
         }
-        let grid_ratio = cfgs
-            .iter()
-            .find(|c| c["name"].as_str().is_some_and(|n| n.starts_with("grid")))
-            .and_then(|c| c["ratio_to_local"].as_f64());
-        println!(" {:>12}", grid_ratio.map_or("-".into(), |r| format!("{r:.2}x")));
+        let is_grid = |c: &Value| c["name"].as_str().is_some_and(|n| n.starts_with("grid"));
+        let grid_ratio = cfgs.iter().find(|c| is_grid(c)).and_then(|c| c["ratio_to_local"].as_f64());
+        // The spread of the per-round ratios (each round's grid over that round's local).
+        let per_round: Vec<f64> = row["rounds"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["configs"].as_array()?.iter().find(|c| is_grid(c))?["ratio_to_local"].as_f64())
+            .collect();
+        let cell = match (grid_ratio, crate::args::median_round(&per_round)) {
+            (None, _) => "-".to_string(),
+            (Some(r), Some((_, lo, hi))) if rounds > 1 => format!("{r:.2}x ({lo:.2}..{hi:.2})"),
+            (Some(r), _) => format!("{r:.2}x"),
+        };
+        println!(" {cell:>ratio_col$}");
+    }
+    if rounds > 1 {
+        println!(
+            "{unit}: the median round of {rounds} (min..max of all rounds); grid/local: the ratio of the medians \
+             (min..max of each round's grid over that round's local)"
+        );
     }
     let notes = emulation_notes(&all_plans);
     for n in &notes {
@@ -496,16 +585,32 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         let series: Vec<chart::Series> = lines
             .iter()
             .enumerate()
-            .map(|(i, (name, pts))| chart::Series { name: name.clone(), points: pts.clone(), dashed: false, color: i })
+            .map(|(i, (name, pts, _))| chart::Series {
+                name: name.clone(),
+                points: pts.clone(),
+                dashed: false,
+                color: i,
+            })
             .collect();
+        let spread: Vec<chart::Spread> = if rounds > 1 {
+            lines
+                .iter()
+                .enumerate()
+                .flat_map(|(i, l)| l.2.iter().map(move |&(x, lo, hi)| chart::Spread { x, lo, hi, color: i }))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let emu = if notes.is_empty() { String::new() } else { "; EMULATED hardware, see docs/benchmarks.md".into() };
-        chart::line_chart(
+        let med = if rounds > 1 { format!("; median of {rounds} rounds, bars: min..max") } else { String::new() };
+        chart::line_chart_with_spread(
             &file,
             &format!("waffle bench sweep {}: {unit} against local memory", workload.name()),
-            &format!("{}\ndata {}; grid adds L2 = B of memcached{emu}", workload.describe(), mib(ds.bytes)),
+            &format!("{}\ndata {}; grid adds L2 = B of memcached{med}{emu}", workload.describe(), mib(ds.bytes)),
             "local memory budget B, % of the data",
             unit,
             &series,
+            &spread,
             false,
             false,
         )?;
@@ -518,7 +623,14 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
         "description": workload.describe(),
         "unit": unit,
         "dataset": { "path": ds.path.display().to_string(), "bytes": ds.bytes, "tag": ds.tag },
-        "params": { "threads": threads, "warmup_s": o.warmup_s, "duration_s": o.duration_s, "page_bytes": o.page_bytes, "points_pct": s.points },
+        "params": {
+            "threads": threads,
+            "warmup_s": o.warmup_s,
+            "duration_s": o.duration_s,
+            "page_bytes": o.page_bytes,
+            "points_pct": s.points,
+            "rounds": rounds,
+        },
         "emulated": notes,
         "points": rows,
     });

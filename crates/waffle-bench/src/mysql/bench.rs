@@ -16,6 +16,12 @@
 //! buffer pool's hit ratio and, under Waffle, where the buffer pool's misses
 //! were answered (L1, grid, disk) from the preload's stats file.
 //!
+//! `--rounds N` runs the configurations N times, interleaved (stock, waffle,
+//! stock-2x, stock, waffle, ...), each on a fresh copy and a fresh server; the
+//! table shows, per workload and configuration, the median round's figures,
+//! the spread (min..max) of tps over the rounds and the ratio of the medians,
+//! and the JSON every round (`runs`) beside the medians (`results`).
+//!
 //! Nothing is installed here: a missing mariadbd or sysbench is an error that
 //! says how to install them. Servers listen on 127.0.0.1 only, with their own
 //! socket and port, and are always stopped.
@@ -28,7 +34,7 @@ use serde_json::{json, Value};
 use waffle_nodes::Node;
 use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SysbenchResult, Tools};
 
-use crate::args::{size, GridTimeout};
+use crate::args::{check_rounds, median_round, size, GridTimeout, Rounds};
 use crate::bench::report;
 use crate::mysql::stats;
 
@@ -73,6 +79,8 @@ pub struct MysqlArgs {
     pub waffle_pool: Option<u64>,
     #[command(flatten)]
     pub timeout: GridTimeout,
+    #[command(flatten)]
+    pub rounds: Rounds,
     /// EMULATED link to the grid: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
     #[arg(long, default_value = "loopback")]
     pub link: String,
@@ -123,6 +131,8 @@ impl Kind {
 /// One measured run.
 #[derive(Clone, Debug)]
 pub struct RunResult {
+    /// The round (1..=N) of `--rounds N` this run belongs to.
+    pub round: usize,
     pub config: String,
     pub workload: String,
     pub sysbench: SysbenchResult,
@@ -206,8 +216,79 @@ fn dataset(tools: &Tools, a: &MysqlArgs, data_bytes: u64) -> Result<Dataset, Str
     Ok(Dataset { template, table_size })
 }
 
-/// Runs the benchmark; prints the table and returns the results.
+/// One workload under one configuration over the rounds: which run is the median round's, and the spread.
+#[derive(Clone, Debug)]
+pub struct Summary {
+    pub workload: String,
+    pub config: String,
+    /// Index in the runs of the median round (by tps; of an even count, the upper middle one).
+    pub median: usize,
+    /// tps of every round, in order.
+    pub tps_rounds: Vec<f64>,
+    pub tps_min: f64,
+    pub tps_max: f64,
+    /// The median's tps over stock's median's (same workload).
+    pub ratio_to_stock: Option<f64>,
+    /// Each round's tps over stock's tps in the same round.
+    pub ratio_to_stock_rounds: Vec<f64>,
+}
+
+/// The median round of each workload and configuration, in the order workload, then configuration.
+pub fn summarize(runs: &[RunResult]) -> Vec<Summary> {
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for r in runs {
+        if !keys.contains(&(r.workload.as_str(), r.config.as_str())) {
+            keys.push((r.workload.as_str(), r.config.as_str()));
+        }
+    }
+    let workloads: Vec<&str> = keys.iter().fold(Vec::new(), |mut v, k| {
+        if !v.contains(&k.0) {
+            v.push(k.0);
+        }
+        v
+    });
+    let of = |w: &str, c: &str| -> Vec<usize> {
+        (0..runs.len()).filter(|&i| runs[i].workload == w && runs[i].config == c).collect()
+    };
+    let mut out: Vec<Summary> = Vec::new();
+    for w in workloads {
+        for &(_, c) in keys.iter().filter(|k| k.0 == w) {
+            let idx = of(w, c);
+            let tps: Vec<f64> = idx.iter().map(|&i| runs[i].sysbench.tps).collect();
+            let Some((mid, lo, hi)) = median_round(&tps) else { continue };
+            let stock = of(w, "stock");
+            let ratio_to_stock_rounds = idx
+                .iter()
+                .filter_map(|&i| {
+                    let s = stock.iter().find(|&&j| runs[j].round == runs[i].round)?;
+                    let s = runs[*s].sysbench.tps;
+                    (s > 0.0).then(|| runs[i].sysbench.tps / s)
+                })
+                .collect();
+            out.push(Summary {
+                workload: w.to_string(),
+                config: c.to_string(),
+                median: idx[mid],
+                tps_rounds: tps,
+                tps_min: lo,
+                tps_max: hi,
+                ratio_to_stock: None,
+                ratio_to_stock_rounds,
+            });
+        }
+    }
+    let medians: Vec<(String, String, f64)> =
+        out.iter().map(|s| (s.workload.clone(), s.config.clone(), runs[s.median].sysbench.tps)).collect();
+    for s in &mut out {
+        let stock = medians.iter().find(|m| m.0 == s.workload && m.1 == "stock").map(|m| m.2);
+        s.ratio_to_stock = stock.filter(|&t| t > 0.0).map(|t| runs[s.median].sysbench.tps / t);
+    }
+    out
+}
+
+/// Runs the benchmark; prints the table and returns every run (every round's).
 pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
+    let rounds = check_rounds(a.rounds.rounds as usize)?;
     let tools = Tools::find()?;
     tools.sysbench()?;
     let kinds: Vec<Kind> = a.configs.iter().map(|c| Kind::parse(c)).collect::<Result<_, _>>()?;
@@ -243,12 +324,21 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     let a = MysqlArgs { dir: a_dir, ..a.clone() };
     let ds = dataset(&tools, &a, data_bytes)?;
     let mut results = Vec::new();
-    for kind in &kinds {
-        results.extend(run_config(&tools, &a, &ds, *kind, budget, small, preload.as_deref())?);
+    for round in 1..=rounds {
+        for kind in &kinds {
+            if rounds > 1 {
+                eprintln!("waffle bench mysql: round {round} of {rounds}");
+            }
+            let mut runs = run_config(&tools, &a, &ds, *kind, budget, small, preload.as_deref())?;
+            runs.iter_mut().for_each(|r| r.round = round);
+            results.extend(runs);
+        }
     }
-    print!("{}", table(&results, budget, data_bytes, &a, ds.table_size, small));
+    let summary = summarize(&results);
+    print!("{}", table(&results, &summary, budget, data_bytes, &a, ds.table_size, small));
     if let Some(path) = &a.json {
-        report::write_json(path, &to_json(&results, &a, budget, data_bytes, ds.table_size, small))?;
+        let v = to_json(&results, &summary, &a, budget, data_bytes, ds.table_size, small);
+        report::write_json(path, &v)?;
         eprintln!("waffle bench mysql: results in {}", path.display());
     }
     Ok(results)
@@ -404,6 +494,7 @@ fn run_config(
         };
         eprintln!("waffle bench mysql: {} {}: {:.1} tps, p95 {:.2} ms", kind.name(), w, r.tps, r.latency_p95_ms);
         out.push(RunResult {
+            round: 1,
             config: kind.name().into(),
             workload: w.clone(),
             sysbench: r,
@@ -433,7 +524,16 @@ fn waffle_split(w: &Value) -> (u64, u64, u64, u64) {
     (g("l1_hits") + g("push_queue_hits"), g("l2_hits"), g("disk_reads"), g("l1_hits") + g("l1_misses"))
 }
 
-fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_size: u64, small: u64) -> String {
+#[allow(clippy::too_many_arguments)]
+fn table(
+    runs: &[RunResult],
+    summary: &[Summary],
+    budget: u64,
+    data: u64,
+    a: &MysqlArgs,
+    table_size: u64,
+    small: u64,
+) -> String {
     use std::fmt::Write as _;
     let mut o = String::new();
     let _ = writeln!(
@@ -458,14 +558,33 @@ fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_siz
             a.device.trim()
         );
     }
+    let rounds = a.rounds.rounds.max(1);
+    if rounds > 1 {
+        let _ = writeln!(
+            o,
+            "{rounds} rounds, interleaved, each on a fresh server: the median round's figures (by tps), \
+             tps min..max of all rounds, vs stock = the ratio of the medians"
+        );
+    }
     let _ = writeln!(
         o,
-        "{:<16} {:<9} {:>8} {:>8} {:>8} {:>7} {:>10} {:>7} {:>7} {:>10}",
-        "workload", "config", "tps", "vs stock", "p95 ms", "BP hit", "BP miss/s", "L1", "grid", "disk rd/s"
+        "{:<16} {:<9} {:>8} {:>15} {:>8} {:>8} {:>7} {:>10} {:>7} {:>7} {:>10}",
+        "workload",
+        "config",
+        "tps",
+        "tps min..max",
+        "vs stock",
+        "p95 ms",
+        "BP hit",
+        "BP miss/s",
+        "L1",
+        "grid",
+        "disk rd/s"
     );
-    for r in results {
-        let stock = results.iter().find(|s| s.workload == r.workload && s.config == "stock").map(|s| s.sysbench.tps);
-        let ratio = stock.filter(|&s| s > 0.0).map_or("-".into(), |s| format!("{:.2}x", r.sysbench.tps / s));
+    for sm in summary {
+        let r = &runs[sm.median];
+        let ratio = sm.ratio_to_stock.map_or("-".into(), |x| format!("{x:.2}x"));
+        let range = format!("{:.1}..{:.1}", sm.tps_min, sm.tps_max);
         let secs = a.duration as f64;
         let (l1, l2, disk) = match &r.waffle {
             Some(w) => {
@@ -483,10 +602,11 @@ fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_siz
         };
         let _ = writeln!(
             o,
-            "{:<16} {:<9} {:>8.1} {:>8} {:>8.2} {:>7} {:>10.0} {:>7} {:>7} {:>10}",
+            "{:<16} {:<9} {:>8.1} {:>15} {:>8} {:>8.2} {:>7} {:>10.0} {:>7} {:>7} {:>10}",
             r.workload,
             r.config,
             r.sysbench.tps,
+            range,
             ratio,
             r.sysbench.latency_p95_ms,
             pct(r.bp_hit()),
@@ -496,8 +616,27 @@ fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_siz
             disk
         );
     }
-    for w in results.iter().filter_map(|r| r.warm.as_ref()) {
-        let _ = writeln!(o, "waffle: {}", w.summary());
+    if rounds > 1 {
+        for sm in summary {
+            let tps: Vec<String> = sm.tps_rounds.iter().map(|t| format!("{t:.1}")).collect();
+            let vs = match median_round(&sm.ratio_to_stock_rounds) {
+                Some((_, lo, hi)) if sm.config != "stock" => format!("; vs stock per round {lo:.2}x..{hi:.2}x"),
+                _ => String::new(),
+            };
+            let _ = writeln!(
+                o,
+                "rounds: {} {}: tps {} (median: round {}){vs}",
+                sm.workload,
+                sm.config,
+                tps.join(", "),
+                runs[sm.median].round
+            );
+        }
+    }
+    for r in runs.iter().filter(|r| r.warm.is_some()) {
+        let w = r.warm.as_ref().expect("filtered");
+        let round = if rounds > 1 { format!(" (round {})", r.round) } else { String::new() };
+        let _ = writeln!(o, "waffle{round}: {}", w.summary());
     }
     let _ = writeln!(
         o,
@@ -507,7 +646,52 @@ fn table(results: &[RunResult], budget: u64, data: u64, a: &MysqlArgs, table_siz
     o
 }
 
-fn to_json(results: &[RunResult], a: &MysqlArgs, budget: u64, data: u64, table_size: u64, small: u64) -> Value {
+fn run_json(r: &RunResult) -> Value {
+    json!({
+        "round": r.round,
+        "config": r.config,
+        "workload": r.workload,
+        "tps": r.sysbench.tps,
+        "qps": r.sysbench.qps,
+        "latency_p95_ms": r.sysbench.latency_p95_ms,
+        "latency_avg_ms": r.sysbench.latency_avg_ms,
+        "transactions": r.sysbench.transactions,
+        "ignored_errors": r.sysbench.ignored_errors,
+        "buffer_pool_requests": r.bp_requests,
+        "buffer_pool_misses": r.bp_misses,
+        "buffer_pool_hit_ratio": r.bp_hit(),
+        "waffle": r.waffle,
+        "warm": r.warm,
+    })
+}
+
+/// `results`: per workload and configuration, the median round's run with the spread and the
+/// ratio of the medians; `runs`: every round's run, in the order they ran.
+#[allow(clippy::too_many_arguments)]
+fn to_json(
+    runs: &[RunResult],
+    summary: &[Summary],
+    a: &MysqlArgs,
+    budget: u64,
+    data: u64,
+    table_size: u64,
+    small: u64,
+) -> Value {
+    let results: Vec<Value> = summary
+        .iter()
+        .map(|sm| {
+            let mut v = run_json(&runs[sm.median]);
+            if let Some(m) = v.as_object_mut() {
+                m.insert("median_round".into(), json!(runs[sm.median].round));
+                m.insert("tps_rounds".into(), json!(sm.tps_rounds));
+                m.insert("tps_min".into(), json!(sm.tps_min));
+                m.insert("tps_max".into(), json!(sm.tps_max));
+                m.insert("ratio_to_stock".into(), json!(sm.ratio_to_stock));
+                m.insert("ratio_to_stock_rounds".into(), json!(sm.ratio_to_stock_rounds));
+            }
+            v
+        })
+        .collect();
     json!({
         "benchmark": "mysql",
         "command": report::invocation(),
@@ -525,20 +709,68 @@ fn to_json(results: &[RunResult], a: &MysqlArgs, budget: u64, data: u64, table_s
         "nodes": a.nodes,
         "link": a.link,
         "device": a.device,
-        "results": results.iter().map(|r| json!({
-            "config": r.config,
-            "workload": r.workload,
-            "tps": r.sysbench.tps,
-            "qps": r.sysbench.qps,
-            "latency_p95_ms": r.sysbench.latency_p95_ms,
-            "latency_avg_ms": r.sysbench.latency_avg_ms,
-            "transactions": r.sysbench.transactions,
-            "ignored_errors": r.sysbench.ignored_errors,
-            "buffer_pool_requests": r.bp_requests,
-            "buffer_pool_misses": r.bp_misses,
-            "buffer_pool_hit_ratio": r.bp_hit(),
-            "waffle": r.waffle,
-            "warm": r.warm,
-        })).collect::<Vec<_>>(),
+        "rounds": a.rounds.rounds.max(1),
+        "results": results,
+        "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(round: usize, config: &str, workload: &str, tps: f64) -> RunResult {
+        RunResult {
+            round,
+            config: config.into(),
+            workload: workload.into(),
+            sysbench: SysbenchResult { tps, ..Default::default() },
+            bp_requests: 0,
+            bp_misses: 0,
+            waffle: None,
+            warm: None,
+        }
+    }
+
+    #[test]
+    fn the_median_round_per_workload_and_configuration_and_the_ratio_of_medians() {
+        // Three rounds, interleaved as they run: stock (ro, rw), waffle (ro, rw), ...
+        let mut runs = Vec::new();
+        for (round, s, w) in [(1, 100.0, 90.0), (2, 120.0, 150.0), (3, 80.0, 100.0)] {
+            runs.push(run(round, "stock", "oltp_read_only", s));
+            runs.push(run(round, "stock", "oltp_read_write", s / 2.0));
+            runs.push(run(round, "waffle", "oltp_read_only", w));
+            runs.push(run(round, "waffle", "oltp_read_write", w / 2.0));
+        }
+        let sm = summarize(&runs);
+        let names: Vec<(&str, &str)> = sm.iter().map(|s| (s.workload.as_str(), s.config.as_str())).collect();
+        assert_eq!(
+            names,
+            [
+                ("oltp_read_only", "stock"),
+                ("oltp_read_only", "waffle"),
+                ("oltp_read_write", "stock"),
+                ("oltp_read_write", "waffle")
+            ]
+        );
+        let (stock, waffle) = (&sm[0], &sm[1]);
+        assert_eq!(runs[stock.median].round, 1);
+        assert_eq!(runs[waffle.median].round, 3);
+        assert_eq!(stock.tps_rounds, [100.0, 120.0, 80.0]);
+        assert_eq!((waffle.tps_min, waffle.tps_max), (90.0, 150.0));
+        assert_eq!(stock.ratio_to_stock, Some(1.0));
+        assert_eq!(waffle.ratio_to_stock, Some(1.0)); // 100 / 100: medians, not rounds
+        assert_eq!(waffle.ratio_to_stock_rounds, [0.9, 1.25, 1.25]);
+        assert_eq!(runs[sm[3].median].sysbench.tps, 50.0);
+    }
+
+    #[test]
+    fn without_stock_there_is_no_ratio() {
+        let runs = vec![run(1, "waffle", "oltp_read_only", 10.0), run(2, "waffle", "oltp_read_only", 30.0)];
+        let sm = summarize(&runs);
+        assert_eq!(sm.len(), 1);
+        assert_eq!(sm[0].ratio_to_stock, None);
+        assert!(sm[0].ratio_to_stock_rounds.is_empty());
+        assert_eq!(runs[sm[0].median].round, 2);
+    }
 }
