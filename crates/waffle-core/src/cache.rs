@@ -14,7 +14,7 @@
 //! per page, so a read that raced a write never installs the older bytes.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,7 @@ use serde_json::{json, Map, Value};
 use crate::backing::{Backing, PageId};
 use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
-use crate::grid::{Fetch, Grid};
+use crate::grid::{Clock, Fetch, Grid, SystemClock};
 use crate::hot_list::HotListProgress;
 use crate::pool::{Ahead, Evicted, Pool};
 use crate::presence::{DiskReason, Fate, Presence, Verdict};
@@ -76,6 +76,12 @@ pub enum Source {
 ///   reads a page right after the last one it missed, which starts a first
 ///   window again;
 /// - a miss elsewhere (behind the window, or further past it) starts a new run.
+///
+/// While read-ahead from the disk is off ([`DiskAhead`]) the ramp runs on:
+/// a window that left its disk pages unread (`skipped`) counts the reader's
+/// misses inside it as used (read ahead, they would have been hits), so a
+/// probe window, and the first window after it turns on again, has the size
+/// the reader's run has earned.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ReadAhead {
     /// The last window: pages `start..end` (`start`: the miss that opened it).
@@ -86,11 +92,13 @@ pub struct ReadAhead {
     used: u64,
     /// The last window's size in pages: 0 none yet, 1 stopped.
     size: u64,
+    /// The last window read nothing ahead from the disk (only the grid's pages).
+    skipped: bool,
 }
 
 impl ReadAhead {
     pub const fn new() -> ReadAhead {
-        ReadAhead { start: 0, end: 0, used: 0, size: 0 }
+        ReadAhead { start: 0, end: 0, used: 0, size: 0, skipped: false }
     }
 
     /// The reader left its run: the next window starts small.
@@ -145,7 +153,242 @@ impl ReadAhead {
     /// A window of `size` pages opened at `page`, reaching `end` (the end of
     /// its file may cut it short).
     fn opened(&mut self, page: u64, end: u64, size: u64) {
-        *self = ReadAhead { start: page, end, used: 0, size };
+        *self = ReadAhead { start: page, end, used: 0, size, skipped: false };
+    }
+
+    /// The reader missed `page` inside a window that skipped the disk: the
+    /// page is read on demand, and counts as used (the window would have
+    /// brought it).
+    fn inside_skipped(&mut self, page: u64) -> bool {
+        let inside = self.skipped && self.size > 1 && page > self.start && page < self.end;
+        if inside {
+            self.used += 1;
+        }
+        inside
+    }
+}
+
+/// How long [`DiskAhead`] measures before it judges (the cost back-off's window, grid/cost.rs).
+pub const DISK_AHEAD_WINDOW: Duration = Duration::from_secs(10);
+/// Demand single-page reads and read-ahead runs (of 2 pages or more) a
+/// window needs before it is judged: it lasts until it has them.
+const DISK_AHEAD_MIN_RANDOM: u64 = 16;
+const DISK_AHEAD_MIN_RUNS: u64 = 4;
+/// Hysteresis: on, read-ahead from the disk stops when a page of a run costs
+/// more than `used_ratio x random / MARGIN`; off, it resumes below
+/// `used_ratio x random / MARGIN^2`.
+pub const DISK_AHEAD_MARGIN: f64 = 1.25;
+/// While read-ahead from the disk is off, one window in this many still reads
+/// ahead from it, so runs keep being measured.
+pub const DISK_AHEAD_PROBE_EVERY: u64 = 16;
+
+/// Whether read-ahead reads from the disk: only where a page of a run costs
+/// clearly less than what reading it ahead saves, measured as the cache runs
+/// (issue 20 item 1; the same windows as the grid's cost back-off).
+///
+/// A window of `n` pages read as one run costs `n x s` (`s`: the run's time
+/// per page). Without it, its missed page costs a random read `r` and each of
+/// the `n - 1` pages ahead costs another only if the reader comes to it (the
+/// share `u` of them: `ahead_used_disk / ahead_pages_disk`). So it pays when
+/// `n x s < r x (1 + u x (n - 1))`, i.e. `s < u x r` for long windows (for
+/// short ones the bound is higher: `u x r` is the safe side). With MARGIN
+/// (1.25, the back-off's): on while `s <= 0.8 x u x r`, back on when
+/// `s <= 0.64 x u x r`: for a scan (`u` ~ 1) a page of a run must cost under
+/// 0.8 of a random read, for 3-leaf range queries (`u` ~ 2/3) about half.
+/// What it leaves out (a page read ahead takes L1 room and a copy) is on the
+/// side of the margin.
+///
+/// - `r`: the mean of demand single-page disk reads (`read_tiers`; not those
+///   a skipped window left to its reader, which continue a run);
+/// - `s`: the time of read-ahead runs of two pages or more over their pages;
+/// - `u`: the window's share of disk pages read ahead that a read used
+///   (the last one known when no pages were read ahead in it).
+///
+/// Sums per window of [`DISK_AHEAD_WINDOW`] (at least 16 random reads and
+/// 4 runs), judged when a window opens after the window's end. Off, one
+/// window in [`DISK_AHEAD_PROBE_EVERY`] reads ahead from the disk anyway (a
+/// probe), so `s` and `u` stay measured. Until the first judgment it is on.
+/// The grid's part of a window is not affected: it is a multi-get either way.
+pub struct DiskAhead {
+    random_ns: AtomicU64,
+    randoms: AtomicU64,
+    run_ns: AtomicU64,
+    run_pages: AtomicU64,
+    runs: AtomicU64,
+    off: AtomicBool,
+    /// Windows opened while off (every PROBE_EVERY-th is a probe).
+    off_windows: AtomicU64,
+    judge: Mutex<DiskAheadJudge>,
+    window: Duration,
+}
+
+/// Totals at a window's start.
+#[derive(Clone, Copy, Debug, Default)]
+struct DiskAheadMark {
+    random_ns: u64,
+    randoms: u64,
+    run_ns: u64,
+    run_pages: u64,
+    runs: u64,
+    ahead_pages: u64,
+    ahead_used: u64,
+}
+
+#[derive(Default)]
+struct DiskAheadJudge {
+    /// The running window's start (None before the first window opens).
+    start: Option<Instant>,
+    mark: DiskAheadMark,
+    /// The last judged window's figures (µs, µs per page, share).
+    random_us: f64,
+    seq_page_us: f64,
+    used_ratio: f64,
+    judged: bool,
+    changes: u64,
+}
+
+/// What a window opening now does with its disk pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum DiskAdmit {
+    /// Reads them (read-ahead from the disk is on).
+    Read,
+    /// Off, but this window is the probe: reads them.
+    Probe,
+    /// Off: leaves them to the reader's demand reads.
+    Skip,
+}
+
+/// The rule: whether read-ahead from the disk should be on after a window
+/// that measured `random_us`, `seq_page_us` and `used_ratio`, from `on`.
+fn disk_ahead_pays(on: bool, random_us: f64, seq_page_us: f64, used_ratio: f64) -> bool {
+    let saved = used_ratio * random_us;
+    let margin = if on { DISK_AHEAD_MARGIN } else { DISK_AHEAD_MARGIN * DISK_AHEAD_MARGIN };
+    seq_page_us * margin <= saved
+}
+
+impl DiskAhead {
+    pub fn new(window: Duration) -> DiskAhead {
+        DiskAhead {
+            random_ns: AtomicU64::new(0),
+            randoms: AtomicU64::new(0),
+            run_ns: AtomicU64::new(0),
+            run_pages: AtomicU64::new(0),
+            runs: AtomicU64::new(0),
+            off: AtomicBool::new(false),
+            off_windows: AtomicU64::new(0),
+            judge: Mutex::new(DiskAheadJudge { used_ratio: 1.0, ..DiskAheadJudge::default() }),
+            window: window.max(Duration::from_millis(1)),
+        }
+    }
+
+    /// A demand read of one page from the disk took `took`.
+    fn note_random(&self, took: Duration) {
+        self.random_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.randoms.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A read-ahead run of `pages` pages took `took` (runs of one page say nothing of sequential reads).
+    fn note_run(&self, took: Duration, pages: u64) {
+        if pages < 2 {
+            return;
+        }
+        self.run_ns.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+        self.run_pages.fetch_add(pages, Ordering::Relaxed);
+        self.runs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn is_on(&self) -> bool {
+        !self.off.load(Ordering::Relaxed)
+    }
+
+    fn mark(&self, stats: &Stats) -> DiskAheadMark {
+        DiskAheadMark {
+            random_ns: self.random_ns.load(Ordering::Relaxed),
+            randoms: self.randoms.load(Ordering::Relaxed),
+            run_ns: self.run_ns.load(Ordering::Relaxed),
+            run_pages: self.run_pages.load(Ordering::Relaxed),
+            runs: self.runs.load(Ordering::Relaxed),
+            ahead_pages: stats.ahead_pages_disk.get(),
+            ahead_used: stats.ahead_used_disk.get(),
+        }
+    }
+
+    /// A window opens at `now`: judges the running window if it is over,
+    /// then says what this one does with its disk pages.
+    fn admit(&self, now: Instant, stats: &Stats) -> DiskAdmit {
+        // One window opening at a time judges; the others go by the state as it is.
+        if let Ok(mut j) = self.judge.try_lock() {
+            self.judge_window(&mut j, now, stats);
+        }
+        if self.is_on() {
+            return DiskAdmit::Read;
+        }
+        if self.off_windows.fetch_add(1, Ordering::Relaxed) % DISK_AHEAD_PROBE_EVERY == DISK_AHEAD_PROBE_EVERY - 1 {
+            stats.read_ahead_disk_probes.incr();
+            DiskAdmit::Probe
+        } else {
+            stats.read_ahead_disk_skips.incr();
+            DiskAdmit::Skip
+        }
+    }
+
+    fn judge_window(&self, j: &mut DiskAheadJudge, now: Instant, stats: &Stats) {
+        let Some(start) = j.start else {
+            j.start = Some(now);
+            j.mark = self.mark(stats);
+            return;
+        };
+        if now.saturating_duration_since(start) < self.window {
+            return;
+        }
+        let (m, was) = (self.mark(stats), j.mark);
+        let randoms = m.randoms - was.randoms;
+        let runs = m.runs - was.runs;
+        if randoms < DISK_AHEAD_MIN_RANDOM || runs < DISK_AHEAD_MIN_RUNS {
+            return; // the window lasts until it has enough of both
+        }
+        j.random_us = (m.random_ns - was.random_ns) as f64 / randoms as f64 / 1000.0;
+        j.seq_page_us = (m.run_ns - was.run_ns) as f64 / (m.run_pages - was.run_pages) as f64 / 1000.0;
+        let ahead = m.ahead_pages.saturating_sub(was.ahead_pages);
+        if ahead > 0 {
+            j.used_ratio = (m.ahead_used.saturating_sub(was.ahead_used) as f64 / ahead as f64).min(1.0);
+        }
+        let on = self.is_on();
+        let pays = disk_ahead_pays(on, j.random_us, j.seq_page_us, j.used_ratio);
+        if pays != on {
+            j.changes += 1;
+            self.off.store(!pays, Ordering::Relaxed);
+            self.off_windows.store(0, Ordering::Relaxed);
+        }
+        j.judged = true;
+        j.start = Some(now);
+        j.mark = m;
+    }
+
+    /// `read_ahead_disk` of the stats JSON.
+    fn to_json(&self, stats: &Stats) -> Value {
+        let j = self.judge.lock().unwrap_or_else(|e| e.into_inner());
+        let on = self.is_on();
+        let margin = if on { DISK_AHEAD_MARGIN } else { DISK_AHEAD_MARGIN * DISK_AHEAD_MARGIN };
+        let round = |x: f64| (x * 10.0).round() / 10.0;
+        let m = self.mark(stats);
+        json!({
+            "on": on,
+            "state": if !j.judged { "measuring" } else if on { "on" } else { "off" },
+            // The last judged window's figures: a random read, a page of a run,
+            // the share of pages read ahead that were used, and the most a page
+            // of a run may cost for the state to be on after the next window.
+            "random_us": round(j.random_us),
+            "seq_page_us": round(j.seq_page_us),
+            "used_ratio": (j.used_ratio * 1000.0).round() / 1000.0,
+            "limit_us": round(j.used_ratio * j.random_us / margin),
+            "changes": j.changes,
+            "skipped_windows": stats.read_ahead_disk_skips.get(),
+            "probes": stats.read_ahead_disk_probes.get(),
+            // The running window's samples so far.
+            "window_random_reads": m.randoms - j.mark.randoms,
+            "window_runs": m.runs - j.mark.runs,
+        })
     }
 }
 
@@ -205,6 +448,10 @@ pub struct PageCache {
     page_bytes: AtomicUsize,
     /// Windows left that skip the grid (it had nothing for the last one).
     read_ahead_grid_skip: AtomicU32,
+    /// Whether read-ahead reads from the disk (what a page of a run costs against a random read).
+    disk_ahead: DiskAhead,
+    /// Times disk reads for `disk_ahead` (and the latency histograms): the real clock but in tests.
+    clock: Arc<dyn Clock + Send + Sync>,
     /// Tripped by an internal error on a write or invalidation path: from then
     /// on every read goes to the file and nothing is cached (see [`PageCache::trip`]).
     fused: AtomicBool,
@@ -248,6 +495,8 @@ impl PageCache {
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
             page_bytes: AtomicUsize::new(opts.page_bytes),
             read_ahead_grid_skip: AtomicU32::new(0),
+            disk_ahead: DiskAhead::new(DISK_AHEAD_WINDOW),
+            clock: Arc::new(SystemClock),
             fused: AtomicBool::new(false),
             fuse_reason: Mutex::new(None),
             working_set: WorkingSet::new(),
@@ -343,11 +592,14 @@ impl PageCache {
     /// came from. The adapter passes its file at every read: the cache keeps
     /// pages, never a handle on the files they come from.
     pub fn read(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
-        let served = self.read_tiers(page, buf, file)?;
+        let served = self.read_tiers(page, buf, file, true)?;
         self.verified(page, buf, served, file)
     }
 
-    fn read_tiers(&self, page: u64, buf: &mut [u8], file: &dyn Backing) -> io::Result<(usize, Source)> {
+    /// L1, the push queue, the grid, then the disk. `random`: a disk read
+    /// here is a sample of a random read for [`DiskAhead`] (false for the
+    /// pages a window that skipped the disk left to its reader: they continue a run).
+    fn read_tiers(&self, page: u64, buf: &mut [u8], file: &dyn Backing, random: bool) -> io::Result<(usize, Source)> {
         if self.is_fused() {
             return self.read_through(page, buf, file);
         }
@@ -395,10 +647,13 @@ impl PageCache {
             None => self.presence.absent_reason(page),
         };
 
-        let t2 = Instant::now();
+        let t2 = self.clock.now();
         let n = file.read_pages(PageId::of(page), buf.len(), buf)?;
-        let took = t2.elapsed();
+        let took = self.clock.now().saturating_duration_since(t2);
         self.stats.record(Tier::Disk, took);
+        if random && n == buf.len() {
+            self.disk_ahead.note_random(took);
+        }
         if let Some(grid) = &grid {
             grid.note_disk_read(took);
         }
@@ -432,6 +687,13 @@ impl PageCache {
     /// demand reads one page at a time. The pages it brought ahead of the
     /// missed one are counted by source (`ahead_pages_*`), and again when a
     /// read first uses one (`ahead_used_*`).
+    ///
+    /// Read-ahead from the disk only where it pays ([`DiskAhead`]): off, a
+    /// window still asks the grid for its pages in one multi-get, reads its
+    /// missed page from the disk if the grid lacked it, and leaves the other
+    /// pages to the reader, whose misses inside the window are demand reads
+    /// (`disk_reads`); `read_ahead_disk_skips` counts such windows,
+    /// `read_ahead_disk_probes` the one in 16 that reads ahead anyway.
     pub fn read_sequential(
         &self,
         page: u64,
@@ -457,7 +719,7 @@ impl PageCache {
         let page_bytes = buf.len() as u64;
         let max = (self.pool.capacity_bytes() / page_bytes / READ_AHEAD_L1_DIVISOR).min(READ_AHEAD_MAX_PAGES);
         if max < 2 {
-            return self.read_tiers(page, buf, file);
+            return self.read_tiers(page, buf, file, false);
         }
         let t0 = Instant::now();
         self.working_set.note(page, t0);
@@ -487,18 +749,25 @@ impl PageCache {
         if self.pusher.take_if_queued(page) {
             // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
             ra.read_hit(page);
-            return self.read_tiers(page, buf, file);
+            return self.read_tiers(page, buf, file, false);
+        }
+        if ra.inside_skipped(page) {
+            // A page the last window left to its reader (read-ahead from the disk is off).
+            return self.read_tiers(page, buf, file, false);
         }
         let size = ra.next_size(page, max);
         if size < 2 {
             // Read-ahead stopped: the last window was not read.
             ra.opened(page, page + 1, 1);
-            return self.read_tiers(page, buf, file);
+            return self.read_tiers(page, buf, file, true);
         }
         self.stats.l1_misses.incr();
         // The window stays in the page's file (a segment holds MAX_PAGES pages).
         let end = (page + size).min((page >> SEGMENT_BITS << SEGMENT_BITS) + MAX_PAGES);
         ra.opened(page, end, size);
+        // Off, the disk reads only the missed page (if the grid lacks it); the reader reads the rest on demand.
+        let skip = self.disk_ahead.admit(self.clock.now(), &self.stats) == DiskAdmit::Skip;
+        ra.skipped = skip;
         let wanted: Vec<u64> = (page..end).filter(|&p| p == page || !self.pool.contains(p)).collect();
         let versions: Vec<u64> = wanted.iter().map(|&p| self.versions.current(p)).collect();
         let mut got: Vec<Option<Box<[u8]>>> = vec![None; wanted.len()];
@@ -546,21 +815,29 @@ impl PageCache {
             }
         }
 
-        // The rest from disk: one read per contiguous run.
+        // The rest from disk: one read per contiguous run (skipping: the missed page alone).
         let mut i = 0;
         while i < wanted.len() {
             if got[i].is_some() {
                 i += 1;
                 continue;
             }
+            if skip && wanted[i] != page {
+                break;
+            }
             let mut j = i + 1;
-            while j < wanted.len() && got[j].is_none() && wanted[j] == wanted[j - 1] + 1 {
+            while !skip && j < wanted.len() && got[j].is_none() && wanted[j] == wanted[j - 1] + 1 {
                 j += 1;
             }
             let mut run = vec![0u8; (j - i) * page_bytes as usize];
+            let t = self.clock.now();
             let n = file.read_pages(PageId::of(wanted[i]), page_bytes as usize, &mut run)?;
+            let took = self.clock.now().saturating_duration_since(t);
             self.stats.read_ahead_disk_reads.incr();
             let whole = n / page_bytes as usize;
+            if whole == j - i {
+                self.disk_ahead.note_run(took, whole as u64);
+            }
             self.stats.read_ahead_pages_disk.add(whole as u64);
             for (k, chunk) in run.chunks_exact(page_bytes as usize).take(whole).enumerate() {
                 self.versions.touch(wanted[i + k]);
@@ -598,7 +875,7 @@ impl PageCache {
         match served {
             Some(source) => Ok((buf.len(), source)),
             // Past the end of the file (or a short read): the ordinary path answers.
-            None => self.read_tiers(page, buf, file),
+            None => self.read_tiers(page, buf, file, false),
         }
     }
 
@@ -790,6 +1067,7 @@ impl PageCache {
             m.insert(format!("ahead_unused_{source}"), json!(dropped[a as usize]));
             m.insert(format!("ahead_in_l1_{source}"), json!(held[a as usize]));
         }
+        m.insert("read_ahead_disk".into(), self.disk_ahead.to_json(&self.stats));
         m.insert("push_queue_bytes".into(), json!(self.pusher.queued_bytes()));
         m.insert("sealed".into(), json!(self.seal_key.is_some()));
         m.insert("versions_tracked".into(), json!(self.versions.pages_tracked()));
@@ -1554,5 +1832,148 @@ mod tests {
         let (_, source) = c.read(1, &mut buf, &m).unwrap();
         assert_eq!((source, buf[0]), (Source::Disk, 9));
         assert_eq!(c.stats.l1_stale_drops.get(), 1);
+    }
+
+    /// A clock the test moves: here the backing moves it by what a read costs.
+    struct TestClock(Mutex<Instant>);
+
+    impl Clock for TestClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    /// A file whose reads cost simulated time: a single page `random_us`, a
+    /// run `page_us` per page (changeable while the test runs).
+    struct CostedFile {
+        file: Mem,
+        clock: Arc<TestClock>,
+        random_us: u64,
+        page_us: AtomicU64,
+    }
+
+    impl Backing for CostedFile {
+        fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
+            let pages = (buf.len() / page_bytes) as u64;
+            let us = if pages == 1 { self.random_us } else { pages * self.page_us.load(Ordering::Relaxed) };
+            *self.clock.0.lock().unwrap() += Duration::from_micros(us);
+            self.file.read_pages(first, page_bytes, buf)
+        }
+        fn is_direct(&self) -> bool {
+            false
+        }
+    }
+
+    /// A cache (L1 of 1024 pages: windows up to 32) over `pages` pages whose
+    /// reads cost as [`CostedFile`] says, on a clock the file moves.
+    fn costed(pages: usize, random_us: u64, page_us: u64) -> (CostedFile, PageCache) {
+        let (_f, m, mut c) = scan_file(pages, 1024);
+        let clock = Arc::new(TestClock(Mutex::new(Instant::now())));
+        c.clock = Arc::clone(&clock) as Arc<dyn Clock + Send + Sync>;
+        (CostedFile { file: m, clock, random_us, page_us: AtomicU64::new(page_us) }, c)
+    }
+
+    /// A scan of `pages` from `from` (checking every page's bytes), with a
+    /// random single-page read elsewhere (pages 5000 and up) every 4 pages.
+    fn scan_with_random_reads(c: &PageCache, f: &CostedFile, ra: &mut ReadAhead, from: u64, pages: u64) {
+        let mut buf = vec![0u8; 512];
+        for page in from..from + pages {
+            let (n, _) = c.read_sequential(page, &mut buf, f, ra).unwrap();
+            assert_eq!((n, buf[0], buf[511]), (512, page as u8, page as u8), "page {page}");
+            if page.is_multiple_of(4) {
+                let other = 5000 + (page * 7919) % 5000;
+                c.read(other, &mut buf, f).unwrap();
+                assert_eq!(buf[0], other as u8);
+            }
+        }
+    }
+
+    fn read_ahead_disk(c: &PageCache) -> Value {
+        c.stats_json()["read_ahead_disk"].clone()
+    }
+
+    #[test]
+    fn the_rule_weighs_a_page_of_a_run_against_the_share_of_a_random_read_it_saves() {
+        // cloud-block's profile: a sequential 4 KiB costs what a random one does.
+        assert!(!disk_ahead_pays(true, 667.0, 667.0, 1.0));
+        // hdd-10k: 30 us per 4 KiB streaming against a 5 ms seek; pays even for 3-leaf range queries.
+        assert!(disk_ahead_pays(true, 5000.0, 30.0, 0.67));
+        assert!(disk_ahead_pays(false, 5000.0, 30.0, 0.67));
+        // Pages nobody reads: never.
+        assert!(!disk_ahead_pays(true, 5000.0, 30.0, 0.0));
+        // Hysteresis: at 0.7 of a random read for a scan, on stays on, off stays off.
+        assert!(disk_ahead_pays(true, 100.0, 70.0, 1.0));
+        assert!(!disk_ahead_pays(false, 100.0, 70.0, 1.0));
+        // Range queries using 2 pages of 3: a page of a run must cost under about half a random read.
+        assert!(disk_ahead_pays(true, 100.0, 53.0, 0.67));
+        assert!(!disk_ahead_pays(true, 100.0, 54.0, 0.67));
+    }
+
+    /// Runs that cost per page what a random read costs: after the first
+    /// measuring window read-ahead from the disk is off, the scan goes on
+    /// with demand reads (every page right, the counts adding up), one window
+    /// in 16 still reads ahead; when runs get cheap, the probes see it and
+    /// read-ahead from the disk comes back.
+    #[test]
+    fn runs_that_cost_a_random_read_per_page_turn_disk_read_ahead_off_and_probes_go_on() {
+        let (f, c) = costed(10_000, 10_000, 10_000);
+        let mut ra = ReadAhead::new();
+        // 12.5 ms of simulated time per scanned page: 800 pages per window.
+        scan_with_random_reads(&c, &f, &mut ra, 0, 400);
+        let j = read_ahead_disk(&c);
+        assert_eq!((j["state"].as_str(), j["on"].as_bool()), (Some("measuring"), Some(true)), "{j}");
+        let before_off = c.stats.ahead_pages_disk.get();
+        assert!(before_off > 350, "on: the scan read ahead: {before_off}");
+
+        scan_with_random_reads(&c, &f, &mut ra, 400, 1600);
+        let j = read_ahead_disk(&c);
+        assert_eq!(
+            (j["state"].as_str(), j["on"].as_bool(), j["changes"].as_u64()),
+            (Some("off"), Some(false), Some(1)),
+            "{j}"
+        );
+        assert_eq!((j["random_us"].as_f64(), j["seq_page_us"].as_f64()), (Some(10_000.0), Some(10_000.0)), "{j}");
+        assert!(j["used_ratio"].as_f64().unwrap() > 0.9, "a scan uses what it reads ahead: {j}");
+        let (skips, probes) = (j["skipped_windows"].as_u64().unwrap(), j["probes"].as_u64().unwrap());
+        assert!(skips >= 15 && probes >= 1, "{j}");
+        assert_eq!(skips / DISK_AHEAD_PROBE_EVERY, probes, "one window in 16 probes: {j}");
+        // Off, the windows ramped on (the reader read every page): the probes read full windows.
+        assert_eq!(ra.last_window(), READ_AHEAD_MAX_PAGES);
+        let aj = assert_ahead_adds_up(&c);
+        let ahead = c.stats.ahead_pages_disk.get() - before_off;
+        assert!(ahead < 1600 / 2, "most of the scan off was demand reads: {ahead} pages read ahead: {aj}");
+        assert!(aj["disk_reads"].as_u64().unwrap() > 1000, "{aj}");
+        disk_reasons(&c);
+
+        // Runs get cheap (a twentieth of a random read per page): the probes measure it, on again.
+        f.page_us.store(500, Ordering::Relaxed);
+        scan_with_random_reads(&c, &f, &mut ra, 2000, 2500);
+        let j = read_ahead_disk(&c);
+        assert_eq!((j["state"].as_str(), j["changes"].as_u64()), (Some("on"), Some(2)), "{j}");
+        // (The window that turned it on may have measured probes of both costs.)
+        assert!(j["seq_page_us"].as_f64().unwrap() <= j["random_us"].as_f64().unwrap() * 0.64, "{j}");
+        assert_ahead_adds_up(&c);
+        disk_reasons(&c);
+    }
+
+    /// Runs that cost a twentieth of a random read per page keep read-ahead
+    /// from the disk on: judged, never skipped, never probed.
+    #[test]
+    fn cheap_runs_keep_disk_read_ahead_on() {
+        let (f, c) = costed(10_000, 10_000, 500);
+        let mut ra = ReadAhead::new();
+        // 3 ms of simulated time per scanned page: 5000 pages are 1.5 windows.
+        scan_with_random_reads(&c, &f, &mut ra, 0, 5000);
+        let j = read_ahead_disk(&c);
+        assert_eq!(
+            (j["state"].as_str(), j["on"].as_bool(), j["changes"].as_u64()),
+            (Some("on"), Some(true), Some(0)),
+            "{j}"
+        );
+        assert_eq!((j["skipped_windows"].as_u64(), j["probes"].as_u64()), (Some(0), Some(0)), "{j}");
+        assert_eq!((j["random_us"].as_f64(), j["seq_page_us"].as_f64()), (Some(10_000.0), Some(500.0)), "{j}");
+        let aj = assert_ahead_adds_up(&c);
+        assert!(aj["ahead_pages_disk"].as_u64().unwrap() >= 4800, "every page but the windows' first: {aj}");
+        assert!(aj["ahead_used_disk"].as_u64().unwrap() >= 4800, "{aj}");
     }
 }

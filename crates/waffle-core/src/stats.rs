@@ -171,6 +171,12 @@ pub struct Stats {
     pub ahead_pages_l2: Counter,
     pub ahead_used_disk: Counter,
     pub ahead_used_l2: Counter,
+    /// Read-ahead windows that left their disk pages unread because a page
+    /// of a run costs too much of a random read (`read_ahead_disk` in the
+    /// stats JSON, cache.rs `DiskAhead`), and windows that read them anyway to
+    /// keep measuring (one in 16 while it is off).
+    pub read_ahead_disk_skips: Counter,
+    pub read_ahead_disk_probes: Counter,
     /// Whole-cache invalidations (page size changed).
     pub resets: Counter,
     /// Commits by writers that bypass this cache (another process, another
@@ -251,6 +257,8 @@ impl Stats {
             ahead_pages_l2: Counter::default(),
             ahead_used_disk: Counter::default(),
             ahead_used_l2: Counter::default(),
+            read_ahead_disk_skips: Counter::default(),
+            read_ahead_disk_probes: Counter::default(),
             resets: Counter::default(),
             foreign_changes: Counter::default(),
             foreign_resets: Counter::default(),
