@@ -201,7 +201,9 @@ impl<'a> Run<'a> {
     /// must have answered too.
     fn after(&mut self, conn: ConnId, step: &Step, answer: &Answer, rows: Option<Rows>) -> Result<String, String> {
         let ok = answer.is_ok();
-        if ok && rows.is_some() {
+        // A backup reads in a read transaction of its own when the connection's has none, and
+        // ends it (sqlite3_backup_step): it takes no snapshot for the connection's transaction.
+        if ok && rows.is_some() && !matches!(step, Step::Backup { .. }) {
             self.model.visible(conn);
         }
         match step {
