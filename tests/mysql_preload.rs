@@ -36,6 +36,8 @@ fn run_child(dir: &Path, active: bool, grid: &str) -> String {
         .env("WAFFLE_STATS_FILE", dir.join("stats.json"))
         .env("WAFFLE_STATS_INTERVAL_MS", "100")
         .env("WAFFLE_TABLES", "db/t*, ibdata*")
+        // The start's [Note] is the info level (the default, warn, says nothing in a healthy run).
+        .env("WAFFLE_LOG", "info")
         .env_remove("WAFFLE_PRELOAD_ACTIVE")
         .stdin(Stdio::null());
     if active {

@@ -183,7 +183,7 @@ impl DirectFile {
                     // Some filesystems accept the open and refuse the read.
                     Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                         if !self.direct_failed.swap(true, Ordering::Relaxed) {
-                            eprintln!("waffle: O_DIRECT read refused ({e}); reading through the page cache instead");
+                            crate::warn!("O_DIRECT read refused ({e}); reading through the page cache instead");
                         }
                     }
                     Err(e) => return Err(e),

@@ -87,6 +87,12 @@ pub const VERIFY: Param = Param {
     help: "check every page served from L1, the push queue or the grid against a read of the file, count and log a difference and serve the file's bytes: on|off (default off; for tests and diagnosis)",
 };
 
+pub const LOG: Param = Param {
+    name: "waffle_log",
+    env: "WAFFLE_LOG",
+    help: "what waffle logs: error|warn|info|debug (default warn: nothing in a healthy run); the process's level, set by the last open that names one",
+};
+
 /// Verify mode's differences are also appended to this file (environment
 /// only: the test scripts collect every process's differences in one place).
 pub const VERIFY_LOG_ENV: &str = "WAFFLE_VERIFY_LOG";
@@ -95,7 +101,7 @@ pub const VERIFY_LOG_ENV: &str = "WAFFLE_VERIFY_LOG";
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 13] = [
+pub const PARAMS: [&Param; 14] = [
     &GRID,
     &LOCAL,
     &TIMEOUT_MS,
@@ -109,6 +115,7 @@ pub const PARAMS: [&Param; 13] = [
     &COMPRESS,
     &HOT_LIST,
     &VERIFY,
+    &LOG,
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
@@ -161,6 +168,8 @@ pub struct Config {
     pub verify: bool,
     /// WAFFLE_VERIFY_LOG: where verify mode appends its differences too.
     pub verify_log: Option<std::path::PathBuf>,
+    /// `waffle_log`: the process's log level, if this open names one (crate::log).
+    pub log: Option<crate::log::Level>,
 }
 
 impl Default for Config {
@@ -180,6 +189,7 @@ impl Default for Config {
             hot_list: None,
             verify: false,
             verify_log: None,
+            log: None,
         }
     }
 }
@@ -285,6 +295,9 @@ impl Config {
         if let Some(v) = get(&VERIFY) {
             c.verify = parse_switch(&v).map_err(|reason| err(&VERIFY, &v, reason))?;
         }
+        if let Some(v) = get(&LOG) {
+            c.log = Some(crate::log::Level::parse(&v).map_err(|reason| err(&LOG, &v, reason))?);
+        }
         c.verify_log = env(VERIFY_LOG_ENV).filter(|v| !v.trim().is_empty()).map(std::path::PathBuf::from);
         if let Some(v) = get(&KEY_FILE) {
             let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
@@ -386,6 +399,8 @@ mod tests {
             ("waffle_grid", "127.0.0.1:99999"),
             ("waffle_grid_change", "sometimes"),
             ("waffle_grid_backoff", "later"),
+            ("waffle_log", "verbose"),
+            ("waffle_log", ""),
             ("waffle_compress", "gzip"),
             ("waffle_compress", "zstd:99"),
             ("waffle_hot_list", "sometimes"),
@@ -418,6 +433,19 @@ mod tests {
             let text = e.to_string();
             assert!(text.contains(bad) && text.contains("waffle_local") && text.contains("waffle_grid"), "{text}");
         }
+    }
+
+    #[test]
+    fn the_log_level_from_the_uri_or_the_environment() {
+        use crate::log::Level;
+        assert_eq!(parse(&[]).unwrap().log, None, "not named: the process's level stays");
+        assert_eq!(parse(&[("waffle_log", "INFO")]).unwrap().log, Some(Level::Info));
+        let env = |k: &str| (k == "WAFFLE_LOG").then(|| "debug".to_string());
+        assert_eq!(Config::from_sources(|_| None, env).unwrap().log, Some(Level::Debug));
+        let uri = |k: &str| (k == "waffle_log").then(|| "error".to_string());
+        assert_eq!(Config::from_sources(uri, env).unwrap().log, Some(Level::Error));
+        let e = Config::from_sources(|_| None, |k| (k == "WAFFLE_LOG").then(|| "loud".to_string())).unwrap_err();
+        assert_eq!(e.to_string(), "bad value for waffle_log: 'loud': expected error, warn, info or debug");
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod config;
 pub mod envelope;
 pub mod grid;
 pub mod hot_list;
+pub mod log;
 pub mod page_table;
 pub mod pool;
 pub mod presence;
@@ -67,7 +68,7 @@ pub fn random_u64() -> u64 {
         return u64::from_le_bytes(b);
     }
     static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| eprintln!("waffle: the OS random source failed; drawing identities from the clock instead"));
+    WARNED.call_once(|| crate::warn!("the OS random source failed; drawing identities from the clock instead"));
     static COUNTER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
     let n = COUNTER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -137,7 +137,7 @@ fn max_sidecar_bytes(db_bytes: u64) -> u64 {
 
 /// Prints the one warning of an open that goes on without its sidecar.
 fn warn_cold(path: &Path, why: &dyn std::fmt::Display) {
-    eprintln!("waffle: cannot use the sidecar: {}: {why}; opening cold", path.display());
+    crate::warn!(key: format!("sidecar {}", path.display()), "cannot use the sidecar: {}: {why}; opening cold", path.display());
 }
 
 // ---------------------------------------------------------------- the sidecar
@@ -263,7 +263,7 @@ impl Sidecar {
                 return (ident == db && fits).then_some(warm);
             }
         };
-        eprintln!("waffle: ignoring the sidecar: {}: {why}; opening cold", self.path.display());
+        crate::warn!(key: format!("sidecar {}", self.path.display()), "ignoring the sidecar: {}: {why}; opening cold", self.path.display());
         None
     }
 

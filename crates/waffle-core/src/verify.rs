@@ -99,10 +99,11 @@ impl Verifier {
         self.on.store(true, Ordering::Release);
     }
 
-    /// Says a difference: on stderr, and appended to the log file if there is one
+    /// Says a difference: in the log (an error: a copy differed from the
+    /// file), and appended to the log file if there is one, every line
     /// (opened for each line: differences are rare; never through a symlink).
     pub fn report(&self, line: &str) {
-        eprintln!("{line}");
+        crate::error!("{line}");
         let Some(path) = self.log.get() else { return };
         let appended = std::fs::OpenOptions::new()
             .append(true)
@@ -112,7 +113,7 @@ impl Verifier {
             .open(path)
             .and_then(|mut f| writeln!(f, "{line}"));
         if let Err(e) = appended {
-            eprintln!("waffle verify: cannot append to {}: {e}", path.display());
+            crate::error!("waffle verify: cannot append to {}: {e}", path.display());
         }
     }
 

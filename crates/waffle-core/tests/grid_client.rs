@@ -309,13 +309,22 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
     });
 
     pause(&node);
-    let start = Instant::now();
-    assert_eq!(grid.take(b"a"), Fetch::Fault(FaultKind::Timeout));
-    let took = start.elapsed();
-    // A real socket against a real deadline: the lower bound is exact; the upper one only tells a
-    // kept deadline from none, with room for a loaded machine.
-    assert!(took >= timeout - Duration::from_millis(2), "gave up early: {took:?}");
-    assert!(took < timeout * 20, "deadline not kept: {took:?}");
+    // Three missed deadlines in a row, each a deadline after the last on the
+    // node's clock, mark it down (grid::health::MISSES_TO_DOWN); one does not.
+    for miss in 1..=3u64 {
+        let start = Instant::now();
+        assert_eq!(grid.take(b"a"), Fetch::Fault(FaultKind::Timeout));
+        let took = start.elapsed();
+        // A real socket against a real deadline: the lower bound is exact; the upper one only tells a
+        // kept deadline from none, with room for a loaded machine.
+        assert!(took >= timeout - Duration::from_millis(2), "gave up early: {took:?}");
+        assert!(took < timeout * 20, "deadline not kept: {took:?}");
+        let status = &grid.node_status()[0];
+        assert_eq!((status.up, status.timeouts), (miss < 3, miss), "after {miss} missed deadlines");
+        if miss < 3 {
+            clock.advance(timeout);
+        }
+    }
 
     // Down: every request is skipped, none sent, until the clock reaches the backoff.
     let requests = grid.node_status()[0].requests;
@@ -327,7 +336,7 @@ fn a_paused_node_times_out_then_is_skipped_then_comes_back() {
     let status = &grid.node_status()[0];
     assert!(!status.up);
     assert_eq!(status.requests, requests, "a down node must be skipped without a request");
-    assert_eq!((status.timeouts, status.marked_down), (1, 1));
+    assert_eq!((status.timeouts, status.marked_down), (3, 1));
 
     // At the backoff one probe goes, still into the paused node: timeout, and the backoff doubles.
     clock.advance(MS);
@@ -414,16 +423,21 @@ fn a_down_node_does_not_touch_the_keys_of_the_others() {
 
     pause(&nodes[1]);
     let key_refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
-    let start = Instant::now();
-    let fetched = grid.take_many(&key_refs);
-    // Real deadlines: a bound that tells a kept one from none, with room for a loaded machine.
-    assert!(start.elapsed() < timeout * 20);
-    for (k, f) in keys.iter().zip(&fetched) {
-        match grid.node_index(k) {
-            Some(0) => assert_eq!(f, &Fetch::Hit(b"v".to_vec())),
-            Some(1) => assert_eq!(f, &Fetch::Fault(FaultKind::Timeout)),
-            other => panic!("node {other:?}"),
+    // Down after three missed deadlines in a row (grid::health::MISSES_TO_DOWN), not one.
+    for round in 0..3 {
+        let start = Instant::now();
+        let fetched = grid.take_many(&key_refs);
+        // Real deadlines: a bound that tells a kept one from none, with room for a loaded machine.
+        assert!(start.elapsed() < timeout * 20);
+        for (k, f) in keys.iter().zip(&fetched) {
+            match grid.node_index(k) {
+                Some(0) if round == 0 => assert_eq!(f, &Fetch::Hit(b"v".to_vec())),
+                Some(0) => assert_eq!(f, &Fetch::Miss, "taken in round 0"),
+                Some(1) => assert_eq!(f, &Fetch::Fault(FaultKind::Timeout)),
+                other => panic!("node {other:?}"),
+            }
         }
+        assert_eq!(grid.node_status()[1].up, round < 2, "round {round}");
     }
     // The next call skips the paused node and is not remapped to the other one.
     let report = grid.store_many(&items);
@@ -537,7 +551,7 @@ fn fetch_from_fake(reply: &'static [u8]) -> (Fetch, waffle_core::grid::NodeStatu
 }
 
 #[test]
-fn broken_replies_are_faults_that_mark_the_node_down() {
+fn broken_replies_are_faults_that_mark_the_node_down_a_missed_deadline_is_not() {
     for (reply, kind) in [
         (&b"HELLO\r\n"[..], FaultKind::Protocol),
         (b"VA 2\r\nabcdef\r\n", FaultKind::Protocol),
@@ -550,8 +564,14 @@ fn broken_replies_are_faults_that_mark_the_node_down() {
     ] {
         let (fetch, status) = fetch_from_fake(reply);
         assert_eq!(fetch, Fetch::Fault(kind), "reply {:?}", String::from_utf8_lossy(reply));
-        assert!(!status.up);
-        assert_eq!(status.marked_down, 1);
+        // A missed deadline is one miss, not a dead node (grid::health::MISSES_TO_DOWN).
+        let down = kind != FaultKind::Timeout;
+        assert_eq!(
+            (status.up, status.marked_down),
+            (!down, u64::from(down)),
+            "reply {:?}",
+            String::from_utf8_lossy(reply)
+        );
     }
 }
 

@@ -265,7 +265,11 @@ pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
 
 impl Runtime {
     fn start(first_fd: i32) -> Result<Runtime, String> {
+        log::install();
         let config = Config::from_lookup(|_| None).map_err(|e| e.to_string())?;
+        if let Some(level) = config.log {
+            waffle_core::log::set_level(level);
+        }
         let args = cmdline();
         let (page_bytes, page_bytes_from) = page_size(first_fd, &args)?;
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);

@@ -30,6 +30,8 @@ type ColumnText = unsafe extern "C" fn(*mut c_void, c_int) -> *const u8;
 type Errmsg = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 type BusyTimeout = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type Threadsafe = unsafe extern "C" fn() -> c_int;
+/// `sqlite3_log(code, format, ...)`: the host's log (SQLITE_CONFIG_LOG), a no-op without one.
+pub type Log = unsafe extern "C" fn(c_int, *const c_char, ...);
 
 /// The routines a connection of our own needs (all in every SQLite since 3.7.7).
 #[derive(Clone, Copy)]
@@ -55,6 +57,8 @@ pub struct Api {
     pub malloc: Malloc,
     /// The N-th URI parameter's name (SQLite >= 3.31; None before).
     pub uri_key: Option<UriKey>,
+    /// sqlite3_log (every SQLite since 3.6.23; the table has it since 3.7.7).
+    pub log: Option<Log>,
     pub sql: Sql,
 }
 
@@ -77,6 +81,7 @@ const SLOT_STEP: usize = 94;
 const SLOT_PREPARE_V2: usize = 116;
 const SLOT_OPEN_V2: usize = 135;
 const SLOT_THREADSAFE: usize = 144;
+const SLOT_LOG: usize = 167;
 /// sqlite3_uri_key arrived in 3.31.0: older tables end before its slot.
 const URI_KEY_SINCE: c_int = 3_031_000;
 
@@ -110,6 +115,7 @@ impl Api {
                 uri_parameter: std::mem::transmute::<*const c_void, UriParameter>(slot(SLOT_URI_PARAMETER)?),
                 malloc: std::mem::transmute::<*const c_void, Malloc>(slot(SLOT_MALLOC)?),
                 uri_key,
+                log: slot(SLOT_LOG).map(|p| std::mem::transmute::<*const c_void, Log>(p)),
                 sql: Sql {
                     open_v2: std::mem::transmute::<*const c_void, OpenV2>(slot(SLOT_OPEN_V2)?),
                     close: std::mem::transmute::<*const c_void, Close>(slot(SLOT_CLOSE)?),
@@ -154,6 +160,7 @@ impl Api {
             fn sqlite3_errmsg(db: *mut c_void) -> *const c_char;
             fn sqlite3_busy_timeout(db: *mut c_void, ms: c_int) -> c_int;
             fn sqlite3_threadsafe() -> c_int;
+            fn sqlite3_log(code: c_int, format: *const c_char, ...);
         }
         Api {
             vfs_find: sqlite3_vfs_find,
@@ -161,6 +168,7 @@ impl Api {
             uri_parameter: sqlite3_uri_parameter,
             malloc: sqlite3_malloc,
             uri_key: Some(sqlite3_uri_key),
+            log: Some(sqlite3_log),
             sql: Sql {
                 open_v2: sqlite3_open_v2,
                 close: sqlite3_close,

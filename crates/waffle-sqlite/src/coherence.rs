@@ -31,8 +31,9 @@
 
 use crate::wal_index::WalView;
 
-/// `WAFFLE_TRACE=coherence` prints every coherence step on stderr (debugging
-/// a sharing problem in the field, as vfstrace does for a VFS).
+/// `WAFFLE_TRACE=coherence` (or `WAFFLE_LOG=debug`) logs every coherence step
+/// at the debug level (debugging a sharing problem in the field, as vfstrace
+/// does for a VFS).
 fn tracing() -> bool {
     static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *ON.get_or_init(|| std::env::var("WAFFLE_TRACE").is_ok_and(|v| v.split(',').any(|w| w == "coherence")))
@@ -40,8 +41,8 @@ fn tracing() -> bool {
 
 macro_rules! trace {
     ($($arg:tt)*) => {
-        if tracing() {
-            eprintln!("waffle coherence: {}", format!($($arg)*));
+        if tracing() || waffle_core::log::enabled(waffle_core::log::Level::Debug) {
+            waffle_core::log::write(waffle_core::log::Level::Debug, &format!("coherence: {}", format!($($arg)*)));
         }
     };
 }

@@ -154,8 +154,8 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
             }
             Ok(_) => SQLITE_IOERR_SHORT_READ,
             Err(e) => {
-                eprintln!(
-                    "waffle: backing read of page {page} of {} failed ({e}); asking SQLite's own file",
+                waffle_core::error!(
+                    "backing read of page {page} of {} failed ({e}); asking SQLite's own file",
                     db.path.display()
                 );
                 SQLITE_IOERR_READ

@@ -40,6 +40,7 @@ mod connection;
 mod descriptor;
 mod ffi;
 mod file;
+mod host_log;
 mod hot_reload;
 mod pass_through;
 mod pragma;

@@ -116,8 +116,9 @@ fn join(key: Key, path: &Path, config: &Config) -> Option<Arc<OpenDb>> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let e = open.get_or_insert_with(HashMap::new).get_mut(&key)?;
     if e.db.config != *config {
-        eprintln!(
-            "waffle: {} is already open in this process; keeping its first settings ({:?})",
+        waffle_core::warn!(
+            key: format!("settings of {}", path.display()),
+            "{} is already open in this process; keeping its first settings ({:?})",
             path.display(),
             e.db.config
         );
@@ -223,6 +224,18 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
     if config.verify {
         cache.enable_verify(path.display().to_string(), config.verify_log.clone());
     }
+    if waffle_core::log::enabled(waffle_core::log::Level::Info) {
+        let grid = config.grid.iter().map(|n| n.label()).collect::<Vec<_>>().join(",");
+        let line = format!(
+            "opened {} ({}): L1 {} KiB, grid {}, deadline {} ms",
+            path.display(),
+            if saved_id.is_some() { "warm" } else { "cold" },
+            config.local_bytes >> 10,
+            if grid.is_empty() { "none" } else { &grid },
+            config.timeout_ms
+        );
+        waffle_core::info!(key: line, "{line}");
+    }
     Ok(OpenDb {
         cache,
         key: key_of(meta),
@@ -320,9 +333,11 @@ fn close(mut db: OpenDb) {
         None
     };
     let (saved, report) = db.cache.close();
-    if report.dropped > 0 {
-        eprintln!(
-            "waffle: closing {}: {} of {} L1 pages pushed to the grid, {} dropped{}",
+    // The cache may lose anything: what a close could not push is worth a note, not a warning.
+    if waffle_core::log::enabled(waffle_core::log::Level::Info) {
+        waffle_core::info!(
+            key: format!("close {}", db.path.display()),
+            "closed {}: {} of {} L1 pages pushed to the grid, {} dropped{}",
             db.path.display(),
             report.pushed,
             report.l1_pages,
@@ -336,16 +351,16 @@ fn close(mut db: OpenDb) {
         match sidecar.lock_last_out() {
             Ok(true) => {
                 if let Err(e) = hot_list::write(&db.path, meta, &list) {
-                    eprintln!("waffle: could not save the hot list of {}: {e}", db.path.display());
+                    waffle_core::warn!("could not save the hot list of {}: {e}", db.path.display());
                 }
             }
             Ok(false) => {}
-            Err(e) => eprintln!("waffle: cannot lock the sidecar of {}: {e}", db.path.display()),
+            Err(e) => waffle_core::warn!("cannot lock the sidecar of {}: {e}", db.path.display()),
         }
     }
     if let (Some(sidecar), Some(meta)) = (db.sidecar.take(), &meta) {
         if let Err(e) = sidecar.close_clean(cache_id, page_bytes, &saved, &extra, meta) {
-            eprintln!("waffle: could not save {} for a warm restart: {e}", db.path.display());
+            waffle_core::warn!("could not save {} for a warm restart: {e}", db.path.display());
         }
     }
 }

@@ -20,10 +20,17 @@ pub const VFS_NAME: &CStr = c"waffle";
 /// URI parameters looked at, at most (SQLite's URIs hold a handful).
 const MAX_URI_PARAMS: c_int = 1024;
 
+/// An open refused, in the log: each distinct refusal is said (the key is the
+/// line), the same one repeated only as often as the limiter lets it.
+fn refused(line: &str) {
+    waffle_core::error!(key: line, "{line}");
+}
+
 /// Registers the `waffle` VFS (not as the default) over SQLite's default VFS.
 /// Registering twice is harmless.
 pub fn register(api: Api) -> c_int {
     let api = crate::api::install(api);
+    crate::host_log::install(&api);
     // SAFETY: the api functions are SQLite's own; names are NUL-terminated.
     unsafe {
         if !(api.vfs_find)(VFS_NAME.as_ptr()).is_null() {
@@ -97,6 +104,10 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
         (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
     })
     .map_err(|e| e.to_string())?;
+    // The log is the process's: the last open that names a level sets it.
+    if let Some(level) = config.log {
+        waffle_core::log::set_level(level);
+    }
     // Benchmarks' profile names are checked at every open, like every other value.
     waffle_emulation::Emulation::check(&config).map_err(|e| e.to_string())?;
     Ok(config)
@@ -115,7 +126,7 @@ unsafe extern "C" fn x_open(
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| unsafe { open(vfs, name, f, flags, out_flags) }))
         .unwrap_or_else(|_| {
             // SAFETY: name is null or xOpen's NUL-terminated filename.
-            eprintln!("waffle: cannot open {}: internal error", unsafe { name_text(name) });
+            refused(&format!("cannot open {}: internal error", unsafe { name_text(name) }));
             // SAFETY: f is SQLite's szOsFile bytes, whose real file `open` set to closed (null
             // methods) before anything that can panic, so close_real closes it only if it opened.
             unsafe {
@@ -179,7 +190,7 @@ unsafe fn open(
             Ok(c) => Some(c),
             Err(e) => {
                 // SAFETY: name is not null, so NUL-terminated.
-                eprintln!("waffle: cannot open {}: {e}", unsafe { CStr::from_ptr(name) }.to_string_lossy());
+                refused(&format!("cannot open {}: {e}", unsafe { CStr::from_ptr(name) }.to_string_lossy()));
                 return SQLITE_CANTOPEN;
             }
         }
@@ -205,7 +216,8 @@ unsafe fn open(
             Err(why) => {
                 // SAFETY: a main database's name is not null.
                 let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
-                eprintln!("waffle: {path} opens without the cache: {why}");
+                let line = format!("{path} opens without the cache: {why}");
+                waffle_core::warn!(key: line, "{line}");
                 None
             }
         }
@@ -277,13 +289,13 @@ unsafe fn open(
             SQLITE_OK
         }
         Ok(Err(e)) => {
-            eprintln!("waffle: cannot open {path_text}: {e}");
+            refused(&format!("cannot open {path_text}: {e}"));
             // SAFETY: real is the base VFS's file, open.
             unsafe { close_real(real) };
             SQLITE_CANTOPEN
         }
         Err(_) => {
-            eprintln!("waffle: cannot open {path_text}: internal error");
+            refused(&format!("cannot open {path_text}: internal error"));
             // SAFETY: real is the base VFS's file, open.
             unsafe { close_real(real) };
             SQLITE_CANTOPEN

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
 use super::cost::{DiskCost, NodeCost};
-use super::health::{Admission, Health};
+use super::health::{Admission, Health, Strike, MISSES_TO_DOWN};
 use super::memory::NodeMemory;
 use super::options::GridOptions;
 use super::outcome::{FaultKind, NodeStatus};
@@ -73,12 +73,12 @@ impl<C: Clock> Node<C> {
             Ok(mut addrs) => {
                 let first = addrs.next();
                 if first.is_none() {
-                    eprintln!("waffle: grid node {label} has no address: it stays down");
+                    crate::warn!(key: format!("grid node {label}"), "grid node {label} has no address: it stays down");
                 }
                 first
             }
             Err(e) => {
-                eprintln!("waffle: grid node {label} cannot be resolved: {e}; it stays down");
+                crate::warn!(key: format!("grid node {label}"), "grid node {label} cannot be resolved: {e}; it stays down");
                 None
             }
         };
@@ -96,6 +96,7 @@ impl<C: Clock> Node<C> {
                 Duration::from_millis(opts.backoff_min_ms),
                 Duration::from_millis(opts.backoff_max_ms),
                 connect_timeout * 2 + Duration::from_secs(1),
+                timeout,
             ),
             counters: Counters::default(),
             cost: NodeCost::new(opts.cost_backoff, Duration::from_millis(opts.cost_window_ms)),
@@ -129,11 +130,12 @@ impl<C: Clock> Node<C> {
                 None => {
                     let deadline = budget_start + self.connect_timeout;
                     let Some(addr) = self.addr else {
-                        return Err(self.record_fault(admission, FaultKind::Io));
+                        return Err(self.record_fault(admission, FaultKind::Io, Strike::Fatal));
                     };
                     match Connection::open(addr, deadline) {
                         Ok(conn) => (conn, deadline),
-                        Err(kind) => return Err(self.record_fault(admission, kind)),
+                        // A failed connection (refused, unreachable, or not within its deadline): down at once.
+                        Err(kind) => return Err(self.record_fault(admission, kind, Strike::Fatal)),
                     }
                 }
             };
@@ -141,7 +143,7 @@ impl<C: Clock> Node<C> {
                 Ok(()) => return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: trusted }),
                 // Closed by the node since it was pooled (a restart): dropped, the request goes on a new one.
                 Err(FaultKind::Io) if trusted => self.note_stale_connection(),
-                Err(kind) => return Err(self.record_fault(admission, kind)),
+                Err(kind) => return Err(self.record_fault(admission, kind, strike_of(kind))),
             }
         }
     }
@@ -187,10 +189,12 @@ impl<C: Clock> Node<C> {
         self.say_cost(line);
     }
 
-    /// One line per cost decision that lasted (grid::cost says when); the figures are in the stats.
+    /// One line per cost decision that lasted (grid::cost says when); the
+    /// figures are in the stats. Info: a back-off is the cache working as
+    /// designed, not a fault (a healthy run may back off a loopback node).
     fn say_cost(&self, line: Option<String>) {
         if let Some(line) = line {
-            eprintln!("waffle: grid node {}: {line}", self.label);
+            crate::info!(key: format!("grid node {} cost", self.label), "grid node {}: {line}", self.label);
         }
     }
 
@@ -240,23 +244,37 @@ impl<C: Clock> Node<C> {
         }
     }
 
-    fn record_fault(&self, admission: Admission, kind: FaultKind) -> FaultKind {
+    fn record_fault(&self, admission: Admission, kind: FaultKind, strike: Strike) -> FaultKind {
         self.counters.failures.fetch_add(1, Ordering::Relaxed);
         if kind == FaultKind::Timeout {
             self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
         }
         if kind.marks_node_down() {
-            if self.health.on_failure(admission, self.clock.now()) {
+            if self.health.on_failure(admission, strike, self.clock.now()) {
                 self.counters.marked_down.fetch_add(1, Ordering::Relaxed);
                 // One line per up-to-down change: a down node is retried with backoff, not reported each time.
-                eprintln!(
-                    "waffle: grid node {} is down ({}); its pages are misses until it answers again",
+                let why = match strike {
+                    Strike::Miss => format!("{MISSES_TO_DOWN} missed deadlines in a row"),
+                    Strike::Fatal => kind.name().to_string(),
+                };
+                crate::warn!(
+                    key: format!("grid node {}", self.label),
+                    "grid node {} is down ({why}); its pages are misses until it answers again",
+                    self.label
+                );
+            } else if strike == Strike::Miss && admission != Admission::Probe && self.health.is_up() {
+                crate::debug!(
+                    key: format!("grid node {} miss", self.label),
+                    "grid node {}: a missed deadline ({} in a row)",
                     self.label,
-                    kind.name()
+                    self.health.misses_in_a_row()
                 );
             }
-            // Idle connections to a failed node are as suspect as the one that failed.
-            self.lock_idle().clear();
+            // Idle connections to a failed node are as suspect as the one that
+            // failed; a missed deadline on a live node says nothing of them.
+            if strike == Strike::Fatal || !self.health.is_up() {
+                self.lock_idle().clear();
+            }
         } else {
             // The node answered: it is alive.
             self.came_up(admission);
@@ -266,7 +284,7 @@ impl<C: Clock> Node<C> {
 
     fn came_up(&self, admission: Admission) {
         if self.health.on_success(admission) {
-            eprintln!("waffle: grid node {} is up again", self.label);
+            crate::warn!(key: format!("grid node {}", self.label), "grid node {} is up again", self.label);
         }
     }
 
@@ -303,7 +321,16 @@ impl<'n, C: Clock> Exchange<'n, C> {
             self.node.note_stale_connection();
             return kind;
         }
-        self.node.record_fault(self.admission, kind)
+        self.node.record_fault(self.admission, kind, strike_of(kind))
+    }
+}
+
+/// How a fault on an open connection counts: a missed deadline is a
+/// [`Strike::Miss`]; a reset or a broken reply makes the node unusable.
+fn strike_of(kind: FaultKind) -> Strike {
+    match kind {
+        FaultKind::Timeout => Strike::Miss,
+        _ => Strike::Fatal,
     }
 }
 
