@@ -528,9 +528,7 @@ impl PageCache {
         if self.fused.swap(true, Ordering::AcqRel) {
             return;
         }
-        eprintln!(
-            "waffle: {why}; the cache is off for this database until it is reopened (every read goes to the file)"
-        );
+        crate::error!("{why}; the cache is off for this database until it is reopened (every read goes to the file)");
         *self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
         // Best effort: L1 and the queue may be what failed.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
