@@ -110,10 +110,12 @@ fn a_node_killed_mid_workload_then_restarted_empty() {
 }
 
 /// How many requests can wait for a node that stays hung for `d`: the ones in
-/// flight when it hung (one per thread: the reader and the pusher), then one
-/// probe per backoff (100 ms, doubling to 5 s), each failing at its deadline.
+/// flight at each of the MISSES_TO_DOWN deadlines it takes to be marked down
+/// (one per thread: the reader and the pusher), then one probe per backoff
+/// (100 ms, doubling to 5 s), each failing at its deadline.
 fn waits_bound(d: Duration, deadline: Duration) -> u64 {
-    let (mut t, mut backoff, mut probes) = (deadline, Duration::from_millis(100), 0);
+    let misses = u64::from(waffle_core::grid::MISSES_TO_DOWN);
+    let (mut t, mut backoff, mut probes) = (deadline * misses as u32, Duration::from_millis(100), 0);
     loop {
         t += backoff;
         if t > d {
@@ -123,12 +125,12 @@ fn waits_bound(d: Duration, deadline: Duration) -> u64 {
         t += deadline;
         backoff = (backoff * 2).min(Duration::from_secs(5));
     }
-    2 + probes
+    2 * misses + probes
 }
 
 /// A node that hangs (SIGSTOP: it accepts connections and answers nothing).
-/// A request to it waits one deadline (100 ms here), then the node is marked
-/// down and skipped; only one probe per backoff period waits again. Measured:
+/// A request to it waits one deadline (100 ms here); after MISSES_TO_DOWN
+/// such waits in a row (3 deadlines) the node is marked down and skipped; only one probe per backoff period waits again. Measured:
 /// the requests that waited for it (reads and pushes) stay within the probe
 /// schedule, the slowest grid fetch is about one deadline, statements that
 /// waited are about as many as the timeouts, and the skipped reads far
@@ -136,7 +138,7 @@ fn waits_bound(d: Duration, deadline: Duration) -> u64 {
 /// probed back up, and the copies it holds of pages rewritten meanwhile are
 /// older than the file: `version` rejects, never served.
 #[test]
-fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejected() {
+fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_rejected() {
     let started = Instant::now();
     let nodes = [start_node(64), start_node(64), start_node(64)];
     let grid = grid_of(&nodes);
@@ -185,7 +187,7 @@ fn a_hung_node_costs_one_deadline_then_is_skipped_and_its_stale_copies_are_rejec
         );
         assert!(node_timeouts >= 1, "the hung node was never waited for: {ctx}");
         // Every request that waited for the hung node, reads and pushes together:
-        // the two in flight when it hung, then one probe per backoff period.
+        // the two in flight at each of the deadlines that mark it down, then one probe per backoff period.
         assert!(node_timeouts <= bound, "more waits for the hung node than the backoff schedule allows: {ctx}");
         assert!(timeouts <= bound + elsewhere, "more read timeouts than the backoff schedule allows: {ctx}");
         assert!(skipped >= 5 * node_timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");

@@ -122,12 +122,14 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
     let (cid, pg, v0) = envelope_identity(&old_copy);
     assert_eq!((cid, pg), (id, page - 1), "the envelope under {key} names another page");
 
-    // Pause; grow the node's backoff to 800 ms (failures: 100, 200, 400, 800 ms).
+    // Pause; grow the node's backoff to 800 ms (down after MISSES_TO_DOWN missed
+    // deadlines: 100 ms, then 3 failed probes: 200, 400, 800 ms).
     node.pause();
-    wait_for(Duration::from_secs(20), "the paused node to fail 4 times (reads drive the probes)", || {
+    let failed = waffle_core::grid::MISSES_TO_DOWN as u64 + 3;
+    wait_for(Duration::from_secs(20), "the paused node to fail 6 times (reads drive the probes)", || {
         reader.read_one();
         let (up, failures) = node_state(&writer);
-        !up && failures >= 4
+        !up && failures >= failed
     });
 
     // Inside the backoff window: rewrite P (from SQLite's cache: no read of P),

@@ -35,6 +35,7 @@ pub mod spec;
 pub use client::Grid;
 pub use clock::{Clock, SystemClock};
 pub use cost::{CostState, CostStatus};
+pub use health::MISSES_TO_DOWN;
 pub use link::LinkModel;
 pub use memory::GridMemory;
 pub use options::GridOptions;
