@@ -84,7 +84,15 @@ fn every_injected_reply_fault_is_a_counted_miss_and_never_a_wrong_result() {
             let counted = delta(&after, &before, counter);
             let ctx = format!("{fault:?}: injected {injected}, {counter} +{counted}: {after}");
             if exact {
-                assert_eq!(counted, injected, "each injected fault is counted once, where it belongs: {ctx}");
+                // A reply the fake node sent after the client's deadline (a stall of a loaded
+                // machine, 500 ms) is counted as that request's timeout, never served: the
+                // injected fault is then in l2_faults.timeout. CI saw 101 of 102 corrupt bytes
+                // as checksum rejects beside a 501 ms request.
+                let late = delta(&after, &before, "l2_faults.timeout");
+                assert!(
+                    counted <= injected && counted + late >= injected,
+                    "each injected fault is counted once, where it belongs (or as a timeout, {late} here): {ctx}"
+                );
             } else {
                 assert!(counted >= injected, "{ctx}");
             }
