@@ -32,7 +32,8 @@ pub enum GetFault {
     WrongLength,
     /// A well-formed reply whose value is the first half of the stored one.
     ShortValue,
-    /// The stored value with one byte flipped.
+    /// The stored value with one byte of its payload (or checksum) flipped: the middle byte,
+    /// or the first after the envelope's header when the value is short.
     CorruptByte,
     /// Another stored item's value (another page's envelope).
     OtherKey,
@@ -465,8 +466,13 @@ fn handle_get(words: &[&[u8]], s: &Shared, reply: &mut Vec<u8>) -> Option<Stop> 
         }
         Some(GetFault::ShortValue) => value.truncate(value.len() / 2),
         Some(GetFault::CorruptByte) => {
-            let at = value.len() / 2;
-            value[at] ^= 0x40;
+            // Not a header byte: the length field (bytes 32..36) is read before the checksum,
+            // to find the trailer, so a flip there is a `length` reject by design. A short value
+            // (a compressed, nearly empty page: 64..71 bytes) has it as its middle byte.
+            if let Some(last) = value.len().checked_sub(1) {
+                let at = (value.len() / 2).max(waffle_core::envelope::HEADER_BYTES).min(last);
+                value[at] ^= 0x40;
+            }
         }
         Some(GetFault::OtherKey) => value = other.expect("filtered above"),
         Some(GetFault::Garbage) => {
