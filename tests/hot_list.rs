@@ -285,7 +285,11 @@ fn another_process_writing_between_close_and_reopen_never_leads_to_a_stale_read(
         read_rows(&conn, 1..=HOT_ROWS, |_| 2);
         check_rows(&conn, |id| value(id, 2), ROWS);
         let s = stats(&conn);
-        assert_eq!(n(&s, "l2_hits") + n(&s, "l2_rejects_total"), 0, "nothing old from the grid: {s}");
+        // Nothing old served: every row is the new one, and verify mode (on in CI) compared each
+        // page a tier served with the file. The grid may serve copies pushed after the reset
+        // (the reload's own evictions), and a page marked as pushed whose store has not landed
+        // may meet its old copy there and refuse it (presence marks before the store).
+        assert_eq!(n(&s, "verify_mismatches"), 0, "nothing old served: {s}");
         let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
         assert_eq!(r, "ok");
     }

@@ -766,7 +766,10 @@ impl PageCache {
         // Off, the disk reads only the missed page (if the grid lacks it); the reader reads the rest on demand.
         let skip = self.disk_ahead.admit(self.clock.now(), &self.stats) == DiskAdmit::Skip;
         ra.skipped = skip;
-        let wanted: Vec<u64> = (page..end).filter(|&p| p == page || !self.pool.contains(p)).collect();
+        // Pages the pusher holds are left to their demand read, which takes them from it: the
+        // grid may still hold an older copy until their store lands (presence marks them first).
+        let wanted: Vec<u64> =
+            (page..end).filter(|&p| p == page || !(self.pool.contains(p) || self.pusher.holds(p))).collect();
         let versions: Vec<u64> = wanted.iter().map(|&p| self.versions.current(p)).collect();
         let mut got: Vec<Option<Box<[u8]>>> = vec![None; wanted.len()];
         let mut from_grid = vec![false; wanted.len()];

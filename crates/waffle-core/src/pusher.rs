@@ -235,6 +235,13 @@ impl Pusher {
         Some(Evicted { page, version: e.version, bytes: e.bytes.clone(), scan: false })
     }
 
+    /// Whether `page` waits in the queue or is in the batch being sent (its
+    /// grid copy, if any, may still be an older one: a read takes it from here).
+    pub fn holds(&self, page: u64) -> bool {
+        let q = self.shared.queue.lock().unwrap();
+        q.pending.contains_key(&page) || q.in_flight.as_ref().is_some_and(|b| b.iter().any(|e| e.page == page))
+    }
+
     /// Whether `page` waits in the queue (not the batch being sent).
     pub fn take_if_queued(&self, page: u64) -> bool {
         self.shared.queue.lock().unwrap().pending.contains_key(&page)
