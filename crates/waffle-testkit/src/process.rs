@@ -86,3 +86,20 @@ pub fn run_with_input(cmd: &mut Command, input: &str, limit: Duration) -> Output
     let _ = feeder.join();
     out
 }
+
+/// Collects what a child writes on `err` (its stderr) on a thread of its own, until it closes:
+/// read it at any time through the returned text.
+pub fn collect_stderr(mut err: impl std::io::Read + Send + 'static) -> std::sync::Arc<std::sync::Mutex<String>> {
+    let text = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = std::sync::Arc::clone(&text);
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = err.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    text
+}

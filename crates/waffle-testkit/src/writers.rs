@@ -235,7 +235,7 @@ impl Peer {
     /// Starts the peer and opens `uri` (SQLITE_OPEN_URI): with `so`, after
     /// loading that extension (so `vfs=waffle` in the URI works).
     pub fn spawn(so: Option<&Path>, uri: &str) -> Peer {
-        use std::io::{BufRead, BufReader, Read};
+        use std::io::{BufRead, BufReader};
         let mut child = Command::new(python_with_apsw())
             .arg("-c")
             .arg(format!("{APSW_PRELUDE}{PEER_PY}"))
@@ -248,7 +248,7 @@ impl Peer {
             .expect("spawn python3 (apsw peer)");
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().unwrap();
-        let mut err = child.stderr.take().unwrap();
+        let err = child.stderr.take().unwrap();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -258,17 +258,7 @@ impl Peer {
                 }
             }
         });
-        let stderr = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-        let sink = std::sync::Arc::clone(&stderr);
-        std::thread::spawn(move || {
-            let mut buf = [0u8; 4096];
-            while let Ok(n) = err.read(&mut buf) {
-                if n == 0 {
-                    break;
-                }
-                sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-            }
-        });
+        let stderr = crate::process::collect_stderr(err);
         let mut peer = Peer { child: Some(KillOnDrop(child)), stdin, lines, stderr, open_error: None };
         let first = peer.answer();
         if let Some(e) = first.get("open_error") {

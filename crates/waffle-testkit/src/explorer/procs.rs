@@ -47,7 +47,7 @@ impl WorkerProc {
             .map_err(|e| format!("spawn {}: {e}", args.program.display()))?;
         let stdin = child.stdin.take().unwrap();
         let lines = line_channel(child.stdout.take().unwrap());
-        let stderr = collect(child.stderr.take().unwrap());
+        let stderr = crate::process::collect_stderr(child.stderr.take().unwrap());
         let worker = WorkerProc { child: KillOnDrop(child), stdin, lines, stderr, stderr_seen: 0 };
         match worker.lines.recv_timeout(ANSWER_TIMEOUT) {
             Ok(line) if line.starts_with("ready ") => Ok(worker),
@@ -124,21 +124,6 @@ fn line_channel(out: impl Read + Send + 'static) -> mpsc::Receiver<String> {
         }
     });
     rx
-}
-
-fn collect(mut err: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let text = Arc::new(Mutex::new(String::new()));
-    let sink = Arc::clone(&text);
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = err.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    text
 }
 
 /// The worker program: next to the other child programs of the profile in use.
