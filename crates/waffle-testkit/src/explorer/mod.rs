@@ -126,14 +126,21 @@ fn first_divergence(a: &[Record], b: &[Record]) -> Option<usize> {
     a.iter().zip(b).position(|(x, y)| !x.same(y))
 }
 
-/// The steps before `at`, with both runs' outcomes.
+/// The steps before `at` (12, or `WAFFLE_EXPLORE_CONTEXT`), with both runs' outcomes.
 fn context(schedule: &Schedule, waffle: &Outcome, control: &Outcome, at: usize) -> String {
-    let from = at.saturating_sub(12);
-    let class = |o: &Outcome, i: usize| o.trace.get(i).map_or("-".to_string(), |r| r.class.clone());
+    let shown = std::env::var("WAFFLE_EXPLORE_CONTEXT").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(12);
+    let from = at.saturating_sub(shown);
+    // A short result (a journal mode, a checkpoint's counts) is shown beside the outcome.
+    let class = |o: &Outcome, i: usize| {
+        o.trace.get(i).map_or("-".to_string(), |r| match r.compared.len() {
+            1..=24 if !r.compared.contains('|') => format!("{} {}", r.class, r.compared),
+            _ => r.class.clone(),
+        })
+    };
     let lines: Vec<String> = (from..at.min(schedule.steps.len()))
         .map(|i| {
             format!(
-                "    {i:>4} {:<60} waffle {:<10} control {}",
+                "    {i:>4} {:<60} waffle {:<16} control {}",
                 schedule.steps[i].to_string(),
                 class(waffle, i),
                 class(control, i)
