@@ -1,6 +1,10 @@
 //! Emulated backing devices: a queue of `servers`, each read holding one for
-//! its service time. A random read costs `random_us`; a read that starts where
-//! the previous one ended costs `sequential_us` per 4 KiB (no seek).
+//! its service time. A read that starts where the previous one ended costs
+//! `sequential_us_per_4k` per 4 KiB (no seek); any other read pays `random_us`
+//! for its first 4 KiB (the seek, or the I/O a volume bills) and the
+//! sequential price for the rest, so a run read ahead costs its length on every
+//! profile: on `cloud-block`, where a sequential 4 KiB costs what a random one
+//! does, a 64 KiB run costs 16 reads, not one.
 
 use std::io;
 use std::sync::Mutex;
@@ -66,7 +70,12 @@ impl DeviceProfile {
     }
 
     fn service(&self, len: usize, sequential: bool) -> Duration {
-        let us = if sequential { self.sequential_us_per_4k * (len as u64).div_ceil(4096) } else { self.random_us };
+        let blocks = (len as u64).div_ceil(4096).max(1);
+        let us = if sequential {
+            self.sequential_us_per_4k * blocks
+        } else {
+            self.random_us + self.sequential_us_per_4k * (blocks - 1)
+        };
         Duration::from_micros(us)
     }
 }
@@ -186,6 +195,18 @@ mod tests {
         }
         // 4 random reads on 2 servers of 20 ms: two rounds, at least 40 ms.
         assert!(t0.elapsed() >= Duration::from_millis(40), "{:?}", t0.elapsed());
+    }
+
+    #[test]
+    fn a_random_run_pays_the_seek_once_and_its_length() {
+        let cloud = DeviceProfile::by_name("cloud-block").unwrap().unwrap();
+        assert_eq!(cloud.service(4096, false), Duration::from_micros(667));
+        // 64 KiB that does not continue the last read: 16 reads of the volume, not one.
+        assert_eq!(cloud.service(65536, false), Duration::from_micros(16 * 667));
+        assert_eq!(cloud.service(65536, true), Duration::from_micros(16 * 667));
+        let hdd = DeviceProfile::by_name("hdd-10k").unwrap().unwrap();
+        assert_eq!(hdd.service(16384, false), Duration::from_micros(5_000 + 3 * 30));
+        assert_eq!(hdd.service(16384, true), Duration::from_micros(4 * 30));
     }
 
     #[test]
