@@ -20,6 +20,12 @@ use crate::verify::Served;
 const HISTOGRAM_SHARDS: usize = 8;
 /// Latencies above this are clamped (a request never legitimately takes a minute).
 const HISTOGRAM_MAX_US: u64 = 60_000_000;
+/// Upper bounds of the latency buckets in the stats JSON (`latency.<tier>.buckets`: `[le_us,
+/// count of reads <= le_us]`, cumulative like `count`): counts that only grow, so a monitor can
+/// take a recent window's quantiles from their rate (Prometheus' histogram_quantile).
+pub const LATENCY_BUCKETS_US: [u64; 18] = [
+    2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000, 100_000, 200_000, 500_000, 1_000_000,
+];
 
 const FAULT_KINDS: [FaultKind; 4] = [FaultKind::Timeout, FaultKind::Io, FaultKind::Protocol, FaultKind::ServerError];
 
@@ -338,6 +344,9 @@ impl Stats {
                     "p95_us": h.value_at_quantile(0.95),
                     "p99_us": h.value_at_quantile(0.99),
                     "max_us": h.max(),
+                    // Within the histogram's 1% resolution, as the percentiles.
+                    "sum_us": (h.mean() * h.len() as f64).round() as u64,
+                    "buckets": LATENCY_BUCKETS_US.map(|le| [le, h.count_between(1, le)]),
                 }),
             );
         }
@@ -434,5 +443,11 @@ mod tests {
         let p99 = j["latency"]["l2"]["p99_us"].as_u64().unwrap();
         assert!((990..=1010).contains(&p99), "{p99}");
         assert_eq!(j["latency"]["disk"]["count"], 0);
+        let sum = j["latency"]["l2"]["sum_us"].as_u64().unwrap();
+        assert!((1060..=1070).contains(&sum), "10 + 20 + 30 + 1000 within 1%: {sum}");
+        let buckets = j["latency"]["l2"]["buckets"].as_array().unwrap();
+        assert_eq!(buckets.len(), LATENCY_BUCKETS_US.len());
+        let at = |le: u64| buckets.iter().find(|b| b[0] == le).unwrap()[1].as_u64().unwrap();
+        assert_eq!((at(5), at(10), at(20), at(50), at(500), at(1_000), at(1_000_000)), (0, 1, 2, 3, 3, 4, 4));
     }
 }
