@@ -32,6 +32,7 @@ pub mod backing;
 pub mod cache;
 pub mod codec;
 pub mod config;
+pub mod config_file;
 pub mod envelope;
 pub mod grid;
 pub mod hot_list;
