@@ -19,7 +19,8 @@
 //! `fds` (descriptor table), `runtime` (the cache, segments, stats file),
 //! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`), `warm` (warming
 //! tablespaces on request: `waffle warm --mysql`), `hot_list` (the pages L1
-//! held, written every 30 s and preloaded from disk at the next start).
+//! held, written every 30 s and preloaded from disk at the next start),
+//! `off_switch` (`waffle-off` beside the stats file: off without a restart).
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
@@ -37,6 +38,7 @@ mod hooks;
 mod hot_list;
 mod innodb;
 mod log;
+mod off_switch;
 mod real;
 mod runtime;
 mod state;

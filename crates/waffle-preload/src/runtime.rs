@@ -13,6 +13,11 @@
 //! ever asked for), its pusher thread, and a thread that writes the stats
 //! file every second.
 //!
+//! Settings: the `WAFFLE_*` environment over the configuration file
+//! `WAFFLE_CONFIG` names (waffle_core::config_file), read once at the start;
+//! a refused file keeps the preload off (the server runs without it).
+//! The off switch (`waffle-off` beside the stats file) is off_switch.rs.
+//!
 //! The stats file and the hot list are made as SQLite makes its journals
 //! ([`beside_data`], waffle_core::side_file): ibdata1's mode (0660 as
 //! mariadbd makes it), as root the datadir's owner, a random temporary name
@@ -30,6 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 use waffle_core::backing::{with_bounce, Backing, PageId, DIRECT_ALIGN};
+use waffle_core::config_file::{Check, ConfigFile, Setting};
 use waffle_core::grid::{Grid, LinkModel};
 use waffle_core::side_file::{self, Beside};
 use waffle_core::stats::Counter;
@@ -39,12 +45,15 @@ use waffle_emulation::{EmulatedDevice, Emulation, OnDevice};
 
 use crate::filter::Filter;
 use crate::innodb::{self, Mismatch};
+use crate::off_switch::{OffSwitch, Pass};
 use crate::{fds, guard, log, real, state};
 
 /// Page size when neither `WAFFLE_PAGE_SIZE`, the first tablespace nor the command line says.
 pub const DEFAULT_PAGE_BYTES: u64 = 16384;
 /// How often the stats file is rewritten, unless `WAFFLE_STATS_INTERVAL_MS` says.
 pub const DEFAULT_STATS_INTERVAL_MS: u64 = 1000;
+/// The stats interval's bounds (`WAFFLE_STATS_INTERVAL_MS`).
+const STATS_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 /// Distinct tablespace names with their own counters; later ones share "(other)".
 const MAX_NAMES: usize = 10_000;
 const NO_SPACE: u64 = u64::MAX;
@@ -107,6 +116,8 @@ pub struct Loan<'a> {
     pub fd: i32,
     /// The file's size when lent.
     pub file_bytes: u64,
+    /// A read through a loan fills the cache: not while the switch is off.
+    _pass: Pass<'a>,
 }
 
 impl Drop for Loan<'_> {
@@ -157,6 +168,10 @@ pub struct Runtime {
     pub counters: Counters,
     pub stats_path: PathBuf,
     pub datadir: PathBuf,
+    /// The configuration file read at the start, if `WAFFLE_CONFIG` named one.
+    pub config_file: Option<PathBuf>,
+    /// `waffle-off` beside the stats file: off, the cache is not used (off_switch.rs).
+    pub switch: OffSwitch,
     /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
     device: Option<EmulatedDevice>,
     segs: Mutex<Segments>,
@@ -175,8 +190,64 @@ pub fn get() -> Option<&'static Runtime> {
     RUNTIME.get().and_then(Option::as_ref)
 }
 
+/// The preload's own keys a configuration file may carry, beside the core's parameters.
+const OWN_SETTINGS: [Setting; 6] = [
+    Setting { env: "WAFFLE_TABLES", check: Check::Value(not_blank) },
+    Setting { env: "WAFFLE_STATS_FILE", check: Check::Value(not_blank) },
+    Setting { env: "WAFFLE_STATS_INTERVAL_MS", check: Check::Value(check_stats_interval) },
+    Setting { env: "WAFFLE_PAGE_SIZE", check: Check::Value(check_page_size) },
+    Setting {
+        env: "WAFFLE_PRELOAD_ACTIVE",
+        check: Check::EnvironmentOnly(
+            "whether a process is the server is decided at its first call, before any file is read",
+        ),
+    },
+    Setting {
+        env: "WAFFLE_HOT_LIST_INTERVAL_MS",
+        check: Check::EnvironmentOnly("the hot list reads it from the environment only"),
+    },
+];
+
+fn not_blank(v: &str) -> Result<(), String> {
+    if v.trim().is_empty() {
+        return Err("empty (leave the line out for the default)".into());
+    }
+    Ok(())
+}
+
+fn check_stats_interval(v: &str) -> Result<(), String> {
+    match v.trim().parse::<u64>() {
+        Ok(ms) if STATS_INTERVAL_MS.contains(&ms) => Ok(()),
+        _ => Err(format!("expected milliseconds from {} to {}", STATS_INTERVAL_MS.start(), STATS_INTERVAL_MS.end())),
+    }
+}
+
+fn check_page_size(v: &str) -> Result<(), String> {
+    parse_page_size(v).map(drop).ok_or_else(|| "expected 4k, 8k, 16k, 32k or 64k".into())
+}
+
+static CONFIG_FILE: OnceLock<Result<Option<ConfigFile>, String>> = OnceLock::new();
+
+/// The configuration file `WAFFLE_CONFIG` names, read and checked once; Err: why it is refused.
+fn config_file() -> Result<Option<&'static ConfigFile>, &'static str> {
+    let loaded = CONFIG_FILE
+        .get_or_init(|| ConfigFile::from_env(|k| std::env::var(k).ok(), &OWN_SETTINGS).map_err(|e| e.to_string()));
+    loaded.as_ref().map(Option::as_ref).map_err(String::as_str)
+}
+
+/// A setting of the preload's own: the environment's, else the configuration file's (blank: unset).
 fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+    let file = || config_file().ok().flatten()?.get(name).map(str::to_string);
+    std::env::var(name).ok().or_else(file).filter(|v| !v.trim().is_empty())
+}
+
+/// The core's configuration: the environment over the configuration file.
+fn core_config() -> Result<(Config, Option<PathBuf>), String> {
+    let env = |k: &str| std::env::var(k).ok();
+    match config_file()? {
+        Some(f) => Ok((f.config(env).map_err(|e| e.to_string())?, Some(f.path().to_path_buf()))),
+        None => Ok((Config::from_lookup(|_| None).map_err(|e| e.to_string())?, None)),
+    }
 }
 
 /// The stats file: `$WAFFLE_STATS_FILE`, else `waffle-stats.json` in the
@@ -266,7 +337,7 @@ pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
 impl Runtime {
     fn start(first_fd: i32) -> Result<Runtime, String> {
         log::install();
-        let config = Config::from_lookup(|_| None).map_err(|e| e.to_string())?;
+        let (config, config_file) = core_config()?;
         if let Some(level) = config.log {
             waffle_core::log::set_level(level);
         }
@@ -304,13 +375,16 @@ impl Runtime {
             // Every page served from a tier is compared with the server's file (verify.rs in the core).
             cache.enable_verify(format!("the tablespaces in {}", datadir.display()), config.verify_log.clone());
         }
+        let stats_path = stats_path();
         let rt = Runtime {
             cache,
             page_bytes,
             page_bytes_from,
             filter,
             counters: Counters::default(),
-            stats_path: stats_path(),
+            switch: OffSwitch::new(&stats_path),
+            stats_path,
+            config_file,
             datadir,
             segs: Mutex::new(Segments::default()),
             returned: Condvar::new(),
@@ -326,7 +400,7 @@ impl Runtime {
             rt.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")
         };
         log::note(&format!(
-            "caching InnoDB tablespace pages of {}: page {} KiB (from {}), L1 {} MiB, grid {}, tables {}, cache id {:016x} (new every server start), stats in {}",
+            "caching InnoDB tablespace pages of {}: page {} KiB (from {}), L1 {} MiB, grid {}, tables {}, cache id {:016x} (new every server start), stats in {}, settings from {}, off while {} exists",
             rt.datadir.display(),
             page_bytes / 1024,
             page_bytes_from,
@@ -340,7 +414,9 @@ impl Runtime {
                 rt.filter.patterns().join(",")
             },
             cache_id,
-            rt.stats_path.display()
+            rt.stats_path.display(),
+            rt.config_file.as_ref().map_or("the environment".into(), |p| format!("the environment and {}", p.display())),
+            rt.switch.control_file().display()
         ));
         if let Some(v) = option(&args, "innodb-use-native-aio") {
             if !matches!(v.to_ascii_lowercase().as_str(), "0" | "off" | "false") {
@@ -349,6 +425,8 @@ impl Runtime {
                 );
             }
         }
+        // Off from the start if the control file is there: before any read.
+        rt.switch.start(&rt.cache);
         start_stats_thread();
         // SAFETY: registering a plain extern "C" function.
         unsafe {
@@ -567,12 +645,13 @@ impl Runtime {
         if state::get() != state::ACTIVE {
             return None; // the close hook no longer waits for loans
         }
+        let pass = self.switch.enter()?;
         let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
         let slot = segs.slots.get(segment as usize)?.as_ref()?;
         let (fd, file) = (*slot.fds.last()?, slot.file);
         segs.lent.push(fd);
         drop(segs);
-        let mut loan = Loan { rt: self, fd, file_bytes: 0 };
+        let mut loan = Loan { rt: self, fd, file_bytes: 0, _pass: pass };
         // SAFETY: fstat into a zeroed struct we own; the loan keeps fd open.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
@@ -607,6 +686,10 @@ impl Runtime {
     /// Serves a whole-page read of a cached tablespace. None: the caller
     /// reads the file itself (the cache must never fail the server).
     pub fn read_page(&self, slot: u32, fd: i32, offset: u64, buf: &mut [u8]) -> Option<isize> {
+        let Some(_pass) = self.switch.enter() else {
+            self.switch.reads_passed.incr();
+            return None; // switched off: the file
+        };
         let segment = fds::segment(slot);
         let index = offset / self.page_bytes;
         if index >= MAX_PAGES {
@@ -673,6 +756,11 @@ impl Runtime {
 
     /// The server wrote `requested` bytes of `buf` at `offset`; the write returned `result`.
     pub fn wrote(&self, slot: u32, offset: i64, buf: &[u8], requested: usize, result: isize) {
+        let Some(_pass) = self.switch.enter() else {
+            // Switched off: the cache is reset before it is used again.
+            self.switch.writes_passed.incr();
+            return;
+        };
         let segment = fds::segment(slot);
         let ps = self.page_bytes;
         let info = self.seg(segment);
@@ -760,6 +848,11 @@ impl Runtime {
     pub fn stats_json(&self, final_write: bool) -> Value {
         let mut m = self.cache.stats_json();
         header(&mut m, final_write);
+        if self.switch.is_off() && state::get() == state::ACTIVE {
+            m.insert("state".into(), json!("off"));
+        }
+        m.insert("switch".into(), self.switch.json());
+        m.insert("config_file".into(), json!(self.config_file.as_ref().map(|p| p.display().to_string())));
         m.insert("page_bytes".into(), json!(self.page_bytes));
         m.insert("page_bytes_from".into(), json!(self.page_bytes_from));
         m.insert("datadir".into(), json!(self.datadir.display().to_string()));
@@ -915,7 +1008,7 @@ pub fn write_disabled_stats() {
 fn start_stats_thread() {
     let interval = env("WAFFLE_STATS_INTERVAL_MS")
         .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|&ms| (10..=3_600_000).contains(&ms))
+        .filter(|ms| STATS_INTERVAL_MS.contains(ms))
         .unwrap_or(DEFAULT_STATS_INTERVAL_MS);
     let spawned = std::thread::Builder::new().name("waffle-stats".into()).spawn(move || {
         guard::enter_forever();
@@ -924,8 +1017,13 @@ fn start_stats_thread() {
             if state::get() == state::FORKED {
                 return;
             }
-            let _ = std::panic::catch_unwind(|| write_stats(false));
+            // The switch first: the stats written next show where it stands.
             if let Some(rt) = get() {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache)));
+            }
+            let _ = std::panic::catch_unwind(|| write_stats(false));
+            // Off: a warm request waits, and the hot list keeps what it listed while on.
+            if let Some(rt) = get().filter(|rt| !rt.switch.is_off()) {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::warm::poll(rt)));
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::hot_list::tick(rt)));
             }
