@@ -4,6 +4,11 @@
 //! then read every node's replies, so a call takes about one round trip of the
 //! slowest node rather than the sum of them. A down node is never remapped:
 //! its keys are misses until it is back (the disk has every page).
+//!
+//! One thread per grid ([`Prober`]) sends an `mn` to each node that has seen
+//! no request for [`GridOptions::idle_probe_ms`] (node.rs,
+//! `probe_if_idle`): without it a node nobody asks stays "up" after it died.
+//! It talks to the configured nodes only, and stops when the grid drops.
 
 use super::clock::{Clock, SystemClock};
 use super::cost::DiskCost;
@@ -13,24 +18,28 @@ use super::link::LinkModel;
 use super::memory::GridMemory;
 use super::node::{Exchange, Node};
 use super::options::GridOptions;
-use super::outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
+use super::outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
 use super::protocol::{self, Reply, MAX_VALUE_BYTES};
 use super::spec::NodeSpec;
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// The L2 client. `Send + Sync`: share one `Grid` between threads.
 ///
 /// `C` is the clock of the nodes' up/down decisions ([`Grid::with_clock`]):
 /// the real one but in tests.
 pub struct Grid<C: Clock = SystemClock> {
-    nodes: Vec<Node<C>>,
+    /// Shared with the prober thread.
+    nodes: Arc<Vec<Node<C>>>,
     continuum: Continuum,
     opts: GridOptions,
     /// Benchmarks only: the EMULATED link every request also waits for ([`Grid::with_link`]).
     link: Option<Arc<dyn LinkModel>>,
     /// The single-page disk reads of the cache this grid serves: what a hit saves.
     disk: DiskCost,
+    /// Probes the nodes nobody asks ([`Grid::new`] only: a test clock has none).
+    prober: Option<Prober>,
 }
 
 /// How a pipeline's replies ended.
@@ -43,8 +52,68 @@ impl Grid {
     /// Never connects and never fails. A host that does not resolve makes a node
     /// that is always down (one warning line on stderr); it keeps its place on
     /// the ketama ring, so other nodes keep their keys.
+    /// Starts the grid's prober thread unless `opts.idle_probe_ms` is 0.
     pub fn new(nodes: Vec<NodeSpec>, opts: GridOptions) -> Grid {
-        Grid::with_clock(nodes, opts, SystemClock)
+        let mut grid = Grid::with_clock(nodes, opts, SystemClock);
+        grid.prober = Prober::start(&grid.nodes, grid.opts.idle_probe_ms);
+        grid
+    }
+}
+
+/// The prober thread of one grid: every tick (a third of the idle time, at
+/// most 1 s) it probes each node idle that long. Stopped and joined when the
+/// grid drops; a probe in flight ends by its deadline.
+struct Prober {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Prober {
+    fn start(nodes: &Arc<Vec<Node>>, idle_ms: u64) -> Option<Prober> {
+        if idle_ms == 0 || nodes.is_empty() {
+            return None;
+        }
+        let idle = Duration::from_millis(idle_ms);
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let (nodes, told) = (Arc::clone(nodes), Arc::clone(&stop));
+        let spawned =
+            std::thread::Builder::new().name("waffle-probe".into()).spawn(move || probe_loop(&nodes, idle, &told));
+        match spawned {
+            Ok(thread) => Some(Prober { stop, thread: Some(thread) }),
+            Err(e) => {
+                crate::warn!("cannot start the grid's prober thread: {e}; idle nodes are not probed");
+                None
+            }
+        }
+    }
+}
+
+fn probe_loop(nodes: &[Node], idle: Duration, stop: &(Mutex<bool>, Condvar)) {
+    let tick = (idle / 3).clamp(Duration::from_millis(10), Duration::from_secs(1));
+    let stopped = || *stop.0.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let guard = stop.0.lock().unwrap_or_else(|e| e.into_inner());
+        let (guard, _) = stop.1.wait_timeout_while(guard, tick, |s| !*s).unwrap_or_else(|e| e.into_inner());
+        if *guard {
+            return;
+        }
+        drop(guard);
+        for node in nodes {
+            if stopped() {
+                return;
+            }
+            node.probe_if_idle(idle);
+        }
+    }
+}
+
+impl Drop for Prober {
+    fn drop(&mut self) {
+        *self.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.stop.1.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -56,8 +125,8 @@ impl<C: Clock> Grid<C> {
     {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
-        let nodes = nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect();
-        Grid { nodes, continuum, opts, link: None, disk: DiskCost::default() }
+        let nodes = Arc::new(nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect());
+        Grid { nodes, continuum, opts, link: None, disk: DiskCost::default(), prober: None }
     }
 
     /// Benchmarks only: every request also waits for `link` (an EMULATED link, waffle-emulation).
@@ -361,40 +430,42 @@ impl<C: Clock> Grid<C> {
     /// replies up to `MN`; any reply before `MN` is one item that failed.
     /// At most one round trip per node; nodes are written first, then read.
     pub fn store_many(&self, items: &[(&[u8], &[u8])]) -> StoreReport {
+        StoreReport::of(&self.store_each(items))
+    }
+
+    /// As [`Grid::store_many`], with what became of each item, in `items` order.
+    pub fn store_each(&self, items: &[(&[u8], &[u8])]) -> Vec<ItemFate> {
         let start = Instant::now();
-        let report = self.store_many_inner(items);
-        if report.skipped < items.len() {
+        let fates = self.store_each_inner(items);
+        if fates.iter().any(|f| *f != ItemFate::NodeDown) {
             let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
             let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
             self.emulate_link(start, &keys, &[], &values);
         }
-        report
+        fates
     }
 
-    fn store_many_inner(&self, items: &[(&[u8], &[u8])]) -> StoreReport {
-        let mut report = StoreReport::default();
+    fn store_each_inner(&self, items: &[(&[u8], &[u8])]) -> Vec<ItemFate> {
+        let mut fates = vec![ItemFate::NodeDown; items.len()];
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, (key, data)) in items.iter().enumerate() {
             if !checked_key(key) || data.len() > MAX_VALUE_BYTES {
-                report.failed += 1; // a value we could not read back is not worth storing
+                fates[i] = ItemFate::Refused; // a value we could not read back is not worth storing
             } else if let Some(node) = self.node_index(key) {
                 per_node[node].push(i);
-            } else {
-                report.skipped += 1;
             }
         }
 
         // Each node's exchange is timed (its write, then its replies): what a
         // push costs on both ends, per page, for the cost back-off (grid::cost).
-        let mut in_flight: Vec<(Exchange<'_, C>, usize, std::time::Duration)> = Vec::new();
+        let mut in_flight: Vec<(Exchange<'_, C>, &[usize], std::time::Duration)> = Vec::new();
         for (node, indexes) in self.nodes.iter().zip(&per_node) {
             if indexes.is_empty() {
                 continue;
             }
             let admission = node.admit();
             if admission == Admission::Skip {
-                report.skipped += indexes.len();
-                continue;
+                continue; // NodeDown already
             }
             let write_start = Instant::now();
             let bytes: usize = indexes.iter().map(|&i| items[i].0.len() + items[i].1.len() + 32).sum();
@@ -404,11 +475,11 @@ impl<C: Clock> Grid<C> {
             }
             protocol::encode_noop(&mut request);
             match node.begin(admission, &request) {
-                Ok(exchange) => in_flight.push((exchange, indexes.len(), write_start.elapsed())),
-                Err(_) => report.failed += indexes.len(),
+                Ok(exchange) => in_flight.push((exchange, indexes, write_start.elapsed())),
+                Err(_) => indexes.iter().for_each(|&i| fates[i] = ItemFate::Lost),
             }
         }
-        for (mut exchange, count, wrote) in in_flight {
+        for (mut exchange, indexes, wrote) in in_flight {
             let read_start = Instant::now();
             let node = exchange.node();
             let mut failures = 0usize;
@@ -426,20 +497,22 @@ impl<C: Clock> Grid<C> {
             });
             match outcome {
                 Ok(end) => {
-                    let failed = failures.min(count);
-                    report.stored += count - failed;
-                    report.failed += failed;
+                    // Quiet replies do not name their item: the last `failed` of the pipeline take the blame.
+                    let failed = failures.min(indexes.len());
+                    let (stored, refused) = indexes.split_at(indexes.len() - failed);
+                    stored.iter().for_each(|&i| fates[i] = ItemFate::Stored);
+                    refused.iter().for_each(|&i| fates[i] = ItemFate::Refused);
                     exchange.finish(end.reusable);
-                    node.note_push((count - failed) as u64, wrote + read_start.elapsed(), &self.disk);
+                    node.note_push(stored.len() as u64, wrote + read_start.elapsed(), &self.disk);
                 }
                 Err(kind) => {
-                    // Some items may be stored, but none is known to be: count them all failed.
+                    // Some items may be stored, but none is known to be: count them all lost.
                     exchange.fail(kind);
-                    report.failed += count;
+                    indexes.iter().for_each(|&i| fates[i] = ItemFate::Lost);
                 }
             }
         }
-        report
+        fates
     }
 
     /// `md <key>`. True when the key is known not to be on its node any more
@@ -500,6 +573,12 @@ impl<C: Clock> Grid<C> {
     /// Idle pooled connections per node (for tests and tools).
     pub fn idle_connections(&self) -> Vec<usize> {
         self.nodes.iter().map(Node::idle_count).collect()
+    }
+
+    /// Probes every node idle for `idle` once, now (what the prober thread
+    /// does each tick; tests on a clock of their own call it). How many went.
+    pub fn probe_idle_nodes(&self, idle: Duration) -> usize {
+        self.nodes.iter().filter(|n| n.probe_if_idle(idle)).count()
     }
 }
 

@@ -39,5 +39,5 @@ pub use health::MISSES_TO_DOWN;
 pub use link::LinkModel;
 pub use memory::GridMemory;
 pub use options::GridOptions;
-pub use outcome::{FaultKind, Fetch, NodeStatus, StoreReport};
+pub use outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
 pub use spec::NodeSpec;

@@ -8,6 +8,14 @@
 //! Health decisions (down since when, probe when) take the time from the
 //! node's [`Clock`]; request deadlines from `Instant::now()`, as the socket
 //! waits in real time.
+//!
+//! A node nobody asks (L1 holds the working set, or every page it would
+//! hold is backed off) would keep whatever health it had when it was last
+//! asked: "up" hours after it was killed. [`Node::probe_if_idle`] sends such
+//! a node one `mn` when it has seen no request for a while (the grid's
+//! prober thread calls it, `grid::client`), under the same rules as a
+//! request: a refused connection marks it down at once, a hung one after
+//! [`MISSES_TO_DOWN`] missed probes, and a down one that answers is up again.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,6 +29,7 @@ use super::health::{Admission, Health, Strike, MISSES_TO_DOWN};
 use super::memory::NodeMemory;
 use super::options::GridOptions;
 use super::outcome::{FaultKind, NodeStatus};
+use super::protocol::Reply;
 use super::spec::NodeSpec;
 
 /// The slowest link a grid is expected on, in bytes per millisecond (100 MB/s,
@@ -30,12 +39,15 @@ const MIN_TRANSFER_BYTES_PER_MS: u64 = 100_000;
 
 #[derive(Default)]
 struct Counters {
+    /// Round trips the cache asked for (idle probes apart).
     requests: AtomicU64,
     failures: AtomicU64,
     timeouts: AtomicU64,
     marked_down: AtomicU64,
     presence_misses: AtomicU64,
     stale_connections: AtomicU64,
+    /// `mn` sent because the node had seen no request for a while.
+    idle_probes: AtomicU64,
 }
 
 pub struct Node<C: Clock = SystemClock> {
@@ -53,6 +65,10 @@ pub struct Node<C: Clock = SystemClock> {
     /// Its memcached's memory, asked for the stats.
     memory: NodeMemory,
     clock: C,
+    /// The clock's time at creation: `last_request_ms` counts from it.
+    born: Instant,
+    /// When the last request (or idle probe) began, in ms since `born`.
+    last_request_ms: AtomicU64,
 }
 
 /// A request in flight on one node.
@@ -63,6 +79,8 @@ pub struct Exchange<'n, C: Clock = SystemClock> {
     pub deadline: Instant,
     /// Taken from the pool without a peek (see [`Connection::skips_peek`]).
     trusted_pooled: bool,
+    /// A request of the cache's (counted in `requests`, `failures`), not an idle probe.
+    counted: bool,
 }
 
 impl<C: Clock> Node<C> {
@@ -101,6 +119,8 @@ impl<C: Clock> Node<C> {
             counters: Counters::default(),
             cost: NodeCost::new(opts.cost_backoff, Duration::from_millis(opts.cost_window_ms)),
             memory: NodeMemory::default(),
+            born: clock.now(),
+            last_request_ms: AtomicU64::new(0),
             clock,
         }
     }
@@ -116,8 +136,16 @@ impl<C: Clock> Node<C> {
     /// Takes an idle connection (or opens one) and writes `request`.
     /// On failure the fault is already counted.
     pub fn begin(&self, admission: Admission, request: &[u8]) -> Result<Exchange<'_, C>, FaultKind> {
+        self.begin_as(admission, request, true)
+    }
+
+    /// As [`Node::begin`]; `counted`: a request of the cache's, not an idle probe.
+    fn begin_as(&self, admission: Admission, request: &[u8], counted: bool) -> Result<Exchange<'_, C>, FaultKind> {
         debug_assert_ne!(admission, Admission::Skip);
-        self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        self.note_traffic();
+        if counted {
+            self.counters.requests.fetch_add(1, Ordering::Relaxed);
+        }
         // One deadline covers connect (if needed), write and read; real time, not the clock: the socket waits in it.
         let budget_start = Instant::now() + transfer_allowance(request.len());
         let mut pooled = self.take_idle();
@@ -130,20 +158,22 @@ impl<C: Clock> Node<C> {
                 None => {
                     let deadline = budget_start + self.connect_timeout;
                     let Some(addr) = self.addr else {
-                        return Err(self.record_fault(admission, FaultKind::Io, Strike::Fatal));
+                        return Err(self.record_fault(admission, FaultKind::Io, Strike::Fatal, counted));
                     };
                     match Connection::open(addr, deadline) {
                         Ok(conn) => (conn, deadline),
                         // A failed connection (refused, unreachable, or not within its deadline): down at once.
-                        Err(kind) => return Err(self.record_fault(admission, kind, Strike::Fatal)),
+                        Err(kind) => return Err(self.record_fault(admission, kind, Strike::Fatal, counted)),
                     }
                 }
             };
             match conn.send(request, deadline) {
-                Ok(()) => return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: trusted }),
+                Ok(()) => {
+                    return Ok(Exchange { node: self, admission, conn, deadline, trusted_pooled: trusted, counted })
+                }
                 // Closed by the node since it was pooled (a restart): dropped, the request goes on a new one.
-                Err(FaultKind::Io) if trusted => self.note_stale_connection(),
-                Err(kind) => return Err(self.record_fault(admission, kind, strike_of(kind))),
+                Err(FaultKind::Io) if trusted => self.note_stale_connection(counted),
+                Err(kind) => return Err(self.record_fault(admission, kind, strike_of(kind), counted)),
             }
         }
     }
@@ -151,8 +181,10 @@ impl<C: Clock> Node<C> {
     /// A pooled connection the node had closed (found when used, not by a
     /// peek): counted, the pool emptied (its other connections are as old),
     /// the node not marked down (it was the connection, not the node).
-    fn note_stale_connection(&self) {
-        self.counters.failures.fetch_add(1, Ordering::Relaxed);
+    fn note_stale_connection(&self, counted: bool) {
+        if counted {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+        }
         self.counters.stale_connections.fetch_add(1, Ordering::Relaxed);
         self.lock_idle().clear();
     }
@@ -215,9 +247,52 @@ impl<C: Clock> Node<C> {
             marked_down: self.counters.marked_down.load(Ordering::Relaxed),
             presence_misses: self.counters.presence_misses.load(Ordering::Relaxed),
             stale_connections: self.counters.stale_connections.load(Ordering::Relaxed),
+            idle_probes: self.counters.idle_probes.load(Ordering::Relaxed),
             cost: self.cost.status(disk),
             memory_bytes: self.memory.known(),
         }
+    }
+
+    /// Sends one `mn` if the node has seen no request for `idle` and its
+    /// health lets a request go (up, or down with its backoff over: the
+    /// probe is its half-open probe). The answer, or the fault, counts as a
+    /// request's would for the node's health; it is counted in `idle_probes`,
+    /// not in `requests`. True if a probe went.
+    pub fn probe_if_idle(&self, idle: Duration) -> bool {
+        if self.idle_for() < idle {
+            return false;
+        }
+        let admission = self.admit();
+        if admission == Admission::Skip {
+            return false;
+        }
+        self.counters.idle_probes.fetch_add(1, Ordering::Relaxed);
+        let Ok(mut exchange) = self.begin_as(admission, b"mn\r\n", false) else {
+            return true; // the fault is recorded
+        };
+        let deadline = exchange.deadline;
+        let reply = exchange.conn.next_reply(deadline, |reply| match reply {
+            Reply::Noop => Ok(()),
+            _ => Err(FaultKind::Protocol),
+        });
+        match reply.and_then(|r| r) {
+            Ok(()) => exchange.finish(true),
+            Err(kind) => {
+                exchange.fail(kind);
+            }
+        }
+        true
+    }
+
+    /// How long since the last request (or probe) began, on the node's clock.
+    fn idle_for(&self) -> Duration {
+        let since_born = self.clock.now().saturating_duration_since(self.born);
+        since_born.saturating_sub(Duration::from_millis(self.last_request_ms.load(Ordering::Relaxed)))
+    }
+
+    fn note_traffic(&self) {
+        let ms = self.clock.now().saturating_duration_since(self.born).as_millis() as u64;
+        self.last_request_ms.fetch_max(ms, Ordering::Relaxed);
     }
 
     /// Idle connections held now (for tests).
@@ -244,10 +319,12 @@ impl<C: Clock> Node<C> {
         }
     }
 
-    fn record_fault(&self, admission: Admission, kind: FaultKind, strike: Strike) -> FaultKind {
-        self.counters.failures.fetch_add(1, Ordering::Relaxed);
-        if kind == FaultKind::Timeout {
-            self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+    fn record_fault(&self, admission: Admission, kind: FaultKind, strike: Strike, counted: bool) -> FaultKind {
+        if counted {
+            self.counters.failures.fetch_add(1, Ordering::Relaxed);
+            if kind == FaultKind::Timeout {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
         }
         if kind.marks_node_down() {
             if self.health.on_failure(admission, strike, self.clock.now()) {
@@ -318,10 +395,10 @@ impl<'n, C: Clock> Exchange<'n, C> {
     /// anything (a restart) says nothing of the node: it is not marked down.
     pub fn fail(self, kind: FaultKind) -> FaultKind {
         if kind == FaultKind::Io && self.trusted_pooled && self.conn.received_bytes() == 0 {
-            self.node.note_stale_connection();
+            self.node.note_stale_connection(self.counted);
             return kind;
         }
-        self.node.record_fault(self.admission, kind, strike_of(kind))
+        self.node.record_fault(self.admission, kind, strike_of(kind), self.counted)
     }
 }
 
@@ -386,5 +463,79 @@ mod tests {
 
         let status = node.status(&DiskCost::default());
         assert_eq!((status.requests, status.failures, status.marked_down), (2, 2, 1), "skips are no requests");
+    }
+
+    /// A one-connection stand-in for memcached on `listener`: answers each
+    /// `mn` with `MN` until `answers` are given, then closes and stops.
+    fn answering(listener: TcpListener, answers: usize) -> std::thread::JoinHandle<()> {
+        use std::io::{Read, Write};
+        std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 64];
+            let mut given = 0;
+            while given < answers {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => {
+                        for _ in 0..buf[..n].windows(4).filter(|w| w == b"mn\r\n").count() {
+                            conn.write_all(b"MN\r\n").unwrap();
+                            given += 1;
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    #[test]
+    fn a_node_nobody_asks_is_probed_when_idle_and_its_death_is_seen() {
+        const MS: Duration = Duration::from_millis(1);
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = answering(listener, 1);
+        let spec = NodeSpec::parse_list(&format!("127.0.0.1:{port}")).unwrap().remove(0);
+        let opts = GridOptions { timeout_ms: 2000, connect_timeout_ms: 2000, ..GridOptions::default() }.normalized();
+        let clock = ManualClock(Arc::new(Mutex::new(Instant::now())));
+        let node = Node::new(&spec, &opts, clock.clone());
+        let idle = 3000 * MS;
+        let status = |n: &Node<ManualClock>| n.status(&DiskCost::default());
+
+        assert!(!node.probe_if_idle(idle), "just created: not idle yet");
+        clock.advance(idle);
+        assert!(node.probe_if_idle(idle), "idle for 3 s: one mn");
+        let s = status(&node);
+        assert!(s.up, "it answered");
+        assert_eq!((s.idle_probes, s.requests, s.failures), (1, 0, 0), "a probe is no request of the cache's");
+        clock.advance(idle - MS);
+        assert!(!node.probe_if_idle(idle), "the probe was traffic: not idle again yet");
+
+        // A request of the cache's is traffic too.
+        clock.advance(idle);
+        node.note_traffic();
+        assert!(!node.probe_if_idle(idle));
+
+        // Killed (the stand-in closed its connection and its port): seen down
+        // by the probes alone, at the first one that connects afresh.
+        server.join().unwrap();
+        let mut probes = 0;
+        while status(&node).up && probes < 3 {
+            clock.advance(idle);
+            assert!(node.probe_if_idle(idle));
+            probes += 1;
+        }
+        let s = status(&node);
+        assert!(!s.up, "down after {probes} probes: {s:?}");
+        assert!(probes <= 2, "a stale pooled connection, then a refused connect: {probes}");
+        assert_eq!((s.requests, s.failures, s.marked_down), (0, 0, 1), "{s:?}");
+
+        // Down: no probe before its backoff is over; after it, the half-open
+        // probe, which brings it up when it answers again (same port, restarted).
+        assert!(!node.probe_if_idle(Duration::ZERO), "within the backoff");
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+        let server = answering(listener, 1);
+        clock.advance(Duration::from_millis(opts.backoff_min_ms));
+        assert!(node.probe_if_idle(Duration::ZERO));
+        assert!(status(&node).up, "up again without a request");
+        server.join().unwrap();
     }
 }

@@ -33,6 +33,11 @@ pub struct GridOptions {
     /// dwell (grid::cost::WINDOW, 10 s). Shorter only for tests that run in
     /// real time; at least 1 ms.
     pub cost_window_ms: u64,
+    /// A node that has seen no request for this long gets one `mn` (then
+    /// again each time this long passes), so the health of a node nobody
+    /// asks stays known ([`super::Grid::new`] starts one thread per grid for
+    /// it). 0: never. Default 3000 ms.
+    pub idle_probe_ms: u64,
 }
 
 impl Default for GridOptions {
@@ -46,6 +51,7 @@ impl Default for GridOptions {
             ttl_s: 0,
             cost_backoff: true,
             cost_window_ms: super::cost::WINDOW.as_millis() as u64,
+            idle_probe_ms: 3000,
         }
     }
 }
@@ -64,6 +70,7 @@ impl GridOptions {
             ttl_s: self.ttl_s,
             cost_backoff: self.cost_backoff,
             cost_window_ms: self.cost_window_ms.max(1),
+            idle_probe_ms: self.idle_probe_ms,
         }
     }
 }

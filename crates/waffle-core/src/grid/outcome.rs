@@ -52,6 +52,43 @@ impl FaultKind {
     }
 }
 
+/// What became of one item of a store ([`super::Grid::store_each`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ItemFate {
+    /// Acknowledged by its node (no failure line before `MN`).
+    Stored,
+    /// Not sent: its node was down (in backoff), or the grid has no node.
+    NodeDown,
+    /// Sent, and the node said it did not store it (`NS`, `SERVER_ERROR`:
+    /// out of memory, too large), or not sent because it was invalid (a bad
+    /// key, a value over the limit). memcached's quiet replies do not say
+    /// which item of a pipeline failed: with several failures in one node's
+    /// pipeline, which items get this fate is a guess; how many is exact.
+    Refused,
+    /// Sent, and lost to a fault (a missed deadline, a reset, a broken
+    /// reply): the node may hold it or not, so it is counted not stored.
+    Lost,
+}
+
+impl ItemFate {
+    /// The fates in index order ([`ItemFate::index`]), for counters kept per fate.
+    pub const ALL: [ItemFate; 4] = [ItemFate::Stored, ItemFate::NodeDown, ItemFate::Refused, ItemFate::Lost];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The JSON name of the not-stored fates (`l2_push_not_stored`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ItemFate::Stored => "stored",
+            ItemFate::NodeDown => "node_down",
+            ItemFate::Refused => "refused",
+            ItemFate::Lost => "lost",
+        }
+    }
+}
+
 /// The result of [`super::Grid::store_many`]: every item is counted exactly once.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct StoreReport {
@@ -63,6 +100,21 @@ pub struct StoreReport {
     pub skipped: usize,
 }
 
+impl StoreReport {
+    /// The counts of `fates`.
+    pub fn of(fates: &[ItemFate]) -> StoreReport {
+        let mut r = StoreReport::default();
+        for f in fates {
+            match f {
+                ItemFate::Stored => r.stored += 1,
+                ItemFate::NodeDown => r.skipped += 1,
+                ItemFate::Refused | ItemFate::Lost => r.failed += 1,
+            }
+        }
+        r
+    }
+}
+
 /// A node's health and counters, for stats and tools.
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeStatus {
@@ -70,9 +122,9 @@ pub struct NodeStatus {
     pub addr: String,
     /// False while the node is in backoff (or its address could not be resolved).
     pub up: bool,
-    /// Round trips sent (a pipelined batch is one).
+    /// Round trips sent for the cache (a pipelined batch is one; idle probes apart).
     pub requests: u64,
-    /// Round trips that ended in a fault of any kind (timeouts included).
+    /// Of those, round trips that ended in a fault of any kind (timeouts included).
     pub failures: u64,
     /// Round trips that ended at their deadline.
     pub timeouts: u64,
@@ -84,6 +136,9 @@ pub struct NodeStatus {
     /// Pooled connections the node had closed, found when used (a restart):
     /// each cost one request (a miss), not a mark down.
     pub stale_connections: u64,
+    /// `mn` sent because the node had seen no request for a while (nobody
+    /// asks it): how its health stays known. Not in `requests`/`failures`.
+    pub idle_probes: u64,
     /// Whether asking it pays, with the figures the decision rests on.
     pub cost: CostStatus,
     /// Its memcached's memory (`limit_maxbytes`) as last asked; None: not known (yet).

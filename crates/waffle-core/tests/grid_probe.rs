@@ -1,0 +1,123 @@
+//! Issue 21 item 2: the health of a node nobody asks. A grid whose cache
+//! asks nothing of a node (L1 holds the working set) used to keep that node
+//! "up" after it was killed. The grid's prober thread sends one `mn` to each
+//! node idle for `idle_probe_ms`, through the request path's health rules.
+//! Against real memcached processes (waffle_nodes), every wait bounded.
+
+use std::time::{Duration, Instant};
+
+use waffle_core::grid::{Grid, GridOptions, NodeSpec, NodeStatus};
+use waffle_nodes::Node;
+
+const IDLE_MS: u64 = 200;
+
+/// One test at a time: the thread count of the last one is the process's.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn opts() -> GridOptions {
+    // Deadlines long enough that a loaded machine does not miss them; the idle time short.
+    GridOptions { timeout_ms: 500, connect_timeout_ms: 500, idle_probe_ms: IDLE_MS, ..GridOptions::default() }
+}
+
+fn grid_of(nodes: &[&Node], opts: GridOptions) -> Grid {
+    let list: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
+    Grid::new(NodeSpec::parse_list(&list.join(",")).unwrap(), opts)
+}
+
+fn status(grid: &Grid, i: usize) -> NodeStatus {
+    grid.node_status().remove(i)
+}
+
+/// Polls `f` every 20 ms until it holds, at most `limit`; how long it took.
+fn within(limit: Duration, what: &str, mut f: impl FnMut() -> bool) -> Duration {
+    let t0 = Instant::now();
+    while !f() {
+        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    t0.elapsed()
+}
+
+/// Threads of this process named `name` (/proc/self/task/*/comm).
+fn threads_named(name: &str) -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == name)
+        .count()
+}
+
+#[test]
+fn a_killed_node_nobody_asks_is_seen_down_and_a_restarted_one_up_again() {
+    let _serial = serial();
+    let mut node = Node::start(16).expect("memcached must be installed");
+    let grid = grid_of(&[&node], opts());
+    assert_eq!(grid.store_many(&[(b"k", b"v")]).stored, 1, "the node works");
+    within(Duration::from_secs(5), "an idle probe", || status(&grid, 0).idle_probes > 0);
+    assert!(status(&grid, 0).up);
+
+    // Killed while nobody asks: the probes find it down. Before, `up` stayed true.
+    let requests = status(&grid, 0).requests;
+    node.kill();
+    let took = within(Duration::from_secs(5), "the killed node marked down", || !status(&grid, 0).up);
+    eprintln!("killed node seen down after {took:?}");
+    let s = status(&grid, 0);
+    assert_eq!(s.requests, requests, "probes are no requests of the cache's: {s:?}");
+    assert_eq!(s.marked_down, 1, "{s:?}");
+
+    // Restarted on the same port: up again, still without a request.
+    node.restart().unwrap();
+    let took = within(Duration::from_secs(10), "the restarted node up again", || status(&grid, 0).up);
+    eprintln!("restarted node seen up after {took:?}");
+    assert_eq!(status(&grid, 0).requests, requests);
+}
+
+#[test]
+fn a_hung_node_nobody_asks_is_down_after_three_missed_probes() {
+    let _serial = serial();
+    let node = Node::start(16).expect("memcached must be installed");
+    let opts = GridOptions { timeout_ms: 50, connect_timeout_ms: 50, ..opts() };
+    let grid = grid_of(&[&node], opts);
+    within(Duration::from_secs(5), "an idle probe", || status(&grid, 0).idle_probes > 0);
+    node.pause();
+    let before = status(&grid, 0).idle_probes;
+    within(Duration::from_secs(10), "the hung node marked down", || !status(&grid, 0).up);
+    let s = status(&grid, 0);
+    // Down at the third missed probe (waffle_core::grid::MISSES_TO_DOWN), not the first.
+    assert!(s.idle_probes - before >= waffle_core::grid::MISSES_TO_DOWN as u64, "{s:?}");
+    assert_eq!((s.requests, s.timeouts), (0, 0), "probes are not counted as requests: {s:?}");
+    node.resume();
+}
+
+#[test]
+fn probes_are_bounded_skip_busy_nodes_and_stop_with_the_grid() {
+    let _serial = serial();
+    let busy = Node::start(16).expect("memcached must be installed");
+    let idle = Node::start(16).expect("memcached must be installed");
+    let before = threads_named("waffle-probe");
+    let grid = grid_of(&[&busy, &idle], opts());
+    // The thread names itself once it runs.
+    within(Duration::from_secs(5), "one thread per grid", || threads_named("waffle-probe") == before + 1);
+    // Keys of the busy node, asked every 50 ms for 2 s; the other node is asked nothing.
+    let key = (0..1000).map(|i| format!("k{i}")).find(|k| grid.node_index(k.as_bytes()) == Some(0)).unwrap();
+    let t0 = Instant::now();
+    while t0.elapsed() < Duration::from_secs(2) {
+        let _ = grid.get(key.as_bytes());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (b, i) = (status(&grid, 0), status(&grid, 1));
+    assert_eq!(b.idle_probes, 0, "a node with traffic is not probed: {b:?}");
+    // One probe per idle time at most (a tick is a third of it): 2 s / 200 ms, and the first after 200 ms.
+    let most = 2000 / IDLE_MS + 1;
+    assert!((3..=most).contains(&i.idle_probes), "{} probes of the idle node in 2 s: {i:?}", i.idle_probes);
+    assert!(i.up && i.requests == 0, "{i:?}");
+    drop(grid);
+    assert_eq!(threads_named("waffle-probe"), before, "the prober stopped with its grid");
+    let off = grid_of(&[&idle], GridOptions { idle_probe_ms: 0, ..opts() });
+    assert_eq!(threads_named("waffle-probe"), before, "idle_probe_ms 0: no thread");
+    drop(off);
+}
