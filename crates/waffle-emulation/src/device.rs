@@ -69,7 +69,8 @@ impl DeviceProfile {
         }
     }
 
-    fn service(&self, len: usize, sequential: bool) -> Duration {
+    /// The service time of one read of `len` bytes.
+    pub fn service(&self, len: usize, sequential: bool) -> Duration {
         let blocks = (len as u64).div_ceil(4096).max(1);
         let us = if sequential {
             self.sequential_us_per_4k * blocks
@@ -105,10 +106,12 @@ impl EmulatedDevice {
         self.profile
     }
 
-    /// Books the earliest free server; returns when this read completes.
-    /// `position` orders every file's bytes on one device (segment in the high bits).
-    fn book(&self, position: u64, len: usize) -> Instant {
-        let mut q = self.queue.lock().unwrap();
+    /// Books the earliest free server for a read of `len` bytes at
+    /// `position` starting now; returns when the device would complete it.
+    /// `position` orders every file's bytes on one device (the file in the
+    /// high bits), so only a read that continues the last one is sequential.
+    pub fn book(&self, position: u64, len: usize) -> Instant {
+        let mut q = self.queue.lock().unwrap_or_else(|p| p.into_inner());
         let sequential = q.last_end == position;
         q.last_end = position + len as u64;
         let (i, &free) = q.free_at.iter().enumerate().min_by_key(|(_, t)| **t).expect("servers > 0");

@@ -8,9 +8,22 @@
 //! Everything that uses a profile says so in its output ("EMULATED").
 //! Profiles and their sources: `../shared/benchmarks.md` and docs/benchmarks.md.
 //!
-//! The core knows nothing of this crate. It offers two seams, and this crate
-//! plugs into them when a benchmark names a profile (`waffle_device`,
-//! `waffle_link`, which the core passes on as plain names):
+//! Outside the product (what the benchmarks use): the shipped libraries run
+//! unchanged and the hardware around them is slowed.
+//!
+//! ```text
+//!  libwaffle.so / libwaffle_preload.so ──pread──> libwaffle_slowdisk.so (EmulatedDevice) ──> file
+//!                                      ──TCP───> LinkProxy on 127.0.0.1 (Link) ──> memcached node
+//! ```
+//!
+//! - [`link_proxy`]: a TCP proxy in front of one node, every connection
+//!   relayed through a shared [`Link`] ([`link_pipe`]: one connection).
+//! - `crates/waffle-slowdisk`: an LD_PRELOAD shim that makes reads of files
+//!   under a directory wait for an [`EmulatedDevice`].
+//!
+//! Inside the product, until it loses them (issue 22): the core offers two
+//! seams, and this crate plugs into them when a URI names a profile
+//! (`waffle_device`, `waffle_link`, which the core passes on as plain names):
 //!
 //! ```text
 //!  adapter ──read──> PageCache ──miss──> OnDevice { EmulatedDevice, file } ──> file   (core::backing::Backing)
@@ -23,9 +36,12 @@ use waffle_core::config::{self, Config, ConfigError};
 
 pub mod device;
 pub mod link;
+pub mod link_pipe;
+pub mod link_proxy;
 
 pub use device::{DeviceProfile, EmulatedDevice, OnDevice};
 pub use link::{Link, LinkProfile};
+pub use link_proxy::LinkProxy;
 
 /// What one configuration asked to emulate, its profile names resolved.
 #[derive(Default)]
@@ -57,12 +73,13 @@ impl Emulation {
 }
 
 fn profiles(c: &Config) -> Result<(Option<DeviceProfile>, Option<LinkProfile>), ConfigError> {
+    // The error names what was set: the URI parameter or the environment variable.
     let device = match c.device.as_deref() {
-        Some(name) => DeviceProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::DEVICE, name, why))?,
+        Some(name) => DeviceProfile::by_name(name).map_err(|why| c.bad_value(&config::DEVICE, name, why))?,
         None => None,
     };
     let link = match c.link.as_deref() {
-        Some(name) => LinkProfile::by_name(name).map_err(|why| ConfigError::bad_value(&config::LINK, name, why))?,
+        Some(name) => LinkProfile::by_name(name).map_err(|why| c.bad_value(&config::LINK, name, why))?,
         None => None,
     };
     Ok((device, link))
@@ -94,5 +111,8 @@ mod tests {
             assert_eq!(Emulation::check(&config).err().map(|e| e.to_string()), Some(msg.clone()));
             assert!(msg.contains(param) && msg.contains(value) && msg.contains(known), "{msg}");
         }
+        let from_env = Config::from_sources(|_| None, |k| (k == "WAFFLE_LINK").then(|| "tin-can".to_string())).unwrap();
+        let e = Emulation::check(&from_env).unwrap_err();
+        assert_eq!(e.param, "WAFFLE_LINK", "the variable that was set: {e}");
     }
 }

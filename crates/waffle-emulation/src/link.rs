@@ -124,6 +124,29 @@ impl Link {
         rx_end
     }
 
+    /// A proxy's half of [`Link::book`]: `bytes` leaving the database host at
+    /// `at` take the outgoing direction's wire time, then half the round trip;
+    /// returns when they reach the node.
+    pub fn send(&self, at: Instant, bytes: usize) -> Instant {
+        let mut d = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        d.tx_free = at.max(d.tx_free) + self.profile.wire(bytes);
+        d.tx_free + self.half_rtt()
+    }
+
+    /// The other half: `bytes` a node sent at `at` take the incoming
+    /// direction's wire time, then half the round trip; returns when they
+    /// reach the database host. A lone request through both halves costs
+    /// [`LinkProfile::unloaded`] plus the node's own time.
+    pub fn reply(&self, at: Instant, bytes: usize) -> Instant {
+        let mut d = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        d.rx_free = at.max(d.rx_free) + self.profile.wire(bytes);
+        d.rx_free + self.half_rtt()
+    }
+
+    fn half_rtt(&self) -> Duration {
+        Duration::from_micros(self.profile.rtt_us) / 2
+    }
+
     /// Books the request and sleeps until it completes on the emulated link.
     pub fn complete(&self, start: Instant, tx: usize, rx: usize) {
         let until = self.book(start, tx, rx);
@@ -137,9 +160,9 @@ impl LinkModel for Link {
     }
 }
 
-/// Sleeps until `until` with the thread's timer slack lowered to 1 us (the
-/// default 50 us would add most of a 10 GbE round trip to every wait).
-fn sleep_until(until: Instant) {
+/// Lowers this thread's timer slack to 1 us, once (the default 50 us would
+/// add most of a 10 GbE round trip to every wait).
+pub(crate) fn fine_timer_slack() {
     thread_local!(static SLACK_SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
     SLACK_SET.with(|set| {
         if !set.get() {
@@ -150,6 +173,11 @@ fn sleep_until(until: Instant) {
             set.set(true);
         }
     });
+}
+
+/// Sleeps until `until` with a fine timer slack.
+fn sleep_until(until: Instant) {
+    fine_timer_slack();
     let now = Instant::now();
     if until > now {
         std::thread::sleep(until - now);
@@ -194,6 +222,19 @@ mod tests {
         let later = t0 + Duration::from_secs(1);
         let alone = link.book(later, 0, 1000) - later;
         assert!(alone < Duration::from_micros(1300), "{alone:?}");
+    }
+
+    #[test]
+    fn send_and_reply_split_a_request_and_share_the_directions() {
+        let p = LinkProfile { name: "t", rtt_us: 100, bits_per_s: 8_000_000, source: "" }; // 1 byte per us
+        let link = Link::new(p);
+        let t0 = Instant::now();
+        let at_node = link.send(t0, 1000);
+        let back = link.reply(at_node, 1000);
+        assert_eq!(back - t0, p.unloaded(1000, 1000));
+        // A second send at the same instant queues behind the first one's bytes.
+        let second = link.send(t0, 1000);
+        assert_eq!(second - at_node, p.wire(1000));
     }
 
     #[test]
