@@ -19,7 +19,8 @@
 //! - [`link_proxy`]: a TCP proxy in front of one node, every connection
 //!   relayed through a shared [`Link`] ([`link_pipe`]: one connection).
 //! - `crates/waffle-slowdisk`: an LD_PRELOAD shim that makes reads of files
-//!   under a directory wait for an [`EmulatedDevice`].
+//!   under a directory wait for an [`EmulatedDevice`]; [`slow_disk`]: its
+//!   setting (`WAFFLE_SLOWDISK=PROFILE:DIR,...`).
 //!
 //! Inside the product, until it loses them (issue 22): the core offers two
 //! seams, and this crate plugs into them when a URI names a profile
@@ -38,6 +39,7 @@ pub mod device;
 pub mod link;
 pub mod link_pipe;
 pub mod link_proxy;
+pub mod slow_disk;
 
 pub use device::{DeviceProfile, EmulatedDevice, OnDevice};
 pub use link::{Link, LinkProfile};
