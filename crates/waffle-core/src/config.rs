@@ -24,7 +24,7 @@ pub struct Param {
 pub const GRID: Param =
     Param { name: "waffle_grid", env: "WAFFLE_GRID", help: "grid nodes, host:port[:weight],... (empty: L1 only)" };
 pub const LOCAL: Param =
-    Param { name: "waffle_local", env: "WAFFLE_LOCAL", help: "L1 budget, e.g. 256MiB (default 256MiB)" };
+    Param { name: "waffle_local", env: "WAFFLE_LOCAL", help: "L1 budget, e.g. 256MiB, at least 4KiB (default 256MiB)" };
 pub const TIMEOUT_MS: Param = Param {
     name: "waffle_timeout_ms",
     env: "WAFFLE_TIMEOUT_MS",
@@ -33,7 +33,7 @@ pub const TIMEOUT_MS: Param = Param {
 pub const PUSH_QUEUE: Param = Param {
     name: "waffle_push_queue",
     env: "WAFFLE_PUSH_QUEUE",
-    help: "bound of pages waiting to be pushed, in bytes (default 16MiB)",
+    help: "bound of pages waiting to be pushed, e.g. 16MiB; 0 pushes nothing (default 16MiB)",
 };
 pub const DIRECT_IO: Param = Param {
     name: "waffle_direct_io",
@@ -92,6 +92,18 @@ pub const LOG: Param = Param {
     env: "WAFFLE_LOG",
     help: "what waffle logs: error|warn|info|debug (default warn: nothing in a healthy run); the process's level, set by the last open that names one",
 };
+
+/// The smallest L1 (`waffle_local`): one page of SQLite's default size. Less
+/// holds no page of most databases, and is a typo (`waffle_local=256` for 256MiB).
+pub const MIN_LOCAL_BYTES: u64 = 4 << 10;
+/// The smallest push queue but 0 (which pushes nothing): one page of SQLite's default size.
+pub const MIN_PUSH_QUEUE_BYTES: u64 = 4 << 10;
+/// The largest size any parameter or flag takes.
+pub const MAX_SIZE_BYTES: u64 = 1 << 40;
+/// Page sizes: SQLite's (512 B to 64 KiB) and InnoDB's (4 KiB to 64 KiB; 1 KiB
+/// to 16 KiB compressed) are the powers of two in this range.
+pub const MIN_PAGE_BYTES: u32 = 512;
+pub const MAX_PAGE_BYTES: u32 = 64 << 10;
 
 /// Verify mode's differences are also appended to this file (environment
 /// only: the test scripts collect every process's differences in one place).
@@ -170,6 +182,9 @@ pub struct Config {
     pub verify_log: Option<std::path::PathBuf>,
     /// `waffle_log`: the process's log level, if this open names one (crate::log).
     pub log: Option<crate::log::Level>,
+    /// The environment variables a value was taken from (the URI said nothing):
+    /// an error found later names what was actually set ([`Config::bad_value`]).
+    pub from_env: Vec<&'static str>,
 }
 
 impl Default for Config {
@@ -190,6 +205,7 @@ impl Default for Config {
             verify: false,
             verify_log: None,
             log: None,
+            from_env: Vec::new(),
         }
     }
 }
@@ -235,7 +251,8 @@ impl fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ConfigError {
-    /// `value` of parameter `p` is refused for `reason` (also for adapters that resolve a value later).
+    /// `value` of parameter `p` is refused for `reason`, under its URI name
+    /// ([`Config::bad_value`] names the environment variable if that set it).
     pub fn bad_value(p: &Param, value: &str, reason: String) -> ConfigError {
         ConfigError { param: p.name, value: value.to_string(), reason }
     }
@@ -251,6 +268,21 @@ impl Config {
         }
     }
 
+    /// `value` of `p` is refused for `reason`, under the name it was set by:
+    /// the environment variable if it came from there, else the URI parameter.
+    pub fn bad_value(&self, p: &Param, value: &str, reason: String) -> ConfigError {
+        ConfigError { param: self.name_of(p), value: value.to_string(), reason }
+    }
+
+    /// How `p`'s value was set: its environment variable's name or its URI name.
+    pub fn name_of(&self, p: &Param) -> &'static str {
+        if self.from_env.contains(&p.env) {
+            p.env
+        } else {
+            p.name
+        }
+    }
+
     /// Reads every parameter through `uri` (by URI name), falling back to the environment.
     pub fn from_lookup(uri: impl Fn(&str) -> Option<String>) -> Result<Config, ConfigError> {
         Self::from_sources(uri, |name| std::env::var(name).ok())
@@ -261,46 +293,52 @@ impl Config {
         uri: impl Fn(&str) -> Option<String>,
         env: impl Fn(&str) -> Option<String>,
     ) -> Result<Config, ConfigError> {
-        let get = |p: &Param| uri(p.name).or_else(|| env(p.env));
         let mut c = Config::default();
-        if let Some(v) = get(&GRID) {
-            c.grid = NodeSpec::parse_list(&v).map_err(|reason| err(&GRID, &v, reason))?;
+        // A value and the name it was set by (an error names what the user wrote).
+        let get = |p: &Param| uri(p.name).map(|v| (v, p.name)).or_else(|| env(p.env).map(|v| (v, p.env)));
+        for p in PARAMS {
+            if uri(p.name).is_none() && env(p.env).is_some() {
+                c.from_env.push(p.env);
+            }
         }
-        if let Some(v) = get(&LOCAL) {
-            c.local_bytes = parse_size(&v).map_err(|reason| err(&LOCAL, &v, reason))?;
+        if let Some((v, n)) = get(&GRID) {
+            c.grid = NodeSpec::parse_list(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&TIMEOUT_MS) {
-            c.timeout_ms = parse_count(&v, 1, MAX_TIMEOUT_MS).map_err(|reason| err(&TIMEOUT_MS, &v, reason))?;
+        if let Some((v, n)) = get(&LOCAL) {
+            c.local_bytes = parse_local(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&PUSH_QUEUE) {
-            c.push_queue_bytes = parse_size(&v).map_err(|reason| err(&PUSH_QUEUE, &v, reason))?;
+        if let Some((v, n)) = get(&TIMEOUT_MS) {
+            c.timeout_ms = parse_count(&v, 1, MAX_TIMEOUT_MS).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&DIRECT_IO) {
-            c.direct_io = parse_switch(&v).map_err(|reason| err(&DIRECT_IO, &v, reason))?;
+        if let Some((v, n)) = get(&PUSH_QUEUE) {
+            c.push_queue_bytes = parse_push_queue(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        c.device = get(&DEVICE).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        c.link = get(&LINK).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
-        if let Some(v) = get(&GRID_CHANGE) {
-            c.grid_change = parse_switch(&v).map_err(|reason| err(&GRID_CHANGE, &v, reason))?;
+        if let Some((v, n)) = get(&DIRECT_IO) {
+            c.direct_io = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&GRID_BACKOFF) {
-            c.grid_backoff = parse_switch(&v).map_err(|reason| err(&GRID_BACKOFF, &v, reason))?;
+        c.device = get(&DEVICE).map(|(v, _)| v.trim().to_string()).filter(|v| !v.is_empty());
+        c.link = get(&LINK).map(|(v, _)| v.trim().to_string()).filter(|v| !v.is_empty());
+        if let Some((v, n)) = get(&GRID_CHANGE) {
+            c.grid_change = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&COMPRESS) {
-            c.compress = Codec::parse(&v).map_err(|reason| err(&COMPRESS, &v, reason))?;
+        if let Some((v, n)) = get(&GRID_BACKOFF) {
+            c.grid_backoff = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&HOT_LIST) {
-            c.hot_list = Some(HotListMode::parse(&v).map_err(|reason| err(&HOT_LIST, &v, reason))?);
+        if let Some((v, n)) = get(&COMPRESS) {
+            c.compress = Codec::parse(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        if let Some(v) = get(&VERIFY) {
-            c.verify = parse_switch(&v).map_err(|reason| err(&VERIFY, &v, reason))?;
+        if let Some((v, n)) = get(&HOT_LIST) {
+            c.hot_list = Some(HotListMode::parse(&v).map_err(|reason| err(n, &v, reason))?);
         }
-        if let Some(v) = get(&LOG) {
-            c.log = Some(crate::log::Level::parse(&v).map_err(|reason| err(&LOG, &v, reason))?);
+        if let Some((v, n)) = get(&VERIFY) {
+            c.verify = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
+        }
+        if let Some((v, n)) = get(&LOG) {
+            c.log = Some(crate::log::Level::parse(&v).map_err(|reason| err(n, &v, reason))?);
         }
         c.verify_log = env(VERIFY_LOG_ENV).filter(|v| !v.trim().is_empty()).map(std::path::PathBuf::from);
-        if let Some(v) = get(&KEY_FILE) {
-            let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(&KEY_FILE, &v, reason))?;
+        if let Some((v, n)) = get(&KEY_FILE) {
+            let key = SealKey::load_file(Path::new(v.trim())).map_err(|reason| err(n, &v, reason))?;
             c.seal_key = Some(Arc::new(key));
         } else if let Some(v) = env(KEY_ENV) {
             // Never echo a key: the error names the variable, not its value.
@@ -315,11 +353,16 @@ impl Config {
     }
 }
 
-fn err(p: &Param, value: &str, reason: String) -> ConfigError {
-    ConfigError::bad_value(p, value, reason)
+fn err(name: &'static str, value: &str, reason: String) -> ConfigError {
+    ConfigError { param: name, value: value.to_string(), reason }
 }
 
-/// `1234`, `64KiB`, `256MiB`, `2GiB` (also `K`, `M`, `G`, `KB`... as binary units). At most 1 TiB.
+/// A size, the one rule of every size Waffle reads (parameters, environment,
+/// `waffle` flags): a whole number of bytes, or of a binary unit, KiB, MiB,
+/// GiB, TiB, also written K, M, G, T as memcached's `-m` and MariaDB's options
+/// read them (any case; `B` for bytes). KB, MB, GB and TB are refused, never
+/// guessed: decimal to a disk maker, binary to memcached. At most 1 TiB.
+/// The error is the reason only: the caller names the parameter and the value.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
@@ -328,19 +371,70 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err("expected a size such as 65536, 64KiB, 256MiB or 2GiB".into());
     }
     let n: u64 = digits.parse().map_err(|_| "the number is too large".to_string())?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+    let unit = unit.trim();
+    let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
-        "k" | "kb" | "kib" => 10,
-        "m" | "mb" | "mib" => 20,
-        "g" | "gb" | "gib" => 30,
-        "t" | "tb" | "tib" => 40,
-        other => return Err(format!("unknown unit '{other}' (use KiB, MiB or GiB)")),
+        "k" | "kib" => 10,
+        "m" | "mib" => 20,
+        "g" | "gib" => 30,
+        "t" | "tib" => 40,
+        "kb" | "mb" | "gb" | "tb" => {
+            let binary = format!("{}iB", &unit[..1].to_ascii_uppercase());
+            return Err(format!(
+                "{unit} is refused: decimal to some, binary to others; write {n}{binary} (binary) or the number of bytes"
+            ));
+        }
+        _ => return Err(format!("unknown unit '{unit}' (use KiB, MiB, GiB or TiB)")),
     };
     let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| "the size is too large".to_string())?;
-    if bytes > 1 << 40 {
+    if bytes > MAX_SIZE_BYTES {
         return Err("the size is larger than 1TiB".into());
     }
     Ok(bytes)
+}
+
+/// A size of at least `min_bytes` (`what_min` says why, e.g. "one page").
+pub fn parse_size_at_least(s: &str, min_bytes: u64, what_min: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n < min_bytes {
+        return Err(format!("too small: at least {} ({what_min})", show_size(min_bytes)));
+    }
+    Ok(n)
+}
+
+/// `waffle_local`: a size of at least [`MIN_LOCAL_BYTES`].
+pub fn parse_local(s: &str) -> Result<u64, String> {
+    parse_size_at_least(s, MIN_LOCAL_BYTES, "one page of SQLite's default size")
+}
+
+/// `waffle_push_queue`: 0 (push nothing), or a size of at least [`MIN_PUSH_QUEUE_BYTES`].
+pub fn parse_push_queue(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Ok(0),
+        _ => parse_size_at_least(s, MIN_PUSH_QUEUE_BYTES, "one page of SQLite's default size; 0 pushes nothing"),
+    }
+}
+
+/// A database page size: a size (the rule of [`parse_size`]: `4096`, `16KiB`)
+/// that is a power of two from 512 bytes to 64 KiB, which SQLite and InnoDB use.
+pub fn parse_page_size(s: &str) -> Result<u32, String> {
+    let n = parse_size(s)?;
+    if !(u64::from(MIN_PAGE_BYTES)..=u64::from(MAX_PAGE_BYTES)).contains(&n) || !n.is_power_of_two() {
+        return Err(format!(
+            "{n} bytes is not a page size: a power of two from 512 to 65536 (SQLite: any; InnoDB: 4KiB to 64KiB)"
+        ));
+    }
+    Ok(n as u32)
+}
+
+/// `bytes` in the largest binary unit that divides it (`4KiB`, `1536KiB`, `100`).
+pub fn show_size(bytes: u64) -> String {
+    for (shift, unit) in [(40, "TiB"), (30, "GiB"), (20, "MiB"), (10, "KiB")] {
+        if bytes != 0 && bytes.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", bytes >> shift);
+        }
+    }
+    format!("{bytes}")
 }
 
 fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, String> {
@@ -370,15 +464,79 @@ mod tests {
     }
 
     #[test]
-    fn sizes() {
+    fn sizes_follow_one_rule() {
         assert_eq!(parse_size("65536"), Ok(65536));
         assert_eq!(parse_size("64KiB"), Ok(64 << 10));
         assert_eq!(parse_size("256MiB"), Ok(256 << 20));
-        assert_eq!(parse_size("2G"), Ok(2 << 30));
-        assert_eq!(parse_size(" 3 mb "), Ok(3 << 20));
-        for bad in ["", "MiB", "-1", "12XB", "1.5GiB", "99999999999999999999", "2TiB"] {
+        assert_eq!(parse_size("2G"), Ok(2 << 30), "K, M, G: binary, as memcached and MariaDB read them");
+        assert_eq!(parse_size(" 3 mib "), Ok(3 << 20));
+        assert_eq!(parse_size("512B"), Ok(512));
+        assert_eq!(parse_size("1TiB"), Ok(1 << 40));
+        for bad in ["", "MiB", "-1", "12XB", "1.5GiB", "99999999999999999999", "2TiB", "0x10", "1 MiB MiB"] {
             assert!(parse_size(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn decimal_units_are_refused_not_read_as_binary() {
+        for (bad, hint) in [("64MB", "64MiB"), (" 3 mb ", "3MiB"), ("1GB", "1GiB"), ("16kB", "16KiB"), ("1TB", "1TiB")]
+        {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains("refused") && e.contains(hint), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn nonsense_budgets_are_refused() {
+        assert_eq!(parse_local("4KiB"), Ok(4096));
+        assert_eq!(parse_local("256MiB"), Ok(256 << 20));
+        for bad in ["0", "1", "256", "4095"] {
+            let e = parse_local(bad).unwrap_err();
+            assert!(e.contains("at least 4KiB"), "{bad}: {e}");
+        }
+        assert_eq!(parse_push_queue("0"), Ok(0), "0 pushes nothing");
+        assert_eq!(parse_push_queue("16MiB"), Ok(16 << 20));
+        assert!(parse_push_queue("1").unwrap_err().contains("at least 4KiB"));
+        let e = parse(&[("waffle_local", "1")]).unwrap_err().to_string();
+        assert_eq!(e, "bad value for waffle_local: '1': too small: at least 4KiB (one page of SQLite's default size)");
+    }
+
+    #[test]
+    fn page_sizes_are_powers_of_two_sqlite_and_innodb_use() {
+        assert_eq!(parse_page_size("4096"), Ok(4096));
+        assert_eq!(parse_page_size("16KiB"), Ok(16384));
+        assert_eq!(parse_page_size("512"), Ok(512));
+        assert_eq!(parse_page_size("64K"), Ok(65536));
+        for bad in ["1000", "0", "256", "128KiB", "16KB", "4097", "x"] {
+            assert!(parse_page_size(bad).is_err(), "{bad}");
+        }
+        assert!(parse_page_size("1000").unwrap_err().contains("power of two"));
+    }
+
+    #[test]
+    fn sizes_are_shown_in_the_largest_unit_that_divides_them() {
+        assert_eq!(show_size(4096), "4KiB");
+        assert_eq!(show_size(1536 << 10), "1536KiB");
+        assert_eq!(show_size(1 << 40), "1TiB");
+        assert_eq!(show_size(100), "100");
+        assert_eq!(show_size(0), "0");
+    }
+
+    #[test]
+    fn a_bad_value_from_the_environment_names_the_variable() {
+        for (var, value) in
+            [("WAFFLE_LOCAL", "1"), ("WAFFLE_LOCAL", "64MB"), ("WAFFLE_TIMEOUT_MS", "0"), ("WAFFLE_GRID", "nohost")]
+        {
+            let e = Config::from_sources(|_| None, |k| (k == var).then(|| value.to_string())).unwrap_err();
+            assert_eq!(e.param, var);
+            assert!(e.to_string().starts_with(&format!("bad value for {var}: '{value}': ")), "{e}");
+        }
+        // Named later (the adapter resolves the value): the name it was set by, too.
+        let c = Config::from_sources(|_| None, |k| (k == "WAFFLE_DEVICE").then(|| "tape".to_string())).unwrap();
+        assert_eq!(c.bad_value(&DEVICE, "tape", "unknown".into()).param, "WAFFLE_DEVICE");
+        let uri = |k: &str| (k == "waffle_device").then(|| "tape".to_string());
+        let c = Config::from_sources(uri, |k| (k == "WAFFLE_DEVICE").then(|| "floppy".to_string())).unwrap();
+        assert_eq!(c.bad_value(&DEVICE, "tape", "unknown".into()).param, "waffle_device", "the URI won");
     }
 
     #[test]
@@ -445,7 +603,7 @@ mod tests {
         let uri = |k: &str| (k == "waffle_log").then(|| "error".to_string());
         assert_eq!(Config::from_sources(uri, env).unwrap().log, Some(Level::Error));
         let e = Config::from_sources(|_| None, |k| (k == "WAFFLE_LOG").then(|| "loud".to_string())).unwrap_err();
-        assert_eq!(e.to_string(), "bad value for waffle_log: 'loud': expected error, warn, info or debug");
+        assert_eq!(e.to_string(), "bad value for WAFFLE_LOG: 'loud': expected error, warn, info or debug");
     }
 
     #[test]

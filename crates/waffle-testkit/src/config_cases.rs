@@ -42,7 +42,25 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     };
     bad(
         "waffle_local",
-        &["lots", "", " ", "-1", "1.5GiB", "2TiB", "99999999999999999999", "12XB", "0x10", "1 MiB MiB", "MiB"],
+        &[
+            "lots",
+            "",
+            " ",
+            "-1",
+            "1.5GiB",
+            "2TiB",
+            "99999999999999999999",
+            "12XB",
+            "0x10",
+            "1 MiB MiB",
+            "MiB",
+            // Nonsense budgets, and decimal units (never read as binary).
+            "0",
+            "1",
+            "4095",
+            "64MB",
+            " 3 mb ",
+        ],
         &mut c,
     );
     bad(
@@ -70,7 +88,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         &mut c,
     );
     bad("waffle_timeout_ms", &["0", "fast", "60001", "-5", "1.5", "", "99999999999999999999999", "5ms"], &mut c);
-    bad("waffle_push_queue", &["1.5MiB", "lots", "-1", "2TiB", "", "16 XiB"], &mut c);
+    bad("waffle_push_queue", &["1.5MiB", "lots", "-1", "2TiB", "", "16 XiB", "1", "16MB"], &mut c);
     bad("waffle_direct_io", &["maybe", "2", "", "onn", "of"], &mut c);
     bad("waffle_device", &["floppy", "HDD-10K", "ssd", "hdd_10k"], &mut c);
     let missing = key_dir.join("no-such.key");
@@ -87,30 +105,31 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
         c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
     }
-    // The environment is read when the URI does not say; its errors name the parameter too.
-    for (var, param, v) in [
-        ("WAFFLE_LOCAL", "waffle_local", "lots"),
-        ("WAFFLE_TIMEOUT_MS", "waffle_timeout_ms", "0"),
-        ("WAFFLE_GRID", "waffle_grid", "nohost"),
-        ("WAFFLE_PUSH_QUEUE", "waffle_push_queue", "big"),
-        ("WAFFLE_DIRECT_IO", "waffle_direct_io", "perhaps"),
-        ("WAFFLE_DEVICE", "waffle_device", "tape"),
+    // The environment is read when the URI does not say; its errors name the variable that was set.
+    for (var, v) in [
+        ("WAFFLE_LOCAL", "lots"),
+        ("WAFFLE_LOCAL", "1"),
+        ("WAFFLE_TIMEOUT_MS", "0"),
+        ("WAFFLE_GRID", "nohost"),
+        ("WAFFLE_PUSH_QUEUE", "big"),
+        ("WAFFLE_DIRECT_IO", "perhaps"),
+        ("WAFFLE_DEVICE", "tape"),
     ] {
-        c.push(Case { uri: vec![], env: vec![(var, v.to_string())], want: Refused(param, v) });
+        c.push(Case { uri: vec![], env: vec![(var, v.to_string())], want: Refused(var, v) });
     }
     // ... and the URI wins over it.
     c.push(Case { uri: uri(&[("waffle_local", "1MiB")]), env: vec![("WAFFLE_LOCAL", "lots".into())], want: Opens });
     // Values at the edges open and work.
     for (param, v) in [
-        ("waffle_local", "0"),
-        ("waffle_local", "1"),
         ("waffle_local", "4KiB"),
+        ("waffle_local", "4096"),
         ("waffle_local", "1TiB"),
-        ("waffle_local", " 3 mb "),
+        ("waffle_local", " 3 mib "),
+        ("waffle_local", "64M"),
         ("waffle_timeout_ms", "1"),
         ("waffle_timeout_ms", "60000"),
         ("waffle_push_queue", "0"),
-        ("waffle_push_queue", "1"),
+        ("waffle_push_queue", "4KiB"),
         ("waffle_direct_io", "off"),
         ("waffle_direct_io", "ON"),
         ("waffle_device", "real"),
