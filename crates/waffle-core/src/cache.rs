@@ -469,6 +469,7 @@ pub struct PageCache {
 impl PageCache {
     pub fn new(opts: CacheOptions) -> PageCache {
         let stats = Arc::new(Stats::new());
+        let warm = WarmProgress::new(Arc::clone(&stats));
         let grid = Arc::new(GridSlot::new(opts.grid));
         let presence = Arc::new(Presence::new());
         // A warm start: the grid may hold any page the saved versions name.
@@ -500,7 +501,7 @@ impl PageCache {
             fused: AtomicBool::new(false),
             fuse_reason: Mutex::new(None),
             working_set: WorkingSet::new(),
-            warm: WarmProgress::default(),
+            warm,
             hot_list: HotListProgress::default(),
             verifier: Verifier::default(),
         }
@@ -1434,8 +1435,8 @@ impl PageCache {
         if self.versions.current(page) != version {
             return Placed::Raced;
         }
-        self.pusher.push(Evicted { page, version, bytes, scan: false });
-        Placed::Pushed
+        self.pusher.push_warm(Evicted { page, version, bytes, scan: false });
+        Placed::Queued
     }
 }
 

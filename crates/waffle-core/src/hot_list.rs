@@ -341,7 +341,7 @@ impl HotListProgress {
                 self.no_room.add(1);
                 self.no_room_streak.add(1);
             }
-            Placed::Held | Placed::Raced | Placed::Pushed => self.skipped.add(1),
+            Placed::Held | Placed::Raced | Placed::Queued => self.skipped.add(1),
         }
     }
 }

@@ -10,7 +10,9 @@
 //! What becomes of each page is recorded in the presence set's fates (why a
 //! later disk read happened): pushed (its stamp), dropped by the queue or
 //! with nowhere to go ([`Fate::PushDropped`]), or not pushed because its node
-//! is backed off ([`Fate::Unpushed`]).
+//! is backed off ([`Fate::Unpushed`]). Pages a warm queued ([`Pusher::push_warm`])
+//! are tallied apart ([`crate::warm::WarmPushes`]): a warm reports what the
+//! grid stored of them.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -20,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
-use crate::grid::Grid;
+use crate::grid::{Grid, ItemFate};
 use crate::pool::Evicted;
 use crate::presence::{Fate, Presence};
 use crate::seal::SealKey;
@@ -36,6 +38,8 @@ const BEHIND_DIVISOR: u64 = 2;
 struct Pending {
     seq: u64,
     entry: Evicted,
+    /// Queued by a warm: what becomes of it is tallied for the warm.
+    warm: bool,
 }
 
 #[derive(Default)]
@@ -50,13 +54,13 @@ struct Queue {
 }
 
 impl Queue {
-    fn remove(&mut self, page: u64) -> Option<Evicted> {
+    fn remove(&mut self, page: u64) -> Option<Pending> {
         let p = self.pending.remove(&page)?;
         self.bytes -= p.entry.bytes.len() as u64;
-        Some(p.entry)
+        Some(p)
     }
 
-    fn pop_oldest(&mut self) -> Option<Evicted> {
+    fn pop_oldest(&mut self) -> Option<Pending> {
         while let Some((page, seq)) = self.order.pop_front() {
             if self.pending.get(&page).is_some_and(|p| p.seq == seq) {
                 return self.remove(page);
@@ -148,28 +152,43 @@ impl Pusher {
 
     /// Queues an evicted page. Never blocks on the network.
     pub fn push(&self, entry: Evicted) {
+        self.push_as(entry, false);
+    }
+
+    /// Queues a page a warm read (its fate is tallied for the warm).
+    pub fn push_warm(&self, entry: Evicted) {
+        self.push_as(entry, true);
+    }
+
+    fn push_as(&self, entry: Evicted, warm: bool) {
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
-            self.shared.stats.l2_push_drops.incr();
-            self.shared.presence.set_fate(entry.page, Fate::PushDropped);
+            self.note_dropped(entry.page, warm);
             return;
         }
         let mut q = self.shared.queue.lock().unwrap();
         q.remove(entry.page);
         while q.bytes + len > self.shared.capacity_bytes {
             let Some(dropped) = q.pop_oldest() else { break };
-            self.shared.stats.l2_push_drops.incr();
-            self.shared.presence.set_fate(dropped.page, Fate::PushDropped);
+            self.note_dropped(dropped.entry.page, dropped.warm);
         }
         let seq = q.next_seq;
         q.next_seq += 1;
         q.order.push_back((entry.page, seq));
         q.bytes += len;
-        q.pending.insert(entry.page, Pending { seq, entry });
+        q.pending.insert(entry.page, Pending { seq, entry, warm });
         q.compact();
         debug_assert!(q.bytes <= self.shared.capacity_bytes);
         drop(q);
         self.shared.work.notify_one();
+    }
+
+    fn note_dropped(&self, page: u64, warm: bool) {
+        self.shared.stats.l2_push_drops.incr();
+        self.shared.presence.set_fate(page, Fate::PushDropped);
+        if warm {
+            self.shared.stats.warm_pushes.dropped.incr();
+        }
     }
 
     /// A clean close begins: from now on every page is sent whatever the node's cost.
@@ -227,8 +246,8 @@ impl Pusher {
     /// and the grid copy it leaves is valid (same version) or will be rejected.
     pub fn take(&self, page: u64) -> Option<Evicted> {
         let mut q = self.shared.queue.lock().unwrap();
-        if let Some(e) = q.remove(page) {
-            return Some(e);
+        if let Some(p) = q.remove(page) {
+            return Some(p.entry);
         }
         let batch = q.in_flight.as_ref()?;
         let e = batch.iter().find(|e| e.page == page)?;
@@ -297,7 +316,7 @@ impl Drop for Pusher {
 
 fn drain(shared: &Shared) {
     loop {
-        let (batch, behind) = {
+        let (batch, warm, behind) = {
             let mut q = shared.queue.lock().unwrap();
             q.in_flight = None;
             shared.idle.notify_all();
@@ -308,72 +327,98 @@ fn drain(shared: &Shared) {
                 return;
             }
             let mut batch = Vec::with_capacity(BATCH_PAGES);
+            let mut warm = Vec::with_capacity(BATCH_PAGES);
             while batch.len() < BATCH_PAGES {
                 match q.pop_oldest() {
-                    Some(e) => batch.push(e),
+                    Some(p) => {
+                        batch.push(p.entry);
+                        warm.push(p.warm);
+                    }
                     None => break,
                 }
             }
             let behind = q.bytes > shared.capacity_bytes / BEHIND_DIVISOR;
             let batch = Arc::new(batch);
             q.in_flight = Some(Arc::clone(&batch));
-            (batch, behind)
+            (batch, warm, behind)
         };
-        send(shared, &batch, behind);
+        send(shared, &batch, &warm, behind);
     }
 }
 
-fn send(shared: &Shared, batch: &[Evicted], behind: bool) {
+/// Sends `batch` (`warm[i]`: page i was queued by a warm) and counts what
+/// became of every page.
+fn send(shared: &Shared, batch: &[Evicted], warm: &[bool], behind: bool) {
+    let stats = &shared.stats;
     let Some(grid) = shared.grid.get() else {
         // The grid was removed while these waited: nowhere to push them.
-        shared.stats.l2_push_failures.add(batch.len() as u64);
-        for e in batch {
+        stats.push_not_sent(batch.len() as u64);
+        for (e, &w) in batch.iter().zip(warm) {
             shared.presence.set_fate(e.page, Fate::PushDropped);
+            if w {
+                stats.warm_pushes.other.incr();
+            }
         }
         return;
     };
     // A node that costs more than the disk read it would save takes only a
     // sample of pages (grid::cost); the others are dropped, never marked. Not at a close.
     let closing = shared.closing.load(Ordering::Relaxed);
-    let batch: Vec<&Evicted> = batch
+    let batch: Vec<(&Evicted, bool)> = batch
         .iter()
-        .filter(|e| {
+        .zip(warm.iter().copied())
+        .filter(|(e, w)| {
             let admitted = closing || grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
             if !admitted {
-                shared.stats.l2_push_cost_skips.incr();
+                stats.l2_push_cost_skips.incr();
                 shared.presence.set_fate(e.page, Fate::Unpushed);
+                if *w {
+                    stats.warm_pushes.backed_off.incr();
+                }
             }
             admitted
         })
         .collect();
     // Marked before the store, so a read right after it asks the grid (a store
     // that then fails costs that read a miss; a mark never makes a read wrong).
-    for e in &batch {
+    for (e, _) in &batch {
         shared.presence.insert(e.page);
     }
     // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.
     let mut compressed = Vec::new();
+    let mut sent_warm = Vec::with_capacity(batch.len());
     let (keys, values): (Vec<String>, Vec<Vec<u8>>) = batch
         .iter()
-        .filter_map(|e| {
+        .filter_map(|&(e, w)| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
             let stored = compress(shared, &e.bytes, &mut compressed, behind);
             let payload = if stored == Stored::Raw { &e.bytes[..] } else { &compressed[..] };
             let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
-                shared.stats.l2_push_failures.incr();
+                stats.push_not_sent(1);
+                if w {
+                    stats.warm_pushes.other.incr();
+                }
                 // Not sent: the stamp set above would send a read to the grid for nothing.
                 shared.presence.remove(e.page);
                 shared.presence.set_fate(e.page, Fate::PushDropped);
+            } else {
+                sent_warm.push(w);
             }
             Some((envelope::key(shared.cache_id, e.page), value?))
         })
         .unzip();
     let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
-    let report = grid.store_many(&items);
-    let stats = &shared.stats;
-    stats.l2_pushes.add(report.stored as u64);
-    stats.l2_push_failures.add((report.failed + report.skipped) as u64);
+    let fates = grid.store_each(&items);
+    for (&fate, &w) in fates.iter().zip(&sent_warm) {
+        if fate == ItemFate::Stored {
+            stats.l2_pushes.incr();
+        }
+        stats.push_not_stored(fate);
+        if w {
+            stats.warm_pushes.fates[fate.index()].incr();
+        }
+    }
     // Bytes offered to the network, stored or not.
     stats.l2_push_bytes.add(values.iter().map(|v| v.len() as u64).sum());
 }

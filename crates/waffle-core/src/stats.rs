@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 use serde_json::{json, Map, Value};
 
 use crate::envelope::Reject;
-use crate::grid::FaultKind;
+use crate::grid::{FaultKind, ItemFate};
 use crate::presence::DiskReason;
 use crate::verify::Served;
 
@@ -147,6 +147,15 @@ pub struct Stats {
     pub l2_pushes: Counter,
     pub l2_push_drops: Counter,
     pub l2_push_failures: Counter,
+    /// `l2_push_failures` by why ([`ItemFate`] as index, `Stored` unused):
+    /// not sent because the node was down, refused by the node (memcached
+    /// out of memory, too large), lost to a fault (a missed deadline, a reset).
+    pub l2_push_not_stored: [Counter; ItemFate::ALL.len()],
+    /// The rest of `l2_push_failures`: the grid was removed while the pages
+    /// waited, or a page could not be sealed.
+    pub l2_push_not_stored_other: Counter,
+    /// What the pusher did with the pages the running warm queued (warm.rs).
+    pub warm_pushes: crate::warm::WarmPushes,
     pub l2_push_bytes: Counter,
     pub l2_fetch_bytes: Counter,
     /// L1 misses answered from the push queue (evicted, not yet pushed).
@@ -243,6 +252,9 @@ impl Stats {
             l2_pushes: Counter::default(),
             l2_push_drops: Counter::default(),
             l2_push_failures: Counter::default(),
+            l2_push_not_stored: Default::default(),
+            l2_push_not_stored_other: Counter::default(),
+            warm_pushes: Default::default(),
             l2_push_bytes: Counter::default(),
             l2_fetch_bytes: Counter::default(),
             push_queue_hits: Counter::default(),
@@ -283,6 +295,32 @@ impl Stats {
             verify_mismatches: Default::default(),
             latency: [Latency::new(), Latency::new(), Latency::new()],
         }
+    }
+
+    /// `l2_push_failures` by why (they sum to it): `node_down` (not sent: the
+    /// node was down), `refused` (the node did not store them), `lost` (a
+    /// fault on the way), `other` (no grid any more, or not sealable).
+    fn push_not_stored_json(&self) -> Value {
+        let mut m: Map<String, Value> = [ItemFate::NodeDown, ItemFate::Refused, ItemFate::Lost]
+            .iter()
+            .map(|f| (f.name().to_string(), json!(self.l2_push_not_stored[f.index()].get())))
+            .collect();
+        m.insert("other".into(), json!(self.l2_push_not_stored_other.get()));
+        Value::Object(m)
+    }
+
+    /// A page the pusher did not store, and why (`ItemFate::Stored` counts nothing here).
+    pub fn push_not_stored(&self, fate: ItemFate) {
+        if fate != ItemFate::Stored {
+            self.l2_push_failures.incr();
+            self.l2_push_not_stored[fate.index()].incr();
+        }
+    }
+
+    /// Pages that could not be sent at all: no grid any more, or not sealable.
+    pub fn push_not_sent(&self, pages: u64) {
+        self.l2_push_failures.add(pages);
+        self.l2_push_not_stored_other.add(pages);
     }
 
     pub fn reject(&self, r: Reject) {
@@ -366,10 +404,17 @@ impl Stats {
         put("read_ahead_presence_skips", json!(self.read_ahead_presence_skips.get()));
         put("l2_rejects", Value::Object(rejects));
         put("l2_rejects_total", json!(self.l2_rejects_total()));
+        // Expected (a copy older than the page: it was rewritten after the
+        // push, or a store in flight met the rewrite) against the rest (a copy
+        // damaged, foreign or forged: a fault worth a look).
+        let stale = self.l2_rejects[Reject::Version.index()].get();
+        put("l2_rejects_stale", json!(stale));
+        put("l2_rejects_bad", json!(self.l2_rejects_total().saturating_sub(stale)));
         put("l2_faults", Value::Object(faults));
         put("l2_pushes", json!(self.l2_pushes.get()));
         put("l2_push_drops", json!(self.l2_push_drops.get()));
         put("l2_push_failures", json!(self.l2_push_failures.get()));
+        put("l2_push_not_stored", self.push_not_stored_json());
         put("l2_push_bytes", json!(self.l2_push_bytes.get()));
         put("l2_fetch_bytes", json!(self.l2_fetch_bytes.get()));
         put("push_queue_hits", json!(self.push_queue_hits.get()));
@@ -424,6 +469,25 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rejects_and_push_failures_are_split_by_what_they_mean() {
+        let s = Stats::new();
+        s.reject(Reject::Version);
+        s.reject(Reject::Version);
+        s.reject(Reject::Checksum);
+        for fate in [ItemFate::Stored, ItemFate::NodeDown, ItemFate::NodeDown, ItemFate::Refused, ItemFate::Lost] {
+            s.push_not_stored(fate);
+        }
+        s.push_not_sent(3);
+        let j = Value::Object(s.to_json());
+        assert_eq!((j["l2_rejects_stale"].as_u64(), j["l2_rejects_bad"].as_u64()), (Some(2), Some(1)), "{j}");
+        let n = &j["l2_push_not_stored"];
+        assert_eq!((n["node_down"].as_u64(), n["refused"].as_u64(), n["lost"].as_u64()), (Some(2), Some(1), Some(1)));
+        assert_eq!(n["other"], 3);
+        let sum: u64 = n.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
+        assert_eq!(j["l2_push_failures"].as_u64(), Some(sum), "the parts sum to the total: {j}");
+    }
 
     #[test]
     fn json_has_every_counter_and_percentiles() {

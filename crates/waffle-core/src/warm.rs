@@ -18,6 +18,12 @@
 //! queue instead of dropping older pages (each page waits at most
 //! [`PUSH_WAIT`], then counts as dropped). A page the grid already holds at
 //! its version (presence `Held`) is not pushed again.
+//!
+//! What is reported is what was stored, not what was tried: a page queued
+//! for the grid counts as pushed only once its node acknowledged it. The
+//! pusher tallies what became of the warm's pages ([`WarmPushes`], in the
+//! cache's stats), and a warm that is done waits (at most [`SETTLE_WAIT`])
+//! for the push queue to empty before it says so ([`PageCache::warm_finish`]).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,7 +34,8 @@ use serde_json::{json, Value};
 
 use crate::backing::{Backing, PageId};
 use crate::cache::PageCache;
-use crate::stats::Counter;
+use crate::grid::ItemFate;
+use crate::stats::{Counter, Stats};
 use crate::versions::{split, MAX_PAGES};
 
 /// Most bytes one warming read asks the backing for.
@@ -37,6 +44,9 @@ pub const WARM_READ_BYTES: usize = 1 << 20;
 /// up, where nothing else waits for the warm (an adapter holding a lock for
 /// the warm's reads gives a shorter [`Budget::push_wait`]).
 pub const PUSH_WAIT: Duration = Duration::from_secs(10);
+/// How long a warm that is done waits for the pages it queued to be stored
+/// (or refused) before it reports: about what the close of a database waits.
+pub const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Sees each page a warm read (page number, bytes) and says whether to warm
 /// it: a walk reads the small gaps between its pages rather than split a read.
@@ -47,8 +57,8 @@ pub type Visit<'a> = dyn FnMut(u64, &[u8]) -> bool + 'a;
 pub enum Placed {
     /// Into L1's free room.
     L1,
-    /// Queued for the grid.
-    Pushed,
+    /// Queued for the grid (stored or not: [`WarmPushes`] says).
+    Queued,
     /// Already there: L1 (a read brought it meanwhile) or the grid (presence `Held`).
     Held,
     /// A write changed the page after its version was captured: the read bytes were dropped.
@@ -80,6 +90,9 @@ pub enum Finish {
     Failed(String),
 }
 
+/// Targets a warm names in its report, at most (the count goes on).
+pub const MAX_SKIPPED_TARGETS: usize = 100;
+
 #[derive(Default)]
 struct State {
     running: bool,
@@ -87,6 +100,47 @@ struct State {
     started: Option<Instant>,
     elapsed: Duration,
     finish: Option<Finish>,
+    /// Parts of the target not warmed, and why (MariaDB: tablespaces InnoDB has not opened).
+    skipped_targets: Vec<(String, String)>,
+    skipped_targets_count: u64,
+}
+
+/// What the pusher did with the pages a warm queued (kept in the cache's
+/// [`Stats`], which the pusher holds; from 0 at each warm's start).
+#[derive(Default)]
+pub struct WarmPushes {
+    /// By [`ItemFate`]: stored, not sent (node down), refused, lost.
+    pub fates: [Counter; ItemFate::ALL.len()],
+    /// Not sent: the node is backed off (its lookups cost more than the disk
+    /// reads they save, so the page would not be asked for there).
+    pub backed_off: Counter,
+    /// Pushed out of the full queue by newer evictions before it was sent.
+    pub dropped: Counter,
+    /// Not sent: no grid any more, or not sealable.
+    pub other: Counter,
+}
+
+impl WarmPushes {
+    fn reset(&self) {
+        self.fates.iter().chain([&self.backed_off, &self.dropped, &self.other]).for_each(|c| c.set(0));
+    }
+
+    pub fn stored(&self) -> u64 {
+        self.fates[ItemFate::Stored.index()].get()
+    }
+
+    /// (why, pages) of the warm's pages the grid did not store.
+    fn not_stored(&self) -> [(&'static str, u64); 6] {
+        let fate = |f: ItemFate| (f.name(), self.fates[f.index()].get());
+        [
+            fate(ItemFate::NodeDown),
+            fate(ItemFate::Refused),
+            fate(ItemFate::Lost),
+            ("backed_off", self.backed_off.get()),
+            ("dropped", self.dropped.get()),
+            ("other", self.other.get()),
+        ]
+    }
 }
 
 /// A warm's progress, shown in the stats under "warm". One warm runs at a time.
@@ -96,14 +150,21 @@ pub struct WarmProgress {
     planned: Counter,
     read: Counter,
     l1: Counter,
-    pushed: Counter,
+    queued: Counter,
     skipped: Counter,
     dropped: Counter,
     bytes: Counter,
     reads: Counter,
+    /// The cache's stats: the pusher tallies the warm's pages there.
+    stats: std::sync::Arc<Stats>,
 }
 
 impl WarmProgress {
+    /// The progress of a cache whose counters are `stats`.
+    pub fn new(stats: std::sync::Arc<Stats>) -> WarmProgress {
+        WarmProgress { stats, ..WarmProgress::default() }
+    }
+
     /// Starts a warm of `target` (counters from 0); refused while one runs.
     pub fn begin(&self, target: &str) -> Result<(), String> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -111,10 +172,11 @@ impl WarmProgress {
             return Err(format!("a warm of {} is running (PRAGMA waffle_stats shows its progress)", s.target));
         }
         for c in
-            [&self.planned, &self.read, &self.l1, &self.pushed, &self.skipped, &self.dropped, &self.bytes, &self.reads]
+            [&self.planned, &self.read, &self.l1, &self.queued, &self.skipped, &self.dropped, &self.bytes, &self.reads]
         {
             c.set(0);
         }
+        self.stats.warm_pushes.reset();
         *s = State { running: true, target: target.to_string(), started: Some(Instant::now()), ..State::default() };
         Ok(())
     }
@@ -122,6 +184,16 @@ impl WarmProgress {
     /// `pages` more pages to warm (a table's walk finds them level by level).
     pub fn plan(&self, pages: u64) {
         self.planned.add(pages);
+    }
+
+    /// A part of the target (`name`) that this warm does not read, and why:
+    /// named in the report (the first [`MAX_SKIPPED_TARGETS`]), counted all.
+    pub fn skip_target(&self, name: &str, why: &str) {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.skipped_targets_count += 1;
+        if s.skipped_targets.len() < MAX_SKIPPED_TARGETS {
+            s.skipped_targets.push((name.to_string(), why.to_string()));
+        }
     }
 
     pub fn finish(&self, how: Finish) {
@@ -138,7 +210,7 @@ impl WarmProgress {
     fn count(&self, placed: Placed) {
         match placed {
             Placed::L1 => &self.l1,
-            Placed::Pushed => &self.pushed,
+            Placed::Queued => &self.queued,
             Placed::Held | Placed::Raced => &self.skipped,
             Placed::NoRoom => &self.dropped,
         }
@@ -156,20 +228,46 @@ impl WarmProgress {
         };
         let elapsed = if s.running { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
         let get = Counter::get;
+        let pushes = &self.stats.warm_pushes;
+        let not_stored = pushes.not_stored();
+        let not_stored_pages: u64 = not_stored.iter().map(|(_, n)| n).sum();
+        // Queued and neither stored nor refused: in the queue or on the way
+        // while it runs; after it, taken back by a read or replaced by a write
+        // (or still queued when SETTLE_WAIT ran out).
+        let unsettled = get(&self.queued).saturating_sub(pushes.stored() + not_stored_pages);
         json!({
             "state": state,
             "target": s.target,
             "planned_pages": get(&self.planned),
             "read_pages": get(&self.read),
             "l1_pages": get(&self.l1),
-            "pushed_pages": get(&self.pushed),
+            "queued_pages": get(&self.queued),
+            "pushed_pages": pushes.stored(),
+            "not_stored_pages": not_stored_pages,
+            "not_stored": not_stored.iter().map(|&(why, n)| (why.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
+            "unsettled_pages": unsettled,
             "skipped_pages": get(&self.skipped),
             "dropped_pages": get(&self.dropped),
             "read_bytes": get(&self.bytes),
             "disk_reads": get(&self.reads),
             "elapsed_ms": elapsed.as_millis() as u64,
+            "skipped_targets": s.skipped_targets.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
+            "skipped_targets_count": s.skipped_targets_count,
             "error": match &s.finish { Some(Finish::Failed(e)) => Some(e.as_str()), _ => None },
         })
+    }
+}
+
+impl PageCache {
+    /// Ends the running warm: a warm that is done first waits (at most
+    /// `settle`) until what it queued for the grid was stored or refused, so
+    /// that its report counts what the grid holds, not what it was sent.
+    pub fn warm_finish(&self, how: Finish, settle: Duration) {
+        let p = self.warm_progress();
+        if how == Finish::Done && p.queued.get() > 0 {
+            self.flush_pushes(settle);
+        }
+        p.finish(how);
     }
 }
 
@@ -341,6 +439,51 @@ mod tests {
         c.warm_progress().finish(Finish::Cancelled);
         assert_eq!(counts(&c)["state"], "cancelled");
         c.warm_progress().begin("again").unwrap();
+    }
+
+    /// A cache of `l1_pages` with a push queue of 64 pages and a grid whose only node refuses connections.
+    fn cache_with_a_dead_grid(l1_pages: u64) -> PageCache {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let spec = crate::grid::NodeSpec { host: "127.0.0.1".into(), port, weight: 1 };
+        PageCache::new(crate::cache::CacheOptions {
+            cache_id: 7,
+            saved: None,
+            page_bytes: PAGE,
+            local_bytes: l1_pages * PAGE as u64,
+            push_queue_bytes: 64 * PAGE as u64,
+            grid: Some(Arc::new(crate::grid::Grid::new(vec![spec], Default::default()))),
+            seal_key: None,
+            page_check: None,
+            codec: crate::codec::Codec::Off,
+        })
+    }
+
+    #[test]
+    fn a_warm_reports_what_the_grid_stored_not_what_it_queued() {
+        let c = cache_with_a_dead_grid(4);
+        let mem = crate::backing::MemoryFile(Arc::new(Mutex::new((0..40u8).flat_map(|i| [i; PAGE]).collect())));
+        let cancel = AtomicBool::new(false);
+        c.warm_progress().begin("all").unwrap();
+        c.warm_run(0, 40, &mem, &mut budget(&cancel), None).unwrap();
+        c.warm_finish(Finish::Done, SETTLE_WAIT);
+        let j = counts(&c);
+        assert_eq!(j["state"], "done");
+        assert_eq!((j["l1_pages"].as_u64(), j["queued_pages"].as_u64()), (Some(4), Some(36)), "{j}");
+        assert_eq!(j["pushed_pages"], 0, "a dead node stored nothing: {j}");
+        assert_eq!(j["not_stored_pages"], 36, "{j}");
+        let n = &j["not_stored"];
+        assert_eq!(
+            n["lost"].as_u64().unwrap() + n["node_down"].as_u64().unwrap(),
+            36,
+            "a refused connection, then down: {j}"
+        );
+        assert_eq!(j["unsettled_pages"], 0, "settled before done: {j}");
+        let s = c.stats_json();
+        assert_eq!(s["l2_push_failures"], 36, "{s:?}");
+        assert_eq!(s["l2_push_not_stored"]["node_down"], n["node_down"]);
+        // The next warm counts from 0.
+        c.warm_progress().begin("again").unwrap();
+        assert_eq!(counts(&c)["not_stored_pages"], 0);
     }
 
     #[test]

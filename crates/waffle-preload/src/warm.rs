@@ -18,7 +18,17 @@
 //! safety: every server write of a tablespace page passes the hooks, which
 //! bump the page's version after the write reached the file, and a warmed
 //! page is installed only if its version did not move since before the read.
+//!
+//! Tablespaces InnoDB has not opened (it opens a table at its first use, so
+//! right after a start most are closed) are not read: the warm would need a
+//! descriptor of its own, and the cache a segment for a file no hook watches.
+//! They are named in the report (`skipped_targets`, found in the datadir),
+//! so a warm right after a start says what it left, and one that matches
+//! only such tablespaces warms nothing and says why, instead of failing.
+//! A warm that is done waits for the grid to store what it queued
+//! (`PageCache::warm_finish`) before it says so.
 
+use std::collections::HashSet;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -29,12 +39,12 @@ use std::time::{Duration, Instant};
 use waffle_core::backing::Backing;
 use waffle_core::side_file;
 use waffle_core::versions::join;
-use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
+use waffle_core::warm::{Budget, Finish, PUSH_WAIT, SETTLE_WAIT};
 use waffle_emulation::OnDevice;
 
 use crate::filter::Filter;
 use crate::runtime::{beside_data, LentFiles, Pinned, Runtime};
-use crate::{guard, log, state};
+use crate::{guard, innodb, log, state};
 
 pub const REQUEST_FILE: &str = "waffle-warm.request";
 /// Reads between looks at whether the preload is still on.
@@ -43,6 +53,12 @@ const PIECE_TIME: Duration = Duration::from_millis(100);
 const MAX_NAMES: usize = 1000;
 /// The request file's bound: MAX_NAMES names of a few hundred bytes.
 const MAX_REQUEST_BYTES: u64 = 512 * 1024;
+/// Directory entries looked at to find the tablespaces InnoDB has not opened.
+const MAX_SCANNED: usize = 200_000;
+/// Why a matching tablespace on disk was not read.
+pub const NOT_OPENED: &str = "InnoDB has not opened it yet (it opens a table at its first use)";
+/// Why an open one was not read after all.
+const CLOSED: &str = "the server closed it while the warm ran";
 
 /// Takes the request at `path`, if there is one to take: read as the core
 /// reads files beside a database (waffle_core::side_file: never through a
@@ -112,7 +128,7 @@ pub fn poll(rt: &'static Runtime) {
             Ok(Err(e)) => Finish::Failed(e),
             Err(_) => Finish::Failed("internal error".into()),
         };
-        rt.cache.warm_progress().finish(how);
+        rt.cache.warm_finish(how, SETTLE_WAIT);
     });
     if let Err(e) = spawned {
         rt.cache.warm_progress().finish(Finish::Failed(format!("cannot start the warm thread: {e}")));
@@ -121,8 +137,17 @@ pub fn poll(rt: &'static Runtime) {
 
 fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
     let pinned = rt.pin_cached(which);
-    if pinned.is_empty() {
-        return Err("no open, cached tablespace matches".into());
+    let held: HashSet<&str> = pinned.iter().map(|p| p.name.as_str()).collect();
+    let closed = on_disk(&rt.datadir, |name| rt.filter.matches(name) && which.matches(name) && !held.contains(name));
+    for name in &closed {
+        rt.cache.warm_progress().skip_target(name, NOT_OPENED);
+    }
+    if pinned.is_empty() && closed.is_empty() {
+        return Err(format!(
+            "no cached tablespace matches {} (none is open, none is in {})",
+            which.patterns().join(","),
+            rt.datadir.display()
+        ));
     }
     let result = pinned.iter().try_for_each(|p| warm_one(rt, p));
     for p in pinned {
@@ -135,7 +160,7 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     let what = |e: std::io::Error| format!("{}: {e}", p.name);
     let Some(file_bytes) = rt.lend(p.segment).map(|l| l.file_bytes) else {
         rt.counters.closed_file_skips.incr();
-        log::note(&format!("warm: the server closed {} meanwhile; skipped", p.name));
+        rt.cache.warm_progress().skip_target(&p.name, CLOSED);
         return Ok(());
     };
     let file = LentFiles { rt };
@@ -163,10 +188,65 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     Ok(())
 }
 
+/// The tablespaces in `datadir` (`ibdata*` and `undoNNN` in it, `*.ibd` in
+/// its database directories) by name, that `pick` keeps, sorted; InnoDB's
+/// own temporary files (`#sql*`) left out. Looks at MAX_SCANNED entries at
+/// most; reads directories only (a tablespace file is never opened).
+fn on_disk(datadir: &Path, pick: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut budget = MAX_SCANNED;
+    let mut names = Vec::new();
+    let visit = |path: &Path, names: &mut Vec<String>| {
+        let name = innodb::tablespace_name(&path.to_string_lossy());
+        let temporary = name.rsplit('/').next().is_some_and(|n| n.starts_with("#sql"));
+        if innodb::is_tablespace_path(path.as_os_str().as_encoded_bytes()) && !temporary && pick(&name) {
+            names.push(name);
+        }
+    };
+    for top in entries(datadir, &mut budget) {
+        if top.is_dir() {
+            for path in entries(&top, &mut budget) {
+                if path.extension().is_some_and(|e| e == "ibd") && path.is_file() {
+                    visit(&path, &mut names);
+                }
+            }
+        } else if top.extension().is_none_or(|e| e != "ibd") && top.is_file() {
+            visit(&top, &mut names);
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// The paths in `dir`, at most `budget` (which they spend).
+fn entries(dir: &Path, budget: &mut usize) -> Vec<std::path::PathBuf> {
+    let Ok(read) = fs::read_dir(dir) else { return Vec::new() };
+    let paths: Vec<_> = read.take(*budget).filter_map(|e| e.ok().map(|e| e.path())).collect();
+    *budget -= paths.len();
+    paths
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::runtime::tests::{datadir, fingerprint};
+
+    #[test]
+    fn the_tablespaces_on_disk_are_found_by_name() {
+        let dir = datadir("warm-on-disk", Some(0o660));
+        for f in ["ibdata1", "undo001", "ib_logfile0", "ibtmp1", "shop/orders.ibd", "shop/items.ibd", "shop/items.frm"]
+        {
+            let path = dir.join(f);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, b"").unwrap();
+        }
+        std::fs::write(dir.join("shop/#sql-ib12.ibd"), b"").unwrap();
+        std::fs::create_dir_all(dir.join("empty")).unwrap();
+        let all = on_disk(&dir, |_| true);
+        assert_eq!(all, ["ibdata1", "shop/items", "shop/orders", "undo001"]);
+        let shop = Filter::parse("shop/*");
+        assert_eq!(on_disk(&dir, |n| shop.matches(n) && n != "shop/items"), ["shop/orders"]);
+    }
 
     #[test]
     fn a_request_is_taken_once_and_a_planted_one_is_left_alone() {

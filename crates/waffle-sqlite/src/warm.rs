@@ -46,7 +46,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use waffle_core::backing::{Backing, PageId};
-use waffle_core::warm::{Budget, Finish};
+use waffle_core::warm::{Budget, Finish, SETTLE_WAIT};
 
 use crate::btree::{self, Header};
 use crate::connection::{Conn, SqlError};
@@ -289,7 +289,8 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
             if let Finish::Failed(e) = &finish {
                 failed = Some(e.clone());
             }
-            db.cache.warm_progress().finish(finish);
+            // A warm that is done reports what the grid stored: it waits for its pushes first.
+            db.cache.warm_finish(finish, SETTLE_WAIT);
         },
     );
     job.end();

@@ -476,7 +476,8 @@ impl<C: Clock> Grid<C> {
             protocol::encode_noop(&mut request);
             match node.begin(admission, &request) {
                 Ok(exchange) => in_flight.push((exchange, indexes, write_start.elapsed())),
-                Err(_) => indexes.iter().for_each(|&i| fates[i] = ItemFate::Lost),
+                // Not connected, or the request not written whole: the node is unreachable.
+                Err(_) => indexes.iter().for_each(|&i| fates[i] = ItemFate::NodeDown),
             }
         }
         for (mut exchange, indexes, wrote) in in_flight {

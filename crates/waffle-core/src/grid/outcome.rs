@@ -57,7 +57,9 @@ impl FaultKind {
 pub enum ItemFate {
     /// Acknowledged by its node (no failure line before `MN`).
     Stored,
-    /// Not sent: its node was down (in backoff), or the grid has no node.
+    /// Not sent: its node was down (in backoff) or could not be reached
+    /// (the connection refused, or it failed while the request was written),
+    /// or the grid has no node.
     NodeDown,
     /// Sent, and the node said it did not store it (`NS`, `SERVER_ERROR`:
     /// out of memory, too large), or not sent because it was invalid (a bad
