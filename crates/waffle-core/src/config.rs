@@ -113,7 +113,7 @@ pub const VERIFY_LOG_ENV: &str = "WAFFLE_VERIFY_LOG";
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 14] = [
+pub const PARAMS: [&Param; 15] = [
     &GRID,
     &LOCAL,
     &TIMEOUT_MS,
@@ -128,6 +128,7 @@ pub const PARAMS: [&Param; 14] = [
     &HOT_LIST,
     &VERIFY,
     &LOG,
+    &crate::stats_file::STATS_FILE,
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:

@@ -45,6 +45,7 @@ pub mod seal;
 pub mod side_file;
 pub mod sidecar;
 pub mod stats;
+pub mod stats_file;
 #[cfg(test)]
 mod test_file;
 pub mod verify;
