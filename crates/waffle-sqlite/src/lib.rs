@@ -7,7 +7,8 @@
 //! ```text
 //!  SQLite pager ──xRead(page)──> file.rs ──> waffle_core::PageCache ──> L1 / grid / O_DIRECT file
 //!               ──xWrite(page)─> file.rs ──> real file (first) ──> PageCache::wrote
-//!               ──PRAGMA waffle_stats──> pragma.rs
+//!               ──PRAGMA waffle_stats──> pragma.rs (and every second, with
+//!                     waffle_stats_file, to a file: stats_file.rs's thread)
 //!               ──PRAGMA waffle_warm──> warm.rs: a thread with its own connection reads
 //!                     pages in large reads inside read transactions (btree.rs finds a table's)
 //!               ──xLock/xUnlock/xShmLock─> file.rs ──> coherence.rs: before a
@@ -45,6 +46,7 @@ mod hot_reload;
 mod pass_through;
 mod pragma;
 mod registry;
+mod stats_file;
 #[cfg(test)]
 mod test_faults;
 mod vfs;

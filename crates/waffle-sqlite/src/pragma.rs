@@ -2,11 +2,17 @@
 //!
 //! SQLite hands every PRAGMA to the main file's xFileControl first; the ones
 //! named here are answered by the cache, all others go on to SQLite.
+//!
+//! Only as statements: SQLite's table-valued `pragma_<name>` functions
+//! (`SELECT * FROM pragma_waffle_stats`) exist for its built-in pragmas alone
+//! and never reach a VFS, so there is no `pragma_waffle_stats` table. A
+//! program that wants the counters outside its own connection reads the stats
+//! file (`waffle_stats_file`, stats_file.rs): the same JSON, every second.
 
 use std::os::raw::c_int;
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::{json, Map, Value};
 use waffle_core::grid::NodeSpec;
 
 use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
@@ -75,6 +81,11 @@ fn read_only(name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)>
 
 /// One JSON object: the cache's counters, latencies, nodes and settings.
 pub fn stats(db: &OpenDb) -> String {
+    Value::Object(stats_map(db)).to_string()
+}
+
+/// What [`stats`] says, as a map (the stats file adds its own fields).
+pub fn stats_map(db: &OpenDb) -> Map<String, Value> {
     let mut m = db.cache.stats_json();
     m.insert("file".into(), json!(db.path.display().to_string()));
     m.insert(
@@ -92,5 +103,5 @@ pub fn stats(db: &OpenDb) -> String {
             "grid_backoff": db.config.grid_backoff,
         }),
     );
-    Value::Object(m).to_string()
+    m
 }

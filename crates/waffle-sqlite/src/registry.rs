@@ -314,6 +314,8 @@ pub fn detach(db: Arc<OpenDb>, warmer: bool) {
     if !warmer {
         db.warm.stop_and_wait();
     }
+    // Its thread holds the database now and then: stopped first, then the file's last write.
+    crate::stats_file::stop(&db);
     match Arc::try_unwrap(db) {
         Ok(owned) => close(owned),
         Err(_) => debug_assert!(false, "a database with no connections is still referenced"),

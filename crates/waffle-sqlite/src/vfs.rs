@@ -4,6 +4,7 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -271,9 +272,14 @@ unsafe fn open(
     let fd = fd.expect("config is kept only with a descriptor");
     // SAFETY: name is xOpen's filename for a main database; out_flags is null or what the base VFS set.
     let read_only = unsafe { opened_read_only(name, flags, out_flags) };
+    // SAFETY: as above.
+    let stats_path = unsafe { crate::stats_file::path_of(name) };
     let attached = std::panic::catch_unwind(|| {
         let meta = descriptor::metadata(fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
-        registry::attach(Path::new(&path_text), &meta, config, read_only)
+        let db = registry::attach(Path::new(&path_text), &meta, config, read_only)?;
+        // A panic there is caught here: past the attach, nothing may lose the connection's reference.
+        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| crate::stats_file::start(&db, stats_path, &meta)));
+        Ok::<_, String>(db)
     });
     match attached {
         Ok(Ok(db)) => {
