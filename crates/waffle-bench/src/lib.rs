@@ -18,7 +18,7 @@
 //! - [`warm`]: `waffle warm` and the bench's `+warm` configurations: `PRAGMA waffle_warm`
 //!   followed to its end.
 //! - [`mysql`]: `waffle bench mysql` (MariaDB under the preload, real sysbench; the servers are
-//!   `waffle_testkit::mariadb`'s) and `waffle stats`.
+//!   `waffle_testkit::mariadb`'s) and the text `waffle stats` prints for people.
 
 pub mod args;
 pub mod bench;

@@ -1,6 +1,8 @@
 //! `waffle`: the demo, local grid nodes, benchmarks, the latency probe and warming. This file parses the
 //! command line and calls the library crates (waffle-bench, waffle-nodes) that do the work.
 
+mod stats;
+
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -59,9 +61,10 @@ enum Command {
     Bench(Box<BenchCmd>),
     /// Latency against concurrency: 16 KiB random O_DIRECT disk reads, bare memcached gets, waffle grid hits.
     Probe(ProbeArgs),
-    /// Print stats files (the MySQL/MariaDB preload's waffle-stats.json, or PRAGMA waffle_stats output)
-    /// for people, as JSON, or in Prometheus' text format (`--format prometheus`).
-    Stats(mysql::stats::StatsArgs),
+    /// Print stats files (the MySQL/MariaDB preload's waffle-stats.json, a SQLite database's
+    /// waffle_stats_file) for people, as JSON, or as Prometheus metrics (`--format prometheus`,
+    /// or served over HTTP with `--listen ADDR`).
+    Stats(stats::StatsArgs),
     /// Warm a database ahead of its readers: read it (or the named tables and indexes) in large
     /// sequential reads into L1 and past L1 into the grid, with a progress bar (PRAGMA waffle_warm).
     Warm(WarmArgs),
@@ -411,7 +414,7 @@ fn main() -> ExitCode {
         Command::Nodes { count, memory, page_size, print_flags } => {
             run_nodes(count as usize, memory, page_size, print_flags)
         }
-        Command::Stats(a) => mysql::stats::run_args(&a),
+        Command::Stats(a) => stats::run(&a),
         Command::Warm(a) if a.mysql => {
             waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|w| println!("{}", w.summary()))
         }

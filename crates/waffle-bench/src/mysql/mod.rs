@@ -4,10 +4,8 @@
 //! - [`bench`]: `waffle bench mysql`: the real sysbench against stock, waffle
 //!   and stock with twice the memory, on throwaway servers
 //!   (`waffle_testkit::mariadb`, which the tests use too).
-//! - [`stats`]: `waffle stats FILE`: the preload's stats file (or any
-//!   `waffle_stats` JSON) for people; [`prometheus`]: the same figures for
-//!   Prometheus (`--format prometheus`).
+//! - [`stats`]: a stats file (the preload's, or any `waffle_stats` JSON) for
+//!   people, as `waffle stats` (crates/waffle-cli) and `waffle bench mysql` print it.
 
 pub mod bench;
-pub mod prometheus;
 pub mod stats;

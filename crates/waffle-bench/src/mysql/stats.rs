@@ -1,14 +1,13 @@
-//! `waffle stats FILE`: the counters of a stats file for people.
+//! The counters of a stats file for people: what `waffle stats FILE` prints
+//! (the command itself is the CLI's, crates/waffle-cli/src/stats) and what
+//! `waffle bench mysql` shows after its waffle configuration.
 //!
-//! Reads the preload's `waffle-stats.json` (or the JSON of SQLite's
-//! `PRAGMA waffle_stats`, which has the same counters) and prints where reads
-//! were answered, the grid's health, writes, latencies, the working set, the
-//! nodes, and (for the preload) one line per tablespace. `--format json`
-//! prints the JSON itself, `--format prometheus` the figures for Prometheus
-//! (`super::prometheus`), optionally written atomically to a `.prom` file.
+//! Reads the JSON of the preload's `waffle-stats.json`, of a SQLite
+//! database's stats file or of `PRAGMA waffle_stats` (the same counters) and
+//! prints where reads were answered, the grid's health, writes, latencies,
+//! the working set, the nodes, and (for the preload) one line per tablespace.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
@@ -40,6 +39,30 @@ fn sum_object(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_object).map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
 }
 
+/// `, grid a,b` from the preload's `grid` or SQLite's `config.grid`; empty without one.
+fn grid_text(v: &Value) -> String {
+    let grid = match (v.get("grid"), v.get("config").and_then(|c| c.get("grid")).and_then(Value::as_array)) {
+        (Some(Value::String(g)), _) => g.clone(),
+        (_, Some(nodes)) => nodes.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","),
+        _ => String::new(),
+    };
+    if grid.is_empty() {
+        grid
+    } else {
+        format!(", grid {grid}")
+    }
+}
+
+/// `, datadir D` (the preload) or `, database F` (SQLite).
+fn place(v: &Value) -> String {
+    let text = |k: &str| v.get(k).and_then(Value::as_str);
+    match (text("datadir"), text("file")) {
+        (Some(d), _) => format!(", datadir {d}"),
+        (None, Some(f)) => format!(", database {f}"),
+        (None, None) => String::new(),
+    }
+}
+
 /// The report for one stats JSON object.
 pub fn render(v: &Value, source: &str) -> String {
     let mut o = String::new();
@@ -58,7 +81,11 @@ pub fn render(v: &Value, source: &str) -> String {
         let _ = write!(head, ", written {:.1} s ago", now.saturating_sub(ms) as f64 / 1000.0);
     }
     if v.get("final").and_then(Value::as_bool) == Some(true) {
-        head.push_str(" (final: the server exited)");
+        head.push_str(if adapter == "sqlite" {
+            " (final: the database was closed)"
+        } else {
+            " (final: the server exited)"
+        });
     }
     let _ = writeln!(o, "{head}");
     if let Some(r) = v.get("disabled_reason").and_then(Value::as_str) {
@@ -68,14 +95,7 @@ pub fn render(v: &Value, source: &str) -> String {
         return o; // turned off before the cache started: nothing else to show
     }
     if let Some(id) = v.get("cache_id").and_then(Value::as_str) {
-        let grid = v.get("grid").and_then(Value::as_str).unwrap_or("");
-        let _ = writeln!(
-            o,
-            "cache id {id}, page {} bytes{}{}",
-            u(v, "page_bytes"),
-            if grid.is_empty() { String::new() } else { format!(", grid {grid}") },
-            v.get("datadir").and_then(Value::as_str).map(|d| format!(", datadir {d}")).unwrap_or_default()
-        );
+        let _ = writeln!(o, "cache id {id}, page {} bytes{}{}", u(v, "page_bytes"), grid_text(v), place(v));
     }
     let (l1, pq, l2, disk) = (u(v, "l1_hits"), u(v, "push_queue_hits"), u(v, "l2_hits"), u(v, "disk_reads"));
     let reads = l1 + u(v, "l1_misses");
@@ -140,7 +160,8 @@ pub fn render(v: &Value, source: &str) -> String {
         }
     }
     if let Some(lat) = v.get("latency").and_then(Value::as_object) {
-        let mut line = "latency  p50/p95/p99 us:".to_string();
+        // Since the cache opened (or PRAGMA waffle_stats='reset'); a recent window is Prometheus' (the buckets).
+        let mut line = "latency  p50/p95/p99 us since the open:".to_string();
         for (tier, label) in [("l1", "L1"), ("l2", "grid"), ("disk", "disk")] {
             if let Some(t) = lat.get(tier) {
                 let _ = write!(line, "  {label} {}/{}/{}", u(t, "p50_us"), u(t, "p95_us"), u(t, "p99_us"));
@@ -209,76 +230,6 @@ pub fn render(v: &Value, source: &str) -> String {
     o
 }
 
-/// How `waffle stats` prints.
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Format {
-    /// A summary for people.
-    Text,
-    /// The JSON itself, pretty-printed.
-    Json,
-    /// Prometheus' text exposition format (for node_exporter's textfile collector).
-    Prometheus,
-}
-
-/// `waffle stats FILE... [--format text|json|prometheus] [--output FILE]`.
-#[derive(clap::Args, Clone, Debug)]
-pub struct StatsArgs {
-    /// Stats files: the preload writes `<datadir>/waffle-stats.json` (or `$WAFFLE_STATS_FILE`) every second;
-    /// SQLite's is the row of `PRAGMA waffle_stats`, saved to a file.
-    #[arg(required = true)]
-    pub files: Vec<PathBuf>,
-    #[arg(long, value_enum, default_value = "text")]
-    pub format: Format,
-    /// The same as `--format json`.
-    #[arg(long, conflicts_with = "format")]
-    pub json: bool,
-    /// Write to this file instead of stdout, atomically (a temporary file beside it, then renamed over
-    /// it): e.g. node_exporter's `--collector.textfile.directory`/waffle.prom.
-    #[arg(long)]
-    pub output: Option<PathBuf>,
-}
-
-pub fn run_args(a: &StatsArgs) -> Result<(), String> {
-    let format = if a.json { Format::Json } else { a.format };
-    let text = run(&a.files, format)?;
-    match &a.output {
-        None => {
-            print!("{text}");
-            Ok(())
-        }
-        Some(path) => write_atomically(path, &text),
-    }
-}
-
-/// What `waffle stats` prints for `files` in `format`.
-pub fn run(files: &[PathBuf], format: Format) -> Result<String, String> {
-    let mut all = Vec::new();
-    for path in files {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let v: Value =
-            serde_json::from_str(&text).map_err(|e| format!("{} is not a stats file: {e}", path.display()))?;
-        all.push((path.display().to_string(), v));
-    }
-    Ok(match format {
-        Format::Prometheus => super::prometheus::render(&all),
-        Format::Json => all.iter().map(|(_, v)| serde_json::to_string_pretty(v).unwrap_or_default() + "\n").collect(),
-        Format::Text => all.iter().map(|(name, v)| render(v, name)).collect::<Vec<_>>().join("\n"),
-    })
-}
-
-/// Writes `text` to `path` through a temporary file in the same directory, renamed over
-/// it: a reader (the textfile collector) sees the old file or the new one, never half of one.
-fn write_atomically(path: &Path, text: &str) -> Result<(), String> {
-    let name = path.file_name().ok_or_else(|| format!("{} names no file", path.display()))?;
-    // Not ending in .prom: the collector reads only those.
-    let tmp = path.with_file_name(format!(".{}.tmp{}", name.to_string_lossy(), std::process::id()));
-    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        format!("cannot rename {} to {}: {e}", tmp.display(), path.display())
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -324,23 +275,15 @@ mod tests {
     }
 
     #[test]
-    fn writes_atomically_and_prints_each_format() {
-        let dir = std::env::temp_dir().join(format!("waffle-stats-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let stats = dir.join("s.json");
-        std::fs::write(&stats, r#"{"l1_hits": 7, "l1_misses": 3}"#).unwrap();
-        let files = vec![stats.clone()];
-        let prom = run(&files, Format::Prometheus).unwrap();
-        assert!(prom.contains(&format!("waffle_l1_hits_total{{file=\"{}\"}} 7\n", stats.display())), "{prom}");
-        assert!(run(&files, Format::Text).unwrap().contains("reads    10 pages"));
-        assert_eq!(serde_json::from_str::<Value>(&run(&files, Format::Json).unwrap()).unwrap()["l1_hits"], 7);
-        let out = dir.join("waffle.prom");
-        write_atomically(&out, &prom).unwrap();
-        assert_eq!(std::fs::read_to_string(&out).unwrap(), prom);
-        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(left.len(), 2, "no temporary file is left: {left:?}");
-        assert!(run(&[dir.join("missing.json")], Format::Text).unwrap_err().contains("cannot read"));
-        std::fs::remove_dir_all(&dir).unwrap();
+    fn renders_a_sqlite_stats_file() {
+        let v = json!({
+            "adapter": "sqlite", "state": "closed", "final": true, "pid": 9, "cache_id": "ab", "page_bytes": 4096,
+            "file": "/srv/app.db", "config": {"grid": ["127.0.0.1:1", "127.0.0.1:2"]}, "l1_hits": 1, "l1_misses": 1
+        });
+        let text = render(&v, "f");
+        assert!(text.starts_with("f: sqlite, pid 9, closed"), "{text}");
+        assert!(text.contains("(final: the database was closed)"), "{text}");
+        assert!(text.contains("page 4096 bytes, grid 127.0.0.1:1,127.0.0.1:2, database /srv/app.db"), "{text}");
     }
 
     #[test]

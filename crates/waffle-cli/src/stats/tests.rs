@@ -1,0 +1,282 @@
+//! Tests of `waffle stats`: the metrics checked line by line against the
+//! OpenMetrics text format, the figures of a known stats file, a missing
+//! source beside a healthy one, the formats and the atomic output.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::{json, Value};
+
+use super::prometheus::render as prom;
+use super::sources::Source;
+use super::*;
+
+fn valid_name(s: &str) -> bool {
+    let mut chars = s.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == ':')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
+}
+
+/// `name{k="v",...}`: the name and the labels, unescaped; None if malformed.
+fn parse_series(s: &str) -> Option<(String, Vec<(String, String)>)> {
+    let Some(open) = s.find('{') else {
+        return valid_name(s).then(|| (s.to_string(), Vec::new()));
+    };
+    let name = &s[..open];
+    let mut rest = s[open + 1..].strip_suffix('}')?;
+    let mut labels = Vec::new();
+    while !rest.is_empty() {
+        let eq = rest.find("=\"")?;
+        let key = &rest[..eq];
+        if !valid_name(key) || key.contains(':') {
+            return None;
+        }
+        let mut value = String::new();
+        let mut chars = rest[eq + 2..].char_indices();
+        let end = loop {
+            match chars.next()? {
+                (i, '"') => break eq + 2 + i + 1,
+                (_, '\\') => match chars.next()?.1 {
+                    '\\' => value.push('\\'),
+                    '"' => value.push('"'),
+                    'n' => value.push('\n'),
+                    _ => return None,
+                },
+                (_, '\n') => return None,
+                (_, c) => value.push(c),
+            }
+        };
+        labels.push((key.to_string(), value));
+        rest = &rest[end..];
+        rest = rest.strip_prefix(',').unwrap_or(rest);
+    }
+    valid_name(name).then(|| (name.to_string(), labels))
+}
+
+/// The family a sample of `name` belongs to, given the family types seen.
+fn family_of(name: &str, types: &HashMap<String, String>) -> String {
+    for (suffix, kind) in
+        [("_total", "counter"), ("_bucket", "histogram"), ("_sum", "histogram"), ("_count", "histogram")]
+    {
+        if let Some(base) = name.strip_suffix(suffix) {
+            if types.get(base).map(String::as_str) == Some(kind) {
+                return base.to_string();
+            }
+        }
+    }
+    name.to_string()
+}
+
+/// Checks `text` line by line as the OpenMetrics text format requires (what
+/// Prometheus parses); returns the samples by series as written.
+fn check_exposition(text: &str) -> HashMap<String, f64> {
+    assert!(text.ends_with("# EOF\n"), "the exposition ends with # EOF");
+    let mut types: HashMap<String, String> = HashMap::new();
+    let mut done: HashSet<String> = HashSet::new(); // families whose lines are over
+    let mut current: Option<String> = None;
+    let mut samples = HashMap::new();
+    let mut enter = |family: &str, current: &mut Option<String>| {
+        if current.as_deref() != Some(family) {
+            assert!(!done.contains(family), "the lines of {family} are not together");
+            if let Some(c) = current.take() {
+                done.insert(c);
+            }
+            *current = Some(family.to_string());
+        }
+    };
+    for line in text.lines().take_while(|l| *l != "# EOF") {
+        assert!(!line.is_empty(), "no empty lines");
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let (name, doc) = rest.split_once(' ').expect("HELP has a name and a text");
+            assert!(valid_name(name) && !doc.contains('\\'), "{line}");
+            enter(name, &mut current);
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').expect("TYPE has a name and a type");
+            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
+            assert!(!name.ends_with("_total"), "a counter family is named without _total: {line}");
+            assert!(types.insert(name.to_string(), kind.to_string()).is_none(), "one TYPE per family: {line}");
+            enter(name, &mut current);
+        } else {
+            assert!(!line.starts_with('#'), "only HELP and TYPE comments: {line}");
+            let (series, value) = line.rsplit_once(' ').expect("a sample is a series and a value");
+            let (name, labels) = parse_series(series).unwrap_or_else(|| panic!("malformed series: {line}"));
+            let mut keys = HashSet::new();
+            assert!(labels.iter().all(|(k, _)| keys.insert(k.clone())), "a label twice: {line}");
+            let family = family_of(&name, &types);
+            let kind = types.get(&family).unwrap_or_else(|| panic!("sample before its TYPE: {line}"));
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("bad value: {line}"));
+            let suffix = name.strip_prefix(family.as_str()).unwrap_or("?");
+            match kind.as_str() {
+                "counter" => assert!(suffix == "_total" && value >= 0.0, "a counter's sample is its _total: {line}"),
+                "histogram" => assert!(
+                    suffix == "_sum" || suffix == "_count" || (suffix == "_bucket" && keys.contains("le")),
+                    "{line}"
+                ),
+                _ => assert_eq!(suffix, "", "{line}"),
+            }
+            enter(&family, &mut current);
+            assert!(samples.insert(series.to_string(), value).is_none(), "a series twice: {line}");
+        }
+    }
+    samples
+}
+
+fn known_stats() -> Value {
+    serde_json::from_str(
+        r#"{
+        "adapter": "mariadb-preload", "state": "active", "cache_id": "00ff", "datadir": "/var/lib/mysql",
+        "updated_unix_ms": 1700000000500, "final": false, "page_bytes": 16384, "fused": null,
+        "l1_hits": 600, "l1_misses": 400, "read_ahead_hits": 0, "push_queue_hits": 0,
+        "l2_hits": 300, "l2_misses": 50, "disk_reads": 100,
+        "read_ahead_windows": 0, "read_ahead_pages_l2": 0, "read_ahead_pages_disk": 0,
+        "l2_rejects": {"version": 2, "seal": 0}, "l2_rejects_total": 2,
+        "l2_faults": {"timeout": 1, "io": 0},
+        "l1": {"capacity_bytes": 1073741824, "used_bytes": 536870912, "pages": 32768},
+        "latency": {"l1": {"count": 600, "p50_us": 2, "p95_us": 4, "p99_us": 9, "max_us": 40, "sum_us": 1500,
+                           "buckets": [[2, 350], [5, 590], [10, 595], [50, 600]]}},
+        "working_set": {"pages_1m": 1000, "pages_5m": 117965, "pages_15m": 200000,
+                        "bytes_1m": 16384000, "bytes_5m": 1932738560, "bytes_15m": 3276800000,
+                        "held_bytes": 966367641, "grid_bytes": 429496729, "advice": "..."},
+        "nodes": [{"addr": "10.0.0.2:11211", "up": true, "requests": 500, "failures": 1, "timeouts": 1,
+                   "marked_down": 0, "presence_misses": 50, "stale_connections": 0, "memory_bytes": 429496729,
+                   "cost": {"state": "backed_off", "lookup_us": 250.0, "hit_ratio": 0.85, "disk_us": 100.0,
+                            "saved_us": 85.0, "declined_lookups": 7, "declined_pushes": 3, "reason": "r"}},
+                  {"addr": "10.0.0.3:11211", "up": false, "requests": 3}],
+        "tablespaces": {"shop/\"odd\"\\name": {"l1_hits": 5, "l2_hits": 1, "disk_reads": 2, "page_writes": 4}}
+    }"#,
+    )
+    .expect("valid JSON")
+}
+
+fn source(name: &str, v: Value) -> Source {
+    Source { name: name.into(), stats: Ok(v) }
+}
+
+#[test]
+fn output_parses_and_has_the_figures() {
+    let text = prom(&[source("/var/lib/mysql/waffle-stats.json", known_stats())]);
+    let s = check_exposition(&text);
+    let f = r#"source="/var/lib/mysql/waffle-stats.json""#;
+    let get = |series: &str| *s.get(series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    assert_eq!(get(&format!("waffle_up{{{f}}}")), 1.0);
+    assert_eq!(get(&format!("waffle_l1_hits_total{{{f}}}")), 600.0);
+    assert_eq!(get(&format!("waffle_l2_hits_total{{{f}}}")), 300.0);
+    assert_eq!(get(&format!("waffle_disk_reads_total{{{f}}}")), 100.0);
+    assert_eq!(get(&format!("waffle_l2_rejects_total{{{f},reason=\"version\"}}")), 2.0);
+    assert_eq!(get(&format!("waffle_l2_faults_total{{{f},kind=\"timeout\"}}")), 1.0);
+    assert_eq!(get(&format!("waffle_hit_ratio{{{f},tier=\"l1\"}}")), 0.6);
+    assert_eq!(get(&format!("waffle_hit_ratio{{{f},tier=\"disk\"}}")), 0.1);
+    assert!((get(&format!("waffle_l2_lookup_hit_ratio{{{f}}}")) - 300.0 / 350.0).abs() < 1e-12);
+    assert_eq!(get(&format!("waffle_working_set_bytes{{{f},window=\"5m\"}}")), 1932738560.0);
+    assert_eq!(get(&format!("waffle_held_bytes{{{f}}}")), 966367641.0);
+    assert_eq!(get(&format!("waffle_l1_capacity_bytes{{{f}}}")), (1u64 << 30) as f64);
+    assert_eq!(get(&format!("waffle_stats_updated_timestamp_seconds{{{f}}}")), 1_700_000_000.5);
+    assert_eq!(get(&format!("waffle_stats_final{{{f}}}")), 0.0);
+    assert_eq!(get(&format!("waffle_fused{{{f}}}")), 0.0);
+    let n2 = r#"node="10.0.0.2:11211""#;
+    assert_eq!(get(&format!("waffle_node_up{{{f},{n2}}}")), 1.0);
+    assert_eq!(get(&format!("waffle_node_up{{{f},node=\"10.0.0.3:11211\"}}")), 0.0);
+    assert_eq!(get(&format!("waffle_node_requests_total{{{f},{n2}}}")), 500.0);
+    assert_eq!(get(&format!("waffle_node_cost_state{{{f},{n2},state=\"backed_off\"}}")), 1.0);
+    assert_eq!(get(&format!("waffle_node_cost_state{{{f},{n2},state=\"on\"}}")), 0.0);
+    assert_eq!(get(&format!("waffle_node_lookup_seconds{{{f},{n2}}}")), 250e-6);
+    assert_eq!(get(&format!("waffle_node_declined_lookups_total{{{f},{n2}}}")), 7.0);
+    // A label value with a quote and a backslash, escaped.
+    let ts = r#"tablespace="shop/\"odd\"\\name""#;
+    assert_eq!(get(&format!("waffle_tablespace_page_reads_total{{{f},{ts},tier=\"l2\"}}")), 1.0);
+    assert_eq!(get(&format!("waffle_tablespace_page_writes_total{{{f},{ts}}}")), 4.0);
+    let info = format!(
+        "waffle_info{{{f},adapter=\"mariadb-preload\",state=\"active\",cache_id=\"00ff\",database=\"/var/lib/mysql\"}}"
+    );
+    assert_eq!(get(&info), 1.0);
+    assert!(text.contains("# TYPE waffle_l1_hits counter\n"), "{text}");
+    assert!(text.contains("# TYPE waffle_read_latency_seconds histogram\n"), "{text}");
+}
+
+#[test]
+fn read_latency_is_a_histogram_with_cumulative_buckets_not_quantiles_since_start() {
+    let text = prom(&[source("f", known_stats())]);
+    let s = check_exposition(&text);
+    let l = r#"source="f",tier="l1""#;
+    let bucket = |le: &str| s[&format!("waffle_read_latency_seconds_bucket{{le=\"{le}\",{l}}}")];
+    assert_eq!(s[&format!("waffle_read_latency_seconds_count{{{l}}}")], 600.0);
+    assert_eq!(s[&format!("waffle_read_latency_seconds_sum{{{l}}}")], 0.0015);
+    let buckets = s.keys().filter(|k| k.starts_with("waffle_read_latency_seconds_bucket{")).count();
+    assert_eq!(buckets, 5, "the file's 4 and +Inf: {text}");
+    assert_eq!(
+        (bucket("0.000002"), bucket("0.000005"), bucket("0.00001"), bucket("0.00005")),
+        (350.0, 590.0, 595.0, 600.0)
+    );
+    assert_eq!(bucket("+Inf"), 600.0, "{text}");
+    assert!(!text.contains("quantile"), "no since-start quantiles:\n{text}");
+}
+
+#[test]
+fn a_missing_source_is_up_0_and_the_others_are_all_there() {
+    let missing = Source { name: "/srv/b/waffle-stats.json".into(), stats: Err("cannot read it".into()) };
+    let text = prom(&[source("/srv/a/waffle-stats.json", known_stats()), missing]);
+    let s = check_exposition(&text);
+    assert_eq!(s["waffle_up{source=\"/srv/a/waffle-stats.json\"}"], 1.0);
+    assert_eq!(s["waffle_up{source=\"/srv/b/waffle-stats.json\"}"], 0.0);
+    assert_eq!(s["waffle_l1_hits_total{source=\"/srv/a/waffle-stats.json\"}"], 600.0);
+    assert!(!s.keys().any(|k| k.contains("/srv/b") && !k.starts_with("waffle_up")), "{text}");
+}
+
+#[test]
+fn two_sources_share_each_family_and_a_line_feed_in_a_name_is_escaped() {
+    let mut sqlite = known_stats();
+    sqlite["adapter"] = json!("sqlite");
+    let text = prom(&[source("a.json", known_stats()), source("b\nc.json", sqlite)]);
+    let s = check_exposition(&text);
+    assert_eq!(s["waffle_l1_hits_total{source=\"a.json\"}"], 600.0);
+    assert_eq!(s["waffle_l1_hits_total{source=\"b\\nc.json\"}"], 600.0);
+    assert_eq!(text.matches("# TYPE waffle_l1_hits ").count(), 1);
+}
+
+#[test]
+fn a_preload_that_turned_off_has_only_its_info() {
+    let v = json!({"adapter": "mariadb-preload", "state": "disabled", "disabled_reason": "native AIO"});
+    let text = prom(&[source("f", v)]);
+    let s = check_exposition(&text);
+    assert_eq!(s.len(), 2, "waffle_up and waffle_info: {text}");
+    assert!(text.contains("state=\"disabled\""), "{text}");
+}
+
+#[test]
+fn the_checker_refuses_what_the_format_forbids() {
+    for bad in [
+        "waffle_x_total 1\n# EOF\n",                                   // no TYPE
+        "# TYPE waffle_x counter\nwaffle_x 1\n# EOF\n",                // a counter sample without _total
+        "# TYPE waffle_x gauge\nwaffle_x{a=\"b\\q\"} 1\n# EOF\n",      // bad escape
+        "# TYPE waffle_x gauge\nwaffle_x{a=\"1\",a=\"2\"} 1\n# EOF\n", // label twice
+        "# TYPE waffle_x gauge\n# TYPE waffle_y gauge\nwaffle_x 1\nwaffle_y 1\nwaffle_x{a=\"1\"} 1\n# EOF\n", // apart
+        "# TYPE waffle_x gauge\nwaffle_x one\n# EOF\n",                // bad value
+        "# TYPE waffle_x gauge\nwaffle_x 1\n",                         // no EOF
+    ] {
+        let r = std::panic::catch_unwind(|| check_exposition(bad));
+        assert!(r.is_err(), "accepted:\n{bad}");
+    }
+}
+
+#[test]
+fn every_format_shows_the_files_read_and_output_is_atomic() {
+    let dir = std::env::temp_dir().join(format!("waffle-cli-stats-test-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("s.json");
+    std::fs::write(&good, r#"{"l1_hits": 7, "l1_misses": 3}"#).unwrap();
+    std::fs::write(dir.join("array.json"), "[1]").unwrap();
+    let all = sources::read_all(&[good.clone(), dir.join("missing.json"), dir.join("array.json")]);
+    assert!(all[1].stats.as_ref().unwrap_err().contains("cannot read"));
+    assert!(all[2].stats.as_ref().unwrap_err().contains("not a JSON object"));
+    assert!(render(&all, Format::Text).contains("reads    10 pages"));
+    assert_eq!(serde_json::from_str::<Value>(&render(&all, Format::Json)).unwrap()["l1_hits"], 7);
+    let text = render(&all, Format::Prometheus);
+    assert_eq!(check_exposition(&text)[&format!("waffle_l1_hits_total{{source=\"{}\"}}", good.display())], 7.0);
+    assert!(unreadable(&all).unwrap_err().starts_with("2 of 3 stats files"));
+    let out = dir.join("waffle.prom");
+    write_atomically(&out, &text).unwrap();
+    write_atomically(&out, &text).unwrap();
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3, "no temporary file is left");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
