@@ -167,6 +167,8 @@ pub struct Runtime {
     pub filter: Filter,
     pub counters: Counters,
     pub stats_path: PathBuf,
+    /// `WAFFLE_STATS_MODE`; None: ibdata1's mode, as the hot list's.
+    stats_mode: Option<u32>,
     pub datadir: PathBuf,
     /// The configuration file read at the start, if `WAFFLE_CONFIG` named one.
     pub config_file: Option<PathBuf>,
@@ -191,9 +193,10 @@ pub fn get() -> Option<&'static Runtime> {
 }
 
 /// The preload's own keys a configuration file may carry, beside the core's parameters.
-const OWN_SETTINGS: [Setting; 6] = [
+const OWN_SETTINGS: [Setting; 7] = [
     Setting { env: "WAFFLE_TABLES", check: Check::Value(not_blank) },
     Setting { env: "WAFFLE_STATS_FILE", check: Check::Value(not_blank) },
+    Setting { env: "WAFFLE_STATS_MODE", check: Check::Value(check_stats_mode) },
     Setting { env: "WAFFLE_STATS_INTERVAL_MS", check: Check::Value(check_stats_interval) },
     Setting { env: "WAFFLE_PAGE_SIZE", check: Check::Value(check_page_size) },
     Setting {
@@ -220,6 +223,30 @@ fn check_stats_interval(v: &str) -> Result<(), String> {
         Ok(ms) if STATS_INTERVAL_MS.contains(&ms) => Ok(()),
         _ => Err(format!("expected milliseconds from {} to {}", STATS_INTERVAL_MS.start(), STATS_INTERVAL_MS.end())),
     }
+}
+
+/// `WAFFLE_STATS_MODE`: the stats file's permission bits instead of ibdata1's
+/// (0644: readable by LOAD_FILE(), which reads only files every user may
+/// read, and by an exporter outside the server's group).
+fn parse_stats_mode(v: &str) -> Result<u32, String> {
+    let m = u32::from_str_radix(v.trim(), 8).map_err(|_| "expected octal permission bits such as 0640".to_string())?;
+    if m & !0o666 != 0 || m & 0o002 != 0 || m & 0o600 != 0o600 {
+        return Err("expected the owner's read and write, no execute, no write for others: \
+                    0600, 0640, 0644, 0660 or 0664"
+            .into());
+    }
+    Ok(m)
+}
+
+fn check_stats_mode(v: &str) -> Result<(), String> {
+    parse_stats_mode(v).map(drop)
+}
+
+/// The stats file's mode if `WAFFLE_STATS_MODE` sets one; Err names the setting and the value.
+fn stats_mode() -> Result<Option<u32>, String> {
+    let named =
+        |v: String| parse_stats_mode(&v).map_err(|why| format!("bad value for WAFFLE_STATS_MODE: '{v}': {why}"));
+    env("WAFFLE_STATS_MODE").map(named).transpose()
 }
 
 fn check_page_size(v: &str) -> Result<(), String> {
@@ -338,6 +365,7 @@ impl Runtime {
     fn start(first_fd: i32) -> Result<Runtime, String> {
         log::install();
         let (config, config_file) = core_config()?;
+        let stats_mode = stats_mode()?;
         if let Some(level) = config.log {
             waffle_core::log::set_level(level);
         }
@@ -384,6 +412,7 @@ impl Runtime {
             counters: Counters::default(),
             switch: OffSwitch::new(&stats_path),
             stats_path,
+            stats_mode,
             config_file,
             datadir,
             segs: Mutex::new(Segments::default()),
@@ -986,16 +1015,19 @@ pub fn write_stats(final_write: bool) {
         return;
     }
     let _g = guard::Guard::enter();
-    let (v, path, datadir) = match get() {
-        Some(rt) => (rt.stats_json(final_write), rt.stats_path.clone(), rt.datadir.clone()),
+    let (v, path, datadir, mode) = match get() {
+        Some(rt) => (rt.stats_json(final_write), rt.stats_path.clone(), rt.datadir.clone(), rt.stats_mode),
         None => {
             let mut m = Map::new();
             header(&mut m, final_write);
-            (Value::Object(m), stats_path(), std::env::current_dir().unwrap_or_else(|_| PathBuf::from(".")))
+            let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+            (Value::Object(m), stats_path(), datadir, stats_mode().ok().flatten())
         }
     };
+    let mut like = beside_data(&datadir);
+    like.mode = mode.unwrap_or(like.mode);
     let text = serde_json::to_string_pretty(&v).map_err(io::Error::other);
-    if let Err(e) = text.and_then(|t| write_beside_data(&path, &datadir, (t + "\n").as_bytes())) {
+    if let Err(e) = text.and_then(|t| side_file::replace_beside(&path, &like, (t + "\n").as_bytes())) {
         log::warn_once(&format!("cannot write the stats file {}: {e}; the stats file is not updated", path.display()));
     }
 }
