@@ -22,6 +22,9 @@ pub struct Device {
     prefix: Vec<u8>,
     /// Reads slowed so far.
     pub reads: AtomicU64,
+    /// Whether the kernel's page cache stands in front of it (page_cache.rs):
+    /// not for a directory in memory.
+    pub pages_cached: bool,
 }
 
 pub struct Devices {
@@ -64,7 +67,19 @@ fn resolve(d: &SlowDisk) -> Result<Device, String> {
         prefix.push(b'/');
     }
     let dir = CString::new(bytes).map_err(|_| format!("{}: a NUL in the path", d.dir.display()))?;
-    Ok(Device { device: EmulatedDevice::new(d.profile), dir, prefix, reads: AtomicU64::new(0) })
+    let pages_cached = !in_memory(&dir);
+    Ok(Device { device: EmulatedDevice::new(d.profile), dir, prefix, reads: AtomicU64::new(0), pages_cached })
+}
+
+/// Whether `dir` is on a file system held in memory (tmpfs, ramfs).
+fn in_memory(dir: &CString) -> bool {
+    // SAFETY: an all-zero statfs is a valid out buffer.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: dir is NUL-terminated; statfs writes only into fs.
+    let ok = unsafe { libc::statfs(dir.as_ptr(), &mut fs) } == 0;
+    // ramfs's magic (linux/magic.h), which libc does not name.
+    const RAMFS_MAGIC: libc::c_long = 0x8584_58f6;
+    ok && matches!(fs.f_type, libc::TMPFS_MAGIC | RAMFS_MAGIC)
 }
 
 impl Devices {

@@ -16,7 +16,7 @@ use std::time::Instant;
 use libc::{c_char, c_int, c_void, iovec, mode_t, off64_t, off_t, size_t, ssize_t};
 
 use crate::devices::{self, Device};
-use crate::{fds, real};
+use crate::{fds, page_cache, real};
 
 /// Offsets below 2^48 (256 TiB); the file's inode above, so reads of two
 /// files are never taken for one sequential run.
@@ -199,57 +199,74 @@ fn on_device(device: &Device, ino: u64, offset: i64, len: usize, read: impl FnOn
     n
 }
 
-/// Bytes an iovec array asks for; None for a count the kernel would refuse.
+/// The caller's iovec array; None for a count the kernel would refuse.
 ///
 /// # Safety
-/// `iov` points to `count` iovecs when `count` is in 1..=IOV_MAX.
-unsafe fn iov_len(iov: *const iovec, count: c_int) -> Option<usize> {
+/// `iov` points to `count` iovecs when `count` is in 1..=UIO_MAXIOV.
+unsafe fn iovecs<'a>(iov: *const iovec, count: c_int) -> Option<&'a [iovec]> {
     if iov.is_null() || !(1..=libc::UIO_MAXIOV).contains(&count) {
         return None;
     }
     // SAFETY: the caller's promise.
-    let v = unsafe { std::slice::from_raw_parts(iov, count as usize) };
-    Some(v.iter().map(|i| i.iov_len).sum())
+    Some(unsafe { std::slice::from_raw_parts(iov, count as usize) })
+}
+
+/// A read of `fd` (`iov`, at `offset`; -1 for read(2) at the file position)
+/// on a slowed descriptor: the page cache's answer if it has one, else
+/// `read` on the device.
+///
+/// # Safety
+/// `iov` describes the caller's buffers for this read.
+unsafe fn slow_read(fd: c_int, iov: &[iovec], offset: i64, read: impl FnOnce() -> ssize_t) -> ssize_t {
+    let Some((device, ino)) = slowed(fd) else { return read() };
+    // SAFETY: the caller's buffers.
+    if let Some(n) = unsafe { page_cache::answer(fd, device, iov, offset, offset < 0) } {
+        return n;
+    }
+    // SAFETY: lseek only reports where the descriptor is.
+    let at = if offset < 0 { unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) }.max(0) } else { offset };
+    on_device(device, ino, at, iov.iter().map(|v| v.iov_len).sum(), read)
+}
+
+/// One iovec over a caller's buffer.
+fn one(buf: *mut c_void, count: size_t) -> [iovec; 1] {
+    [iovec { iov_base: buf, iov_len: count }]
 }
 
 /// # Safety
 /// read(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, count: size_t) -> ssize_t {
-    let Some((device, ino)) = slowed(fd) else {
+    if fds::get(fd).is_none() {
         // SAFETY: the caller's arguments.
         return unsafe { real::read(fd, buf, count) };
-    };
-    // SAFETY: lseek only asks where the descriptor is.
-    let offset = unsafe { libc::lseek(fd, 0, libc::SEEK_CUR) }.max(0);
+    }
     // SAFETY: the caller's arguments.
-    on_device(device, ino, offset, count, || unsafe { real::read(fd, buf, count) })
+    unsafe { slow_read(fd, &one(buf, count), -1, || real::read(fd, buf, count)) }
 }
 
 /// # Safety
 /// pread(2)'s contract.
 #[no_mangle]
 pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, count: size_t, offset: off_t) -> ssize_t {
-    match slowed(fd) {
+    if fds::get(fd).is_none() || offset < 0 {
         // SAFETY: the caller's arguments.
-        Some((device, ino)) => on_device(device, ino, offset, count, || unsafe { real::pread(fd, buf, count, offset) }),
-        // SAFETY: the caller's arguments.
-        None => unsafe { real::pread(fd, buf, count, offset) },
+        return unsafe { real::pread(fd, buf, count, offset) };
     }
+    // SAFETY: the caller's arguments.
+    unsafe { slow_read(fd, &one(buf, count), offset, || real::pread(fd, buf, count, offset)) }
 }
 
 /// # Safety
 /// pread64's contract.
 #[no_mangle]
 pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, offset: off64_t) -> ssize_t {
-    match slowed(fd) {
-        Some((device, ino)) => {
-            // SAFETY: the caller's arguments.
-            on_device(device, ino, offset, count, || unsafe { real::pread64(fd, buf, count, offset) })
-        }
+    if fds::get(fd).is_none() || offset < 0 {
         // SAFETY: the caller's arguments.
-        None => unsafe { real::pread64(fd, buf, count, offset) },
+        return unsafe { real::pread64(fd, buf, count, offset) };
     }
+    // SAFETY: the caller's arguments.
+    unsafe { slow_read(fd, &one(buf, count), offset, || real::pread64(fd, buf, count, offset)) }
 }
 
 /// # Safety
@@ -257,11 +274,9 @@ pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, count: size_t, off
 #[no_mangle]
 pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, offset: off_t) -> ssize_t {
     // SAFETY: the caller's arguments.
-    match slowed(fd).zip(unsafe { iov_len(iov, count) }) {
-        Some(((device, ino), len)) => {
-            // SAFETY: the caller's arguments.
-            on_device(device, ino, offset, len, || unsafe { real::preadv(fd, iov, count, offset) })
-        }
+    match unsafe { iovecs(iov, count) }.filter(|_| fds::get(fd).is_some() && offset >= 0) {
+        // SAFETY: the caller's arguments.
+        Some(v) => unsafe { slow_read(fd, v, offset, || real::preadv(fd, iov, count, offset)) },
         // SAFETY: the caller's arguments.
         None => unsafe { real::preadv(fd, iov, count, offset) },
     }
@@ -272,11 +287,9 @@ pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, count: c_int, offs
 #[no_mangle]
 pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, count: c_int, offset: off64_t) -> ssize_t {
     // SAFETY: the caller's arguments.
-    match slowed(fd).zip(unsafe { iov_len(iov, count) }) {
-        Some(((device, ino), len)) => {
-            // SAFETY: the caller's arguments.
-            on_device(device, ino, offset, len, || unsafe { real::preadv64(fd, iov, count, offset) })
-        }
+    match unsafe { iovecs(iov, count) }.filter(|_| fds::get(fd).is_some() && offset >= 0) {
+        // SAFETY: the caller's arguments.
+        Some(v) => unsafe { slow_read(fd, v, offset, || real::preadv64(fd, iov, count, offset)) },
         // SAFETY: the caller's arguments.
         None => unsafe { real::preadv64(fd, iov, count, offset) },
     }

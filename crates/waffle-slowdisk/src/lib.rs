@@ -12,8 +12,14 @@
 //!  open*(path), dup*(fd) ──real──> fd ── under /data? ──> fds.rs: fd -> (device, inode)
 //!  pread/pread64/preadv/preadv64/read(fd) ── fd in the table (inode checked)?
 //!        no  ──> the real call, nothing else
-//!        yes ──> book the device's queue, the real call, sleep until the device is done
+//!        yes ──> the page cache answers it whole (RWF_NOWAIT; not for O_DIRECT)? that is all
+//!                else: book the device's queue, the real call, sleep until the device is done
 //! ```
+//!
+//! The page cache stands in front of an emulated device as in front of a
+//! real one: what the kernel holds (a WAL just written, SQLite's header
+//! reads) costs no disk time; what a database reads around it (O_DIRECT,
+//! or read then dropped, as libwaffle.so's `waffle_direct_io` does) does.
 //!
 //! Everything else passes straight through: writes, other files, sockets.
 //! The real functions are the next definitions (`dlsym(RTLD_NEXT)`, real.rs),
@@ -31,6 +37,7 @@
 mod devices;
 mod fds;
 mod hooks;
+mod page_cache;
 mod real;
 
 use std::ffi::{c_char, CStr};

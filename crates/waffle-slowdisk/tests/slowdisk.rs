@@ -2,11 +2,13 @@
 //! again with the shim loaded (the `child_*` tests, ignored unless a parent
 //! starts them) and checks what the child saw. Timed assertions are lower
 //! bounds only, or upper bounds many times away from the slowed time.
+//! The child drops the file from the page cache first (fdatasync, then
+//! POSIX_FADV_DONTNEED): a read the page cache answers is not slowed.
 
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -101,6 +103,30 @@ fn count() -> i64 {
     slowed_reads("hdd-10k").expect("the shim is loaded")
 }
 
+/// Drops `f`'s pages from the kernel's page cache (written back first, so they are clean).
+fn evict(f: &File) {
+    f.sync_data().unwrap();
+    // SAFETY: advice on a descriptor this test owns.
+    assert_eq!(unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) }, 0);
+}
+
+/// A page-aligned buffer for O_DIRECT.
+struct Aligned(*mut u8);
+
+impl Aligned {
+    fn page() -> Aligned {
+        // SAFETY: a nonzero size and a power-of-two alignment.
+        Aligned(unsafe { std::alloc::alloc(std::alloc::Layout::from_size_align(PAGE, PAGE).unwrap()) })
+    }
+}
+
+impl Drop for Aligned {
+    fn drop(&mut self) {
+        // SAFETY: allocated above with this layout.
+        unsafe { std::alloc::dealloc(self.0, std::alloc::Layout::from_size_align(PAGE, PAGE).unwrap()) }
+    }
+}
+
 /// Page offsets that never continue one another: every read is a random one.
 fn scattered(n: usize) -> Vec<u64> {
     (0..n).map(|i| ((i * 7 + 3) % (FILE_BYTES / PAGE) * PAGE) as u64).collect()
@@ -114,6 +140,7 @@ fn child_reads() {
     assert_eq!(slowed_reads("nvme"), Some(-1), "a device not set up is not emulated");
     let slow = File::open(dir.join("slow/data")).unwrap();
     let fast = File::open(dir.join("fast/data")).unwrap();
+    evict(&slow);
     let (mut a, mut b) = (vec![0u8; PAGE], vec![0u8; PAGE]);
 
     // pread64 (std's read_at): each random read waits for the device; the bytes are the file's.
@@ -125,6 +152,22 @@ fn child_reads() {
     }
     assert!(t.elapsed() >= 8 * RANDOM_READ, "8 random reads in {:?}", t.elapsed());
     assert_eq!(count(), 8);
+    // Read again, they are in the page cache: no disk, no wait. Through O_DIRECT, the page cache is bypassed.
+    for &off in &scattered(8) {
+        slow.read_exact_at(&mut a, off).unwrap();
+    }
+    assert_eq!(count(), 8, "reads the page cache answered waited for the device");
+    let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(dir.join("slow/data")).unwrap();
+    let buf = Aligned::page();
+    let t = Instant::now();
+    // SAFETY: a live, page-aligned buffer of PAGE bytes.
+    assert_eq!(
+        unsafe { libc::pread(direct.as_raw_fd(), buf.0.cast(), PAGE, (50 * PAGE) as libc::off_t) },
+        PAGE as isize
+    );
+    assert!(t.elapsed() >= RANDOM_READ, "an O_DIRECT read in {:?}", t.elapsed());
+    assert_eq!(count(), 9);
+    evict(&slow);
 
     // read(2) after a seek, and preadv.
     let t = Instant::now();
@@ -136,7 +179,7 @@ fn child_reads() {
     let n = unsafe { libc::preadv(slow.as_raw_fd(), iov.as_ptr(), 1, (20 * PAGE) as libc::off_t) };
     assert_eq!(n, PAGE as isize);
     assert!(t.elapsed() >= 2 * RANDOM_READ, "read + preadv in {:?}", t.elapsed());
-    assert_eq!(count(), 10);
+    assert_eq!(count(), 11);
 
     // A dup of a slowed descriptor is slowed too.
     // SAFETY: dup of a descriptor this test owns; the copy is closed below.
@@ -145,14 +188,15 @@ fn child_reads() {
     assert_eq!(unsafe { libc::pread(copy, a.as_mut_ptr().cast(), PAGE, 0) }, PAGE as isize);
     // SAFETY: closes the copy made above.
     unsafe { libc::close(copy) };
-    assert_eq!(count(), 11);
+    assert_eq!(count(), 12);
 
     // A file outside the directory: not slowed (64 random reads would take 320 ms on the device).
+    evict(&fast);
     let t = Instant::now();
     for &off in scattered(64).iter() {
         fast.read_exact_at(&mut b, off).unwrap();
     }
-    assert_eq!(count(), 11);
+    assert_eq!(count(), 12);
     assert!(t.elapsed() < 64 * RANDOM_READ / 4, "64 reads of a file outside took {:?}", t.elapsed());
 
     // Writes to a file under the directory are not touched; the bytes land.
@@ -161,7 +205,7 @@ fn child_reads() {
     for &off in &scattered(64) {
         w.write_all_at(&[0xAB; PAGE], off).unwrap();
     }
-    assert_eq!(count(), 11);
+    assert_eq!(count(), 12);
     assert!(t.elapsed() < 64 * RANDOM_READ / 4, "64 writes took {:?}", t.elapsed());
     std::fs::read(dir.join("slow/data")).unwrap()[3 * PAGE..4 * PAGE].iter().for_each(|&x| assert_eq!(x, 0xAB));
 }
