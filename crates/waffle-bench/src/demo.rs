@@ -5,6 +5,10 @@
 //! point-read workload twice: grid off (L1 only, the rest from disk) and grid
 //! on (L1, then the grid, then disk). Prints throughput, where reads were
 //! answered, and the speedup; stops the nodes it started.
+//!
+//! An EMULATED device (`--devices`) is libwaffle_slowdisk.so under this
+//! process, the database seen through the device's directory
+//! (`bench::emulation`); the library opens it as it would any file.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,6 +20,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use waffle_nodes::Node;
 
+use crate::bench::emulation;
 use crate::dataset::{self, Spec};
 use crate::open::{self, Settings};
 
@@ -61,6 +66,12 @@ impl Outcome {
 
 pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {}: {e}", opts.dir.display()))?;
+    let emulated = opts
+        .devices
+        .iter()
+        .filter_map(|d| waffle_emulation::DeviceProfile::by_name(d).transpose())
+        .collect::<Result<Vec<_>, _>>()?;
+    emulation::ensure_slow_disks(&opts.dir, &emulated)?;
     let path = opts.dir.join("demo.db");
     let spec = Spec::for_size(opts.data_bytes, opts.page_bytes);
     let file_bytes = dataset::ensure(&path, &spec).map_err(|e| format!("building {}: {e}", path.display()))?;
@@ -82,21 +93,17 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
         opts.seconds
     );
     println!(
-        "disks: {} (emulated profiles add service time on top of this machine's disk; docs/benchmarks.md)",
+        "disks: {} (emulated profiles add service time on top of this machine's disk, by libwaffle_slowdisk.so; docs/benchmarks.md)",
         opts.devices.iter().map(|d| device_label(d)).collect::<Vec<_>>().join(", ")
     );
     println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
 
     let mut outcomes = Vec::new();
     for device in &opts.devices {
+        let on = if device == "real" { path.clone() } else { emulation::on_device(&path, device, false)? };
         for (name, grid) in [("grid off", Vec::new()), ("grid on", grid.clone())] {
-            let settings = Settings {
-                grid,
-                local_bytes: opts.local_bytes,
-                timeout_ms: opts.timeout_ms,
-                device: (device != "real").then(|| device.clone()),
-            };
-            let mut o = measure(name, &path, &settings, spec.rows, opts)?;
+            let settings = Settings { grid, local_bytes: opts.local_bytes, timeout_ms: opts.timeout_ms };
+            let mut o = measure(name, &on, &settings, spec.rows, opts)?;
             o.device = device_label(device);
             outcomes.push(o);
         }

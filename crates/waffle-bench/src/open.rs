@@ -1,4 +1,6 @@
-//! Opening SQLite connections through the `waffle` VFS.
+//! Opening SQLite connections through the `waffle` VFS, with the settings a
+//! shipped library takes (an EMULATED device is where the file is: see
+//! `bench::emulation`).
 
 use std::path::Path;
 
@@ -11,20 +13,17 @@ pub struct Settings {
     pub grid: Vec<String>,
     pub local_bytes: u64,
     pub timeout_ms: u64,
-    /// An emulated device profile name (`waffle_device`); None for the real disk.
-    pub device: Option<String>,
 }
 
 /// Opens `path` through waffle with `settings`, SQLite's own page cache set to `sqlite_cache_kib`.
 pub fn open(path: &Path, settings: &Settings, sqlite_cache_kib: u64) -> rusqlite::Result<Connection> {
     waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
     let uri = format!(
-        "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_device={}",
+        "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}",
         path.display(),
         settings.grid.join(","),
         settings.local_bytes,
         settings.timeout_ms.max(1),
-        settings.device.as_deref().unwrap_or("real"),
     );
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags(uri, flags)?;

@@ -6,7 +6,9 @@
 //!
 //! A server runs stock or under `libwaffle_preload.so` ([`Preload`]). Either
 //! way with `--innodb-use-native-aio=0 --innodb-flush-method=O_DIRECT`
-//! unless told otherwise, so both read and write pages the same way.
+//! unless told otherwise, so both read and write pages the same way. Either
+//! can also run on an EMULATED disk ([`SlowDisk`]: `libwaffle_slowdisk.so`
+//! preloaded after the preload, so the preload's own reads wait for it too).
 
 use std::io::{self, Read, Write};
 use std::net::TcpListener;
@@ -166,10 +168,20 @@ pub struct Preload {
     pub env: Vec<(String, String)>,
 }
 
+/// Running on an EMULATED disk (benchmarks): `libwaffle_slowdisk.so` with
+/// `WAFFLE_SLOWDISK=setting` (`PROFILE:DIR`, DIR usually the datadir).
+#[derive(Clone, Debug)]
+pub struct SlowDisk {
+    pub library: PathBuf,
+    pub setting: String,
+}
+
 #[derive(Clone, Debug)]
 pub struct ServerOptions {
     pub buffer_pool_bytes: u64,
     pub preload: Option<Preload>,
+    /// Preloaded after `preload` (whose real pread64 is then the shim's).
+    pub slow_disk: Option<SlowDisk>,
     /// `--innodb-use-native-aio`: off unless a test wants to see the preload refuse.
     pub native_aio: bool,
     /// More `--option=value` arguments.
@@ -178,11 +190,34 @@ pub struct ServerOptions {
 
 impl ServerOptions {
     pub fn stock(buffer_pool_bytes: u64) -> ServerOptions {
-        ServerOptions { buffer_pool_bytes, preload: None, native_aio: false, extra_args: Vec::new() }
+        ServerOptions { buffer_pool_bytes, preload: None, slow_disk: None, native_aio: false, extra_args: Vec::new() }
     }
 
     pub fn waffle(buffer_pool_bytes: u64, preload: Preload) -> ServerOptions {
         ServerOptions { preload: Some(preload), ..ServerOptions::stock(buffer_pool_bytes) }
+    }
+
+    /// The same on an EMULATED disk.
+    pub fn on_slow_disk(self, slow_disk: SlowDisk) -> ServerOptions {
+        ServerOptions { slow_disk: Some(slow_disk), ..self }
+    }
+
+    /// LD_PRELOAD's value: the preload, then the slow disk (None: neither).
+    fn ld_preload(&self) -> Option<std::ffi::OsString> {
+        let libs: Vec<&Path> = self
+            .preload
+            .iter()
+            .map(|p| p.library.as_path())
+            .chain(self.slow_disk.iter().map(|s| s.library.as_path()))
+            .collect();
+        let mut value = std::ffi::OsString::new();
+        for (i, lib) in libs.iter().enumerate() {
+            if i > 0 {
+                value.push(" ");
+            }
+            value.push(lib);
+        }
+        (!libs.is_empty()).then_some(value)
     }
 }
 
@@ -249,8 +284,13 @@ impl Server {
                 cmd.env_remove(k);
             }
         }
+        if let Some(libs) = options.ld_preload() {
+            cmd.env("LD_PRELOAD", libs);
+        }
+        if let Some(s) = &options.slow_disk {
+            cmd.env("WAFFLE_SLOWDISK", &s.setting);
+        }
         if let Some(p) = &options.preload {
-            cmd.env("LD_PRELOAD", &p.library);
             // Verify mode as the test run asked for it (scripts/test turns it on everywhere).
             for k in ["WAFFLE_VERIFY", waffle_core::config::VERIFY_LOG_ENV] {
                 if let Ok(v) = std::env::var(k) {

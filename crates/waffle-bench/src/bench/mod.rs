@@ -6,6 +6,8 @@
 //! - [`dataset`]: build once, reuse while the parameters match.
 //! - [`configs`]: `local`, `grid[:N][@LINK]`, `all-local`, `stock`, and the memory budget.
 //! - [`runner`]: one configuration: nodes, connections, warm-up, measurement.
+//! - [`emulation`]: EMULATED devices and links, outside the product (the slow-disk
+//!   shim under this process, link proxies in front of the nodes).
 //! - [`report`]: the table, ratios, JSON; [`chart`]: PNGs.
 //!
 //! Every configuration of one invocation runs on the same data, one after the
@@ -14,6 +16,7 @@
 pub mod chart;
 pub mod configs;
 pub mod dataset;
+pub mod emulation;
 pub mod oltp;
 pub mod report;
 pub mod restart;
@@ -139,13 +142,36 @@ fn mib(b: u64) -> String {
     format!("{:.1} MiB", b as f64 / (1 << 20) as f64)
 }
 
+/// The EMULATED lines of a run's plans, and how the emulation is done (outside the product).
 fn emulation_notes(plans: &[Plan]) -> Vec<String> {
     let mut devices: Vec<DeviceProfile> =
         plans.iter().filter_map(|p| DeviceProfile::by_name(p.device.as_deref()?).ok().flatten()).collect();
     devices.dedup();
     let mut links: Vec<LinkProfile> = plans.iter().filter_map(|p| p.link).collect();
     links.dedup();
-    report::emulation_notes(&devices, &links)
+    let mut notes = report::emulation_notes(&devices, &links);
+    if !notes.is_empty() {
+        notes.push(
+            "EMULATED outside the product: devices by libwaffle_slowdisk.so under this process (the database \
+             file in the device's directory), links by a TCP proxy in front of each memcached node"
+                .into(),
+        );
+    }
+    notes
+}
+
+/// The EMULATED devices `specs` run on, `default` for those that name none (stock has none).
+fn devices_of(specs: &[ConfigSpec], default: &Option<String>) -> Result<Vec<DeviceProfile>, String> {
+    let mut out: Vec<DeviceProfile> = Vec::new();
+    for spec in specs.iter().filter(|s| s.kind != Kind::Stock) {
+        let name = spec.device.clone().unwrap_or_else(|| default.clone());
+        if let Some(p) = DeviceProfile::by_name(name.as_deref().unwrap_or("real"))? {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Draws `waffle bench`'s bar chart from its JSON report into `dir`; returns the file.
@@ -285,6 +311,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let workload = make_workload(o)?;
     let threads = threads_for(o, workload.as_ref());
     let specs: Vec<ConfigSpec> = o.configs.iter().map(|c| ConfigSpec::parse(c)).collect::<Result<_, _>>()?;
+    emulation::ensure_slow_disks(&o.dir, &devices_of(&specs, &o.device)?)?;
     let ds = dataset::ensure(&o.dir, workload.as_ref(), o.page_bytes)?;
     let budget = o.memory.of(ds.bytes).max(1 << 20);
     let share = o.sqlite_cache.of(budget);
@@ -413,6 +440,15 @@ pub fn sweep(s: &SweepOptions) -> Result<Value, String> {
     if specs.iter().any(|c| c.kind == Kind::Stock) {
         return Err("a sweep compares waffle configurations; leave stock out".into());
     }
+    let mut devices: Vec<DeviceProfile> = Vec::new();
+    for d in &s.devices {
+        for p in devices_of(&specs, d)? {
+            if !devices.contains(&p) {
+                devices.push(p);
+            }
+        }
+    }
+    emulation::ensure_slow_disks(&o.dir, &devices)?;
     let ds = dataset::ensure(&o.dir, workload.as_ref(), o.page_bytes)?;
     let (unit, _) = workload.unit();
     println!("waffle bench sweep {}: {}", workload.name(), workload.describe());

@@ -185,6 +185,8 @@ pub struct ConfigResult {
     pub device: String,
     pub link: String,
     pub emulated: bool,
+    /// Reads libwaffle_slowdisk.so slowed over the measured run (None: no EMULATED device).
+    pub emulated_reads: Option<u64>,
     pub memory: Memory,
     pub unit: String,
     pub throughput: f64,
@@ -366,6 +368,12 @@ pub fn print_table(results: &[ConfigResult]) {
     for r in results {
         if let Some(h) = &r.hits {
             println!("  {}: {}", r.name, h.disk_reasons_line());
+        }
+        if let Some(n) = r.emulated_reads {
+            println!(
+                "  {}: device {}: {n} reads slowed by libwaffle_slowdisk.so over the measured run",
+                r.name, r.device
+            );
         }
     }
     for r in results {

@@ -1,6 +1,10 @@
 //! Runs one configuration: fresh memcached nodes, one connection per thread,
 //! the warm-up (a pass over every table and index, then the workload for
 //! `--warmup` seconds), then the measured run.
+//!
+//! EMULATED hardware is outside the connections' settings ([`super::emulation`]):
+//! a configuration on a device opens the dataset in that device's directory,
+//! and one on a link is given proxies in front of its nodes.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -15,6 +19,7 @@ use waffle_nodes::Node;
 
 use super::configs::{Kind, Plan};
 use super::dataset::{self, Dataset};
+use super::emulation;
 use super::report::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
 use super::workload::{Rate, Tally, Workload};
 
@@ -44,13 +49,11 @@ pub(super) fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[Str
     let conn = if plan.waffle {
         waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
         let uri = format!(
-            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_device={}&waffle_link={}&waffle_hot_list={}",
+            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_hot_list={}",
             path.display(),
             grid.join(","),
             plan.l1_bytes,
             opts.timeout_ms.max(1),
-            plan.device.as_deref().unwrap_or("real"),
-            plan.link.map_or("loopback", |l| l.name),
             if plan.hot_list { "on" } else { "off" },
         );
         let uri = match plan.codec {
@@ -187,7 +190,11 @@ pub fn run_config(
     opts: &RunOptions,
 ) -> Result<ConfigResult, String> {
     let err = |what: &str, e: rusqlite::Error| format!("{}: {what}: {e}", plan.name);
-    let path: PathBuf = if workload.writes() { dataset::working_copy(ds)? } else { ds.path.clone() };
+    let path: PathBuf = match (&plan.device, workload.writes()) {
+        (Some(device), writes) => emulation::on_device(&ds.path, device, writes)?,
+        (None, true) => dataset::working_copy(ds)?,
+        (None, false) => ds.path.clone(),
+    };
     // Every configuration starts cold: what an earlier one's clean close saved
     // (a sidecar naming nodes that are gone, a hot list) would preload it.
     let _ = std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&path));
@@ -196,10 +203,12 @@ pub fn run_config(
         .map(|_| Node::start_for_pages(plan.node_mib, opts.page_bytes))
         .collect::<Result<_, _>>()
         .map_err(|e| format!("{}: starting memcached: {e}", plan.name))?;
-    let grid: Vec<String> = nodes.iter().map(Node::addr).collect();
+    let node_addrs: Vec<String> = nodes.iter().map(Node::addr).collect();
+    let proxied = emulation::Grid::behind(&node_addrs, plan.link)?;
+    let grid = &proxied.addrs;
 
     let mut conns: Vec<Connection> = (0..opts.threads)
-        .map(|_| open_conn(&path, plan, opts, &grid).and_then(|c| workload.prepare(&c).map(|()| c)))
+        .map(|_| open_conn(&path, plan, opts, grid).and_then(|c| workload.prepare(&c).map(|()| c)))
         .collect::<Result<_, _>>()
         .map_err(|e| err("open", e))?;
 
@@ -236,7 +245,10 @@ pub fn run_config(
         sqlite_cache_counts(c);
     });
     eprintln!("waffle bench: {}: measuring {:.0} s", plan.name, opts.duration.as_secs_f64());
+    let slowed = || plan.device.as_deref().and_then(emulation::slowed_reads);
+    let slowed_before = slowed();
     let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed, None);
+    let emulated_reads = slowed().zip(slowed_before).map(|(after, before)| after.saturating_sub(before));
     let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
     for c in &conns {
         let (h, m) = sqlite_cache_counts(c);
@@ -248,18 +260,22 @@ pub fn run_config(
     // The pages the warm-up pass touched are known; PRAGMA waffle_warm (a
     // `+warm` configuration) reads pages without touching them (only reads by
     // the database count in the working set), so there is nothing to compare.
-    let known_pages = if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), &path, &after) } else { 0 };
+    // Counted on the dataset itself when it is the same bytes: dbstat's reads need no emulated device.
+    let count_on = if workload.writes() { &path } else { &ds.path };
+    let known_pages =
+        if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), count_on, &after) } else { 0 };
 
-    let mc: Vec<_> = grid.iter().filter_map(|a| memcached_stats(a)).collect();
+    let mc: Vec<_> = node_addrs.iter().filter_map(|a| memcached_stats(a)).collect();
     let restart = if plan.restart {
         let steady_tps = tally.done as f64 / seconds;
-        let r = super::restart::measure(workload, &path, plan, opts, &grid, conns, steady_tps)?;
+        let r = super::restart::measure(workload, &path, plan, opts, grid, conns, steady_tps)?;
         eprintln!("waffle bench: {}: {}", plan.name, r.summary());
         Some(r)
     } else {
         drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
         None
     };
+    drop(proxied);
     drop(nodes);
 
     let (unit, rate) = workload.unit();
@@ -338,6 +354,7 @@ pub fn run_config(
         device: if plan.waffle { device_label(&plan.device) } else { "real (kernel page cache)".into() },
         link: plan.link_label(),
         emulated: plan.device.is_some() || plan.link.is_some(),
+        emulated_reads,
         memory: Memory {
             budget_bytes: opts.budget_bytes,
             sqlite_cache_bytes: plan.sqlite_cache_bytes,

@@ -22,6 +22,11 @@
 //! the spread (min..max) of tps over the rounds and the ratio of the medians,
 //! and the JSON every round (`runs`) beside the medians (`results`).
 //!
+//! EMULATED hardware is outside the server and the preload: `--device` runs
+//! every server on `libwaffle_slowdisk.so` (its datadir a slow disk, stock
+//! servers included, the preload's own reads included), `--link` puts a TCP
+//! proxy in front of each memcached node (`bench::emulation`).
+//!
 //! Nothing is installed here: a missing mariadbd or sysbench is an error that
 //! says how to install them. Servers listen on 127.0.0.1 only, with their own
 //! socket and port, and are always stopped.
@@ -31,11 +36,12 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::{json, Value};
+use waffle_emulation::{slow_disk, DeviceProfile, LinkProfile};
 use waffle_nodes::Node;
-use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SysbenchResult, Tools};
+use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SlowDisk, SysbenchResult, Tools};
 
 use crate::args::{check_rounds, median_round, size, GridTimeout, Rounds};
-use crate::bench::report;
+use crate::bench::{emulation, report};
 use crate::mysql::stats;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
@@ -85,8 +91,8 @@ pub struct MysqlArgs {
     #[arg(long, default_value = "loopback")]
     pub link: String,
     /// EMULATED disk under every configuration: real (this machine's disk), hdd-10k, ssd-2009, nvme, cloud-block.
-    /// Stock servers then also run under the preload, caching nothing, only so that their page reads wait for the
-    /// same emulated device (writes are not emulated).
+    /// Every server then runs on libwaffle_slowdisk.so: reads of its datadir's files wait for the device (writes
+    /// are not emulated).
     #[arg(long, default_value = "real")]
     pub device: String,
     /// sysbench's key distribution: uniform (seed 003), special, gaussian, pareto.
@@ -302,13 +308,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
             ));
         }
     }
-    waffle_emulation::LinkProfile::by_name(a.link.trim())?;
-    let emulated = waffle_emulation::DeviceProfile::by_name(a.device.trim())?.is_some();
-    let preload = match (kinds.contains(&Kind::Waffle) || emulated, &a.preload) {
-        (false, _) => None,
-        (true, Some(p)) => Some(p.clone()),
-        (true, None) => Some(find_preload()?),
-    };
+    let libs = Libraries::find(a, &kinds)?;
     let budget = a.budget.max(server::MIN_BUFFER_POOL);
     let data_bytes = a.data.unwrap_or(budget * 4);
     let small = a.waffle_pool.unwrap_or((budget / 8).max(server::MIN_BUFFER_POOL)).max(server::MIN_BUFFER_POOL);
@@ -329,7 +329,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
             if rounds > 1 {
                 eprintln!("waffle bench mysql: round {round} of {rounds}");
             }
-            let mut runs = run_config(&tools, &a, &ds, *kind, budget, small, preload.as_deref())?;
+            let mut runs = run_config(&tools, &a, &ds, *kind, budget, small, &libs)?;
             runs.iter_mut().for_each(|r| r.round = round);
             results.extend(runs);
         }
@@ -344,26 +344,71 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     Ok(results)
 }
 
-/// `libwaffle_preload.so`: `$WAFFLE_PRELOAD_SO`, else next to the running
-/// program (target/release/waffle), else in target/release or target/debug.
-fn find_preload() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("WAFFLE_PRELOAD_SO") {
-        let p = PathBuf::from(p);
-        return if p.is_file() { Ok(p) } else { Err(format!("WAFFLE_PRELOAD_SO={} does not exist", p.display())) };
+/// The waffle configuration's memcached nodes (together B), and what the
+/// server is given: their addresses, or proxies on the EMULATED link.
+fn start_grid(
+    a: &MysqlArgs,
+    budget: u64,
+    link: Option<LinkProfile>,
+) -> Result<(Vec<Node>, Option<emulation::Grid>), String> {
+    let per_node_mib = ((budget >> 20) / a.nodes as u64).max(1) as u32;
+    let nodes = (0..a.nodes)
+        // InnoDB's default 16 KiB pages.
+        .map(|_| Node::start_for_pages(per_node_mib, 16384))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("cannot start memcached: {e} (apt-get install memcached)"))?;
+    let grid = emulation::Grid::behind(&nodes.iter().map(Node::addr).collect::<Vec<_>>(), link)?;
+    Ok((nodes, Some(grid)))
+}
+
+/// The libraries the servers run under, and the EMULATED hardware.
+struct Libraries {
+    /// libwaffle_preload.so, when a configuration caches.
+    preload: Option<PathBuf>,
+    /// libwaffle_slowdisk.so and the device, with `--device`.
+    slow_disk: Option<(PathBuf, DeviceProfile)>,
+    /// The grid's link, with `--link`.
+    link: Option<LinkProfile>,
+}
+
+impl Libraries {
+    fn find(a: &MysqlArgs, kinds: &[Kind]) -> Result<Libraries, String> {
+        let link = LinkProfile::by_name(a.link.trim())?;
+        let device = DeviceProfile::by_name(a.device.trim())?;
+        let preload = match (kinds.contains(&Kind::Waffle), &a.preload) {
+            (false, _) => None,
+            (true, Some(p)) => Some(p.clone()),
+            (true, None) => {
+                Some(emulation::find_library("libwaffle_preload.so", "WAFFLE_PRELOAD_SO", "waffle-preload")?)
+            }
+        };
+        let slow_disk = match device {
+            Some(d) => Some((emulation::find_library(slow_disk::LIBRARY, "WAFFLE_SLOWDISK_SO", "waffle-slowdisk")?, d)),
+            None => None,
+        };
+        Ok(Libraries { preload, slow_disk, link })
     }
-    let mut candidates = Vec::new();
-    if let Some(dir) = std::env::current_exe().ok().and_then(|e| e.parent().map(Path::to_path_buf)) {
-        candidates.push(dir.join("libwaffle_preload.so"));
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join("libwaffle_preload.so"));
-        }
+
+    /// `options` on the EMULATED device, if any: reads of `datadir`'s files wait for it.
+    fn on_device(&self, options: ServerOptions, datadir: &Path) -> Result<ServerOptions, String> {
+        let Some((library, device)) = &self.slow_disk else { return Ok(options) };
+        let dir = datadir.canonicalize().map_err(|e| format!("{}: {e}", datadir.display()))?;
+        let setting = slow_disk::format(&[slow_disk::SlowDisk { profile: *device, dir }])?;
+        Ok(options.on_slow_disk(SlowDisk { library: library.clone(), setting }))
     }
-    candidates.push(PathBuf::from("target/release/libwaffle_preload.so"));
-    candidates.push(PathBuf::from("target/debug/libwaffle_preload.so"));
-    candidates.into_iter().find(|c| c.is_file()).map(|c| c.canonicalize().unwrap_or(c)).ok_or_else(|| {
-        "libwaffle_preload.so not found: build it with `cargo build --release -p waffle-preload` (or set WAFFLE_PRELOAD_SO)"
-            .to_string()
-    })
+}
+
+/// Whether the server `s` has `library` loaded (its memory map names it):
+/// a run labelled EMULATED must not run on the real disk.
+fn check_loaded(s: &Server, library: &Path) -> Result<(), String> {
+    let pid = s.pid().ok_or("the server is not running")?;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).map_err(|e| format!("mariadbd's maps: {e}"))?;
+    let name = library.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    if maps.lines().any(|l| l.ends_with(name)) {
+        Ok(())
+    } else {
+        Err(format!("mariadbd runs without {name}: its EMULATED disk is not in force"))
+    }
 }
 
 fn run_config(
@@ -373,54 +418,30 @@ fn run_config(
     kind: Kind,
     budget: u64,
     small: u64,
-    preload: Option<&Path>,
+    libs: &Libraries,
 ) -> Result<Vec<RunResult>, String> {
     let datadir = a.dir.join(format!("run-{}", kind.name()));
     let _ = std::fs::remove_dir_all(&datadir);
     server::copy_datadir(&ds.template, &datadir)?;
     let _ = std::fs::remove_file(datadir.join("waffle-dataset-ready"));
-    let mut nodes = Vec::new();
     let device = a.device.trim().to_string();
-    let emulated = device != "real";
-    // A stock server with an EMULATED device: under the preload, caching nothing (WAFFLE_TABLES=-).
-    let stock = |pool: u64| match (emulated, preload) {
-        (true, Some(lib)) => ServerOptions::waffle(
-            pool,
-            Preload {
-                library: lib.to_path_buf(),
-                env: vec![
-                    ("WAFFLE_TABLES".to_string(), "-".to_string()),
-                    ("WAFFLE_DEVICE".to_string(), device.clone()),
-                    ("WAFFLE_LOCAL".to_string(), "64KiB".to_string()),
-                ],
-            },
-        ),
-        _ => ServerOptions::stock(pool),
-    };
-    let options = match kind {
-        Kind::Stock => stock(budget),
-        Kind::Stock2x => stock(budget * 2),
-        Kind::Waffle => {
-            let per_node_mib = ((budget >> 20) / a.nodes as u64).max(1) as u32;
-            for _ in 0..a.nodes {
-                nodes.push(
-                    // InnoDB's default 16 KiB pages.
-                    Node::start_for_pages(per_node_mib, 16384)
-                        .map_err(|e| format!("cannot start memcached: {e} (apt-get install memcached)"))?,
-                );
-            }
-            let grid = nodes.iter().map(Node::addr).collect::<Vec<_>>().join(",");
+    let emulated = libs.slow_disk.is_some();
+    let (nodes, grid) = if kind == Kind::Waffle { start_grid(a, budget, libs.link)? } else { (Vec::new(), None) };
+    let options = match (kind, &grid) {
+        (Kind::Stock, _) => ServerOptions::stock(budget),
+        (Kind::Stock2x, _) => ServerOptions::stock(budget * 2),
+        (Kind::Waffle, grid) => {
             let env = vec![
-                ("WAFFLE_GRID".to_string(), grid),
+                ("WAFFLE_GRID".to_string(), grid.as_ref().map(|g| g.addrs.join(",")).unwrap_or_default()),
                 ("WAFFLE_LOCAL".to_string(), (budget - small).to_string()),
                 ("WAFFLE_TIMEOUT_MS".to_string(), a.timeout.timeout_ms.to_string()),
-                ("WAFFLE_LINK".to_string(), a.link.trim().to_string()),
                 ("WAFFLE_STATS_INTERVAL_MS".to_string(), "200".to_string()),
-                ("WAFFLE_DEVICE".to_string(), device.clone()),
             ];
-            ServerOptions::waffle(small, Preload { library: preload.expect("found above").to_path_buf(), env })
+            let library = libs.preload.clone().ok_or("libwaffle_preload.so was not looked for")?;
+            ServerOptions::waffle(small, Preload { library, env })
         }
     };
+    let options = libs.on_device(options, &datadir)?;
     eprintln!(
         "waffle bench mysql: {}{}: buffer pool {} MiB{}",
         kind.name(),
@@ -433,6 +454,9 @@ fn run_config(
         }
     );
     let s = Server::start(tools, &datadir, options)?;
+    if let Some((library, _)) = &libs.slow_disk {
+        check_loaded(&s, library)?;
+    }
     let mut warmed = None;
     if kind == Kind::Waffle && a.warm {
         // InnoDB opens a tablespace when a statement first uses its table: the warm reads open ones.
@@ -510,6 +534,7 @@ fn run_config(
         }
     }
     s.shutdown()?;
+    drop(grid);
     drop(nodes);
     let _ = std::fs::remove_dir_all(&datadir);
     Ok(out)
