@@ -20,23 +20,39 @@ pub struct GridTimeout {
 /// `--page-size` (demo, bench).
 #[derive(Args, Clone, Copy, Debug)]
 pub struct PageSize {
-    /// SQLite page size.
+    /// SQLite page size: a power of two from 512 to 64KiB, e.g. 4096 or 16KiB.
     #[arg(long, default_value_t = 4096, value_parser = page_size)]
     pub page_size: u32,
 }
 
-/// A size: `65536`, `64KiB`, `256MiB`, `2GiB`.
+/// A size, by the rule of every size Waffle reads ([`waffle_core::config::parse_size`]):
+/// `65536`, `64KiB`, `256MiB`, `2GiB` (K, M, G binary too; KB, MB, GB refused).
+/// clap's error names the flag and the value; this gives the reason.
 pub fn size(s: &str) -> Result<u64, String> {
     waffle_core::config::parse_size(s)
 }
 
-/// A SQLite page size: a power of two from 512 to 65536.
+/// An L1 budget (`--local`): a size of at least 4 KiB, as `waffle_local`.
+pub fn local(s: &str) -> Result<u64, String> {
+    waffle_core::config::parse_local(s)
+}
+
+/// A database page size: a power of two from 512 bytes to 64 KiB (`4096`, `16KiB`).
 pub fn page_size(s: &str) -> Result<u32, String> {
-    let n: u32 = s.parse().map_err(|_| format!("'{s}' is not a number"))?;
-    if !(512..=65536).contains(&n) || !n.is_power_of_two() {
-        return Err(format!("'{s}' is not a SQLite page size (a power of two from 512 to 65536)"));
+    waffle_core::config::parse_page_size(s)
+}
+
+/// `waffle nodes --page-size`: 0 (memcached's default classes) or a page size.
+pub fn node_page_size(s: &str) -> Result<u32, String> {
+    if s.trim() == "0" {
+        return Ok(0);
     }
-    Ok(n)
+    page_size(s).map_err(|e| format!("{e}; or 0 for memcached's defaults"))
+}
+
+/// A memcached node's memory (`-m`): a size that is a whole number of MiB, 8 MiB to 64 GiB.
+pub fn node_memory(s: &str) -> Result<u32, String> {
+    waffle_nodes::memory_mib(size(s)?)
 }
 
 pub use waffle_core::codec::Codec;
@@ -99,6 +115,24 @@ pub fn median_round(values: &[f64]) -> Option<(usize, f64, f64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn flags_read_sizes_by_the_one_rule() {
+        assert_eq!(size("64MiB"), Ok(64 << 20));
+        assert_eq!(size("64M"), Ok(64 << 20));
+        assert!(size("64MB").unwrap_err().contains("64MiB"), "decimal units are refused, naming the binary one");
+        assert_eq!(local("8KiB"), Ok(8 << 10));
+        assert!(local("1").is_err());
+        assert_eq!(page_size("16KiB"), Ok(16384));
+        assert!(page_size("1000").is_err());
+        assert_eq!(node_page_size("0"), Ok(0));
+        assert_eq!(node_page_size("4096"), Ok(4096));
+        assert!(node_page_size("1000").unwrap_err().contains("power of two"));
+        assert_eq!(node_memory("4GiB"), Ok(4096));
+        for bad in ["0", "1MiB", "1536KiB", "64MB", "65GiB"] {
+            assert!(node_memory(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn rounds_are_refused_outside_1_to_20() {

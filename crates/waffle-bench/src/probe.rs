@@ -13,9 +13,15 @@
 //! With `--link` both grid series go through the same EMULATED link model.
 //! Seed 000 wanted exactly this graph (disk latency rising with threads, the
 //! network's not) and had no tool for it.
+//!
+//! The grid is one memcached node the probe starts on loopback, or the nodes
+//! `--grid` names (real ones): there the probe's values go under a cache
+//! identity of their own and are deleted at the end. The file is scratch:
+//! written for the run and removed on every way out (an error, a panic, and
+//! [`ProbeOptions::stop`], which the CLI sets on SIGINT/SIGTERM).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -46,6 +52,11 @@ pub struct ProbeOptions {
     pub device: Option<String>,
     pub link: Option<LinkProfile>,
     pub output: Output,
+    /// Grid nodes to probe, `host:port,...`; None: one memcached the probe starts on loopback.
+    pub grid: Option<String>,
+    /// Set while the probe runs (by the CLI, on SIGINT/SIGTERM): it stops within
+    /// [`STOP_CHECK_MS`] and cleans up as on any error.
+    pub stop: Arc<AtomicBool>,
 }
 
 impl Default for ProbeOptions {
@@ -60,9 +71,16 @@ impl Default for ProbeOptions {
             device: None,
             link: None,
             output: Output::default(),
+            grid: None,
+            stop: Arc::new(AtomicBool::new(false)),
         }
     }
 }
+
+/// How often a waiting probe looks at [`ProbeOptions::stop`].
+pub const STOP_CHECK_MS: u64 = 50;
+/// Deadline of one grid request of the probe, and of connecting and each bare exchange.
+const REQUEST_TIMEOUT_MS: u64 = 1000;
 
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct Point {
@@ -77,14 +95,39 @@ pub struct Point {
 
 const SERIES: [&str; 3] = ["disk", "mg (bare)", "grid hit"];
 
-/// The probe file: `bytes` of random data, made once.
-fn probe_file(dir: &Path, bytes: u64) -> Result<PathBuf, String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let path = dir.join(format!("probe-{}.dat", bytes));
-    if std::fs::metadata(&path).map(|m| m.len()).ok() == Some(bytes) {
-        return Ok(path);
+/// The probe's file: random data written for this run, removed when dropped,
+/// with its directory if the probe made it (and nothing else is in it).
+struct Scratch {
+    path: PathBuf,
+    made_dir: Option<PathBuf>,
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = &self.made_dir {
+            let _ = std::fs::remove_dir(dir);
+        }
     }
-    let tmp = dir.join(format!("probe-{}.dat.building", bytes));
+}
+
+fn interrupted() -> String {
+    "interrupted: the probe stopped (its file removed, its nodes stopped)".into()
+}
+
+/// Writes the probe file: `bytes` of random data in `dir`, a name of this process's own.
+fn probe_file(dir: &Path, bytes: u64, stop: &AtomicBool) -> Result<Scratch, String> {
+    let made_dir = (!dir.exists()).then(|| dir.to_path_buf());
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("probe-{}.dat", std::process::id()));
+    let mut f = std::fs::File::options()
+        .write(true)
+        .create_new(true)
+        .open(&path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    // From here on the file goes whatever happens.
+    let scratch = Scratch { path, made_dir };
+    let path = &scratch.path;
     let pb = indicatif::ProgressBar::new(bytes);
     pb.set_style(
         indicatif::ProgressStyle::with_template("waffle probe: writing {msg} [{bar:40}] {bytes}/{total_bytes}")
@@ -92,32 +135,46 @@ fn probe_file(dir: &Path, bytes: u64) -> Result<PathBuf, String> {
             .progress_chars("=> "),
     );
     pb.set_message(path.display().to_string());
-    let mut f = std::fs::File::create(&tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut rng = SmallRng::seed_from_u64(7);
     let mut chunk = vec![0u8; 1 << 20];
     let mut done = 0u64;
     while done < bytes {
+        if stop.load(Ordering::SeqCst) {
+            return Err(interrupted());
+        }
         let n = (bytes - done).min(chunk.len() as u64) as usize;
         rng.fill_bytes(&mut chunk[..n]);
-        f.write_all(&chunk[..n]).map_err(|e| format!("writing {}: {e}", tmp.display()))?;
+        f.write_all(&chunk[..n]).map_err(|e| format!("writing {}: {e}", path.display()))?;
         done += n as u64;
         pb.set_position(done);
     }
-    f.sync_all().map_err(|e| format!("syncing {}: {e}", tmp.display()))?;
+    f.sync_all().map_err(|e| format!("syncing {}: {e}", path.display()))?;
     pb.finish_and_clear();
-    std::fs::rename(&tmp, &path).map_err(|e| format!("cannot rename {}: {e}", tmp.display()))?;
-    Ok(path)
+    Ok(scratch)
 }
 
-/// Runs `op` on `threads` threads for `seconds`; `op(thread state, rng)` returns false on an error.
+/// Sleeps `seconds`, or less if `stop` is set.
+fn sleep_unless(stop: &AtomicBool, seconds: f64) {
+    let end = Instant::now() + Duration::from_secs_f64(seconds);
+    while !stop.load(Ordering::SeqCst) {
+        let left = end.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(STOP_CHECK_MS)));
+    }
+}
+
+/// Runs `op` on one thread per state for `seconds` (less if `stop` is set);
+/// `op(thread state, rng)` returns false on an error.
 fn measure<S: Send>(
-    threads: usize,
+    states: Vec<S>,
     seconds: f64,
-    mut make: impl FnMut(usize) -> S,
+    stop_all: &AtomicBool,
     op: impl Fn(&mut S, &mut SmallRng) -> bool + Sync,
 ) -> Point {
+    let threads = states.len();
     let stop = AtomicBool::new(false);
-    let states: Vec<S> = (0..threads).map(&mut make).collect();
     let start = Instant::now();
     let results: Vec<(Histogram<u64>, u64)> = std::thread::scope(|s| {
         let handles: Vec<_> = states
@@ -141,7 +198,7 @@ fn measure<S: Send>(
                 })
             })
             .collect();
-        std::thread::sleep(Duration::from_secs_f64(seconds));
+        sleep_unless(stop_all, seconds);
         stop.store(true, Ordering::Relaxed);
         handles.into_iter().map(|h| h.join().expect("probe thread")).collect()
     });
@@ -184,54 +241,231 @@ fn bare_get(stream: &mut BufReader<TcpStream>, key: &[u8], buf: &mut Vec<u8>) ->
     }
 }
 
+/// The grid the probe measures: a node of its own, or the nodes `--grid` names.
+struct ProbeGrid {
+    /// The node the probe started (stopped when dropped); None for `--grid`.
+    own: Option<Node>,
+    specs: Vec<NodeSpec>,
+    /// Each node's address, in `specs`' order (the bare series connects to them).
+    addrs: Vec<SocketAddr>,
+    /// The probe's values go under this identity: on a real grid, one of their own.
+    cache_id: u64,
+}
+
+impl ProbeGrid {
+    fn new(grid: Option<&str>) -> Result<ProbeGrid, String> {
+        let (own, specs, cache_id) = match grid {
+            None => {
+                let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
+                let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
+                (Some(node), specs, 0x9_0be_u64)
+            }
+            Some(list) => {
+                let specs = NodeSpec::parse_list(list).map_err(|e| format!("--grid {list}: {e}"))?;
+                if specs.is_empty() {
+                    return Err(format!("--grid '{list}': no node named"));
+                }
+                (None, specs, waffle_core::random_cache_id())
+            }
+        };
+        let addrs = specs.iter().map(resolve).collect::<Result<_, _>>()?;
+        Ok(ProbeGrid { own, specs, addrs, cache_id })
+    }
+
+    fn labels(&self) -> Vec<String> {
+        self.specs.iter().map(NodeSpec::label).collect()
+    }
+
+    /// "one memcached node of its own" or "2 memcached nodes (a:1, b:2)".
+    fn describe(&self) -> String {
+        match (&self.own, self.specs.len()) {
+            (Some(_), _) => "one memcached node of its own".into(),
+            (None, 1) => format!("memcached node {}", self.labels()[0]),
+            (None, n) => format!("{n} memcached nodes ({})", self.labels().join(", ")),
+        }
+    }
+
+    /// One blocking connection per node, with the probe's deadlines.
+    fn connect_all(&self) -> Result<Vec<BufReader<TcpStream>>, String> {
+        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+        self.addrs
+            .iter()
+            .map(|addr| {
+                let s = TcpStream::connect_timeout(addr, timeout).map_err(|e| format!("connecting to {addr}: {e}"))?;
+                s.set_nodelay(true).and_then(|_| s.set_read_timeout(Some(timeout))).map_err(|e| e.to_string())?;
+                s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+                Ok(BufReader::with_capacity(64 << 10, s))
+            })
+            .collect()
+    }
+}
+
+fn resolve(spec: &NodeSpec) -> Result<SocketAddr, String> {
+    (spec.host.as_str(), spec.port)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| format!("--grid: {} cannot be resolved", spec.label()))
+}
+
+/// The probe's values in the grid: deleted when dropped (a real grid keeps nothing of the probe).
+struct StoredValues<'a> {
+    grid: &'a Grid,
+    keys: &'a [String],
+}
+
+impl Drop for StoredValues<'_> {
+    fn drop(&mut self) {
+        for k in self.keys {
+            self.grid.delete(k.as_bytes());
+        }
+    }
+}
+
+/// The probe's values: keys and sealed envelopes of random pages.
+struct Values {
+    keys: Vec<String>,
+    sealed: Vec<Vec<u8>>,
+}
+
+impl Values {
+    fn new(cache_id: u64, count: usize, value_bytes: usize) -> Values {
+        let mut rng = SmallRng::seed_from_u64(5);
+        let mut page = vec![0u8; value_bytes];
+        let keys = (0..count as u64).map(|p| envelope::key(cache_id, p)).collect();
+        let sealed = (0..count as u64)
+            .map(|p| {
+                rng.fill_bytes(&mut page);
+                envelope::seal(Identity { cache_id, page: p, version: 1 }, &page)
+            })
+            .collect();
+        Values { keys, sealed }
+    }
+}
+
+/// A TTL for the probe's values: the run's length and ten minutes more.
+fn ttl_s(o: &ProbeOptions) -> u32 {
+    let run_s = o.threads.len() as f64 * SERIES.len() as f64 * o.seconds;
+    (run_s.ceil() as u32).saturating_add(600)
+}
+
+/// What one run measures with, set up.
+struct Setup<'a> {
+    o: &'a ProbeOptions,
+    file: Arc<DirectFile>,
+    device: Option<Arc<EmulatedDevice>>,
+    probe_grid: &'a ProbeGrid,
+    grid: &'a Grid,
+    bare_link: Option<Arc<Link>>,
+    keys: &'a [String],
+}
+
+impl Setup<'_> {
+    /// The three series at `threads` threads: disk, bare mg, grid hit.
+    fn point(&self, threads: usize) -> Result<[Point; 3], String> {
+        let (o, stop) = (self.o, &*self.o.stop);
+        let vb = o.value_bytes;
+        let pages = (o.file_bytes / vb as u64).max(1);
+        let (f, d) = (&self.file, &self.device);
+        let disk = measure(vec![vec![0u8; vb]; threads], o.seconds, stop, |buf, rng| {
+            let page = PageId::new(0, rng.gen_range(0..pages) as u32);
+            match d {
+                Some(d) => d.read_pages(&**f, page, vb, buf).is_ok(),
+                None => f.read_pages(page, vb, buf).is_ok(),
+            }
+        });
+        let (keys, grid, link) = (self.keys, self.grid, &self.bare_link);
+        let streams = (0..threads).map(|_| self.probe_grid.connect_all().map(|c| (c, Vec::new())));
+        let bare = measure(streams.collect::<Result<_, _>>()?, o.seconds, stop, |(conns, buf), rng| {
+            let key = keys[rng.gen_range(0..keys.len())].as_bytes();
+            let Some(node) = grid.node_index(key) else { return false };
+            let t = Instant::now();
+            let ok = matches!(bare_get(&mut conns[node], key, buf), Ok(true));
+            if let Some(l) = link {
+                l.complete(t, key.len() + 6, buf.len() + 12);
+            }
+            ok
+        });
+        let cache_id = self.probe_grid.cache_id;
+        let hit = measure(vec![vec![0u8; vb]; threads], o.seconds, stop, |out, rng| {
+            let p = rng.gen_range(0..keys.len());
+            // As the cache reads a hit: the envelope opened in place, into the page buffer.
+            let expect = Identity { cache_id, page: p as u64, version: 1 };
+            matches!(
+                grid.get_with(keys[p].as_bytes(), |v| envelope::open_into(v, expect, None, out)),
+                Fetch::Hit(Ok(_))
+            )
+        });
+        if stop.load(Ordering::SeqCst) {
+            return Err(interrupted());
+        }
+        Ok([disk, bare, hit])
+    }
+}
+
 pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     let device = match &o.device {
         Some(d) => DeviceProfile::by_name(d)?,
         None => None,
     };
-    let path = probe_file(&o.dir, o.file_bytes)?;
-    let (file, warning) = DirectFile::open(&path, true).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    // The nodes first: a bad --grid costs no file.
+    let probe_grid = ProbeGrid::new(o.grid.as_deref())?;
+    let scratch = probe_file(&o.dir, o.file_bytes, &o.stop)?;
+    let path = &scratch.path;
+    let (file, warning) = DirectFile::open(path, true).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     if let Some(w) = warning {
         eprintln!("{w}");
     }
-    let file = Arc::new(file);
-    let emulated = device.map(|p| Arc::new(EmulatedDevice::new(p)));
     let direct = file.is_direct();
-
-    let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
-    let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
-    let grid = Grid::new(specs.clone(), GridOptions { timeout_ms: 1000, ..GridOptions::default() });
+    let grid = Grid::new(
+        probe_grid.specs.clone(),
+        GridOptions {
+            timeout_ms: REQUEST_TIMEOUT_MS,
+            connect_timeout_ms: REQUEST_TIMEOUT_MS,
+            // Every fetch is measured: no node skipped for costing more than the disk.
+            cost_backoff: false,
+            // Should the probe be killed before it deletes them, its values go by themselves.
+            ttl_s: ttl_s(o),
+            ..GridOptions::default()
+        },
+    );
     // The grid's requests and the bare ones each cross a link of their own.
-    let grid = Arc::new(match o.link {
+    let grid = match o.link {
         Some(l) => grid.with_link(Arc::new(Link::new(l))),
         None => grid,
-    });
-    let cache_id = 0x9_0be_u64;
-    let mut rng = SmallRng::seed_from_u64(5);
-    let mut page = vec![0u8; o.value_bytes];
-    let keys: Vec<String> = (0..o.keys as u64).map(|p| envelope::key(cache_id, p)).collect();
-    let sealed: Vec<Vec<u8>> = (0..o.keys as u64)
-        .map(|p| {
-            rng.fill_bytes(&mut page);
-            envelope::seal(Identity { cache_id, page: p, version: 1 }, &page)
-        })
-        .collect();
-    let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&sealed).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
-    let stored = grid.store_many(&items);
-    if stored.stored != items.len() {
-        return Err(format!("could store only {} of {} values in memcached", stored.stored, items.len()));
+    };
+    let values = Values::new(probe_grid.cache_id, o.keys, o.value_bytes);
+    let items: Vec<(&[u8], &[u8])> =
+        values.keys.iter().zip(&values.sealed).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
+    let _stored = StoredValues { grid: &grid, keys: &values.keys };
+    let report = grid.store_many(&items);
+    if report.stored != items.len() {
+        return Err(format!(
+            "could store only {} of {} values in {}",
+            report.stored,
+            items.len(),
+            probe_grid.describe()
+        ));
     }
-    let bare_link = o.link.map(|l| Arc::new(Link::new(l)));
+    let setup = Setup {
+        o,
+        file: Arc::new(file),
+        device: device.map(|p| Arc::new(EmulatedDevice::new(p))),
+        probe_grid: &probe_grid,
+        grid: &grid,
+        bare_link: o.link.map(|l| Arc::new(Link::new(l))),
+        keys: &values.keys,
+    };
     let link_label = o.link.map_or("loopback".to_string(), |l| format!("{} (EMULATED)", l.name));
     let device_label = device.map_or("real".to_string(), |p| format!("{} (EMULATED)", p.name));
-
     println!(
-        "waffle probe: {} KiB random reads of a {:.0} MiB file ({}, {}), and {} KiB grid fetches from one memcached node (link {})",
+        "waffle probe: {} KiB random reads of a {:.0} MiB file ({}, {}), and {} KiB grid fetches from {} (link {})",
         o.value_bytes >> 10,
         o.file_bytes as f64 / (1 << 20) as f64,
         if direct { "O_DIRECT" } else { "buffered: O_DIRECT refused here" },
         device_label,
         o.value_bytes >> 10,
+        probe_grid.describe(),
         link_label
     );
     println!(
@@ -240,136 +474,136 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         report::load_average(),
         o.seconds
     );
-
-    let pages = (o.file_bytes / o.value_bytes as u64).max(1);
     let mut results: Vec<(&str, Vec<Point>)> = SERIES.iter().map(|s| (*s, Vec::new())).collect();
     for &n in &o.threads {
         eprintln!("waffle probe: {n} threads");
-        let vb = o.value_bytes;
-        let (f, d) = (Arc::clone(&file), emulated.clone());
-        results[0].1.push(measure(
-            n,
-            o.seconds,
-            |_| vec![0u8; vb],
-            |buf, rng| {
-                let page = PageId::new(0, rng.gen_range(0..pages) as u32);
-                match &d {
-                    Some(d) => d.read_pages(&*f, page, vb, buf).is_ok(),
-                    None => f.read_pages(page, vb, buf).is_ok(),
-                }
-            },
-        ));
-        let addr = node.addr();
-        let keys_ref = &keys;
-        let link = bare_link.clone();
-        results[1].1.push(measure(
-            n,
-            o.seconds,
-            |_| {
-                let s = TcpStream::connect(&addr).expect("connect to memcached");
-                s.set_nodelay(true).expect("nodelay");
-                (BufReader::with_capacity(64 << 10, s), Vec::new())
-            },
-            |(stream, buf), rng| {
-                let key = keys_ref[rng.gen_range(0..keys_ref.len())].as_bytes();
-                let t = Instant::now();
-                let ok = matches!(bare_get(stream, key, buf), Ok(true));
-                if let Some(l) = &link {
-                    l.complete(t, key.len() + 6, buf.len() + 12);
-                }
-                ok
-            },
-        ));
-        let g = Arc::clone(&grid);
-        results[2].1.push(measure(
-            n,
-            o.seconds,
-            |_| vec![0u8; vb],
-            |out, rng| {
-                let p = rng.gen_range(0..keys_ref.len());
-                // As the cache reads a hit: the envelope opened in place, into the page buffer.
-                let expect = Identity { cache_id, page: p as u64, version: 1 };
-                matches!(
-                    g.get_with(keys_ref[p].as_bytes(), |v| envelope::open_into(v, expect, None, out)),
-                    Fetch::Hit(Ok(_))
-                )
-            },
-        ));
+        for (series, point) in results.iter_mut().zip(setup.point(n)?) {
+            series.1.push(point);
+        }
     }
-    drop(node);
+    let labels = Labels { device: device_label, link: link_label, grid: probe_grid.describe(), direct };
+    let notes = report::emulation_notes(device.as_slice(), o.link.as_slice());
+    let mut out = report_json(o, &results, &labels, &notes, &probe_grid.labels());
+    print_table(&results, &notes);
+    o.output.write(&mut out, |_: &Value, dir: &Path| draw(dir, o, &results, &labels))?;
+    Ok(out)
+}
 
+/// How the run's parts are named in its table, chart and JSON.
+struct Labels {
+    device: String,
+    link: String,
+    grid: String,
+    direct: bool,
+}
+
+fn print_table(results: &[(&str, Vec<Point>)], notes: &[String]) {
     println!();
     println!(
         "{:>7} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>9} {:>9} {:>9} | {:>8}",
         "threads", "disk p50", "p99", "ops/s", "mg p50", "p99", "ops/s", "grid p50", "p99", "ops/s", "grid/mg"
     );
-    let mut ratios = Vec::new();
-    for i in 0..o.threads.len() {
+    for i in 0..results[0].1.len() {
         let (d, m, g) = (&results[0].1[i], &results[1].1[i], &results[2].1[i]);
-        let r = if m.p50_us > 0.0 { g.p50_us / m.p50_us } else { f64::NAN };
-        ratios.push(json!({ "threads": d.threads, "grid_hit_over_bare_mg_p50": if r.is_finite() { json!(r) } else { Value::Null } }));
         println!(
             "{:>7} | {:>6.0} us {:>6.0} us {:>9.0} | {:>6.0} us {:>6.0} us {:>9.0} | {:>6.0} us {:>6.0} us {:>9.0} | {:>7.2}x",
-            d.threads, d.p50_us, d.p99_us, d.ops_per_s, m.p50_us, m.p99_us, m.ops_per_s, g.p50_us, g.p99_us, g.ops_per_s, r
+            d.threads,
+            d.p50_us,
+            d.p99_us,
+            d.ops_per_s,
+            m.p50_us,
+            m.p99_us,
+            m.ops_per_s,
+            g.p50_us,
+            g.p99_us,
+            g.ops_per_s,
+            ratio(m, g)
         );
     }
     let errors: u64 = results.iter().flat_map(|s| s.1.iter().map(|p| p.errors)).sum();
     if errors > 0 {
         println!("  {errors} operations failed (not in the latencies)");
     }
-    let notes = report::emulation_notes(device.as_slice(), o.link.as_slice());
-    for n in &notes {
+    for n in notes {
         println!("{n}");
     }
     println!("host load average {:.2} at the end", report::load_average());
+}
 
-    let draw = |_: &Value, dir: &Path| {
-        let file = dir.join("probe.png");
-        let mut series = Vec::new();
-        for (i, (name, pts)) in results.iter().enumerate() {
-            series.push(chart::Series {
-                name: format!("{name} p50"),
-                points: pts.iter().map(|p| (p.threads as f64, p.p50_us.max(1.0))).collect(),
-                dashed: false,
-                color: i,
-            });
-            series.push(chart::Series {
-                name: format!("{name} p99"),
-                points: pts.iter().map(|p| (p.threads as f64, p.p99_us.max(1.0))).collect(),
-                dashed: true,
-                color: i,
-            });
-        }
-        chart::line_chart(
-            &file,
-            &format!("waffle probe: {} KiB read latency against concurrency", o.value_bytes >> 10),
-            &format!(
-                "disk: {device_label}, O_DIRECT; grid: one memcached node, link {link_label}\n{} cores, {} s per point",
-                report::cores(),
-                o.seconds
-            ),
-            "threads",
-            "latency, us (log)",
-            &series,
-            true,
-            true,
-        )?;
-        Ok(file)
-    };
-    let mut report = json!({
+/// Grid hit p50 over bare mg p50 (NaN when mg has none).
+fn ratio(mg: &Point, hit: &Point) -> f64 {
+    if mg.p50_us > 0.0 {
+        hit.p50_us / mg.p50_us
+    } else {
+        f64::NAN
+    }
+}
+
+fn report_json(
+    o: &ProbeOptions,
+    results: &[(&str, Vec<Point>)],
+    labels: &Labels,
+    notes: &[String],
+    nodes: &[String],
+) -> Value {
+    let ratios: Vec<Value> = results[1]
+        .1
+        .iter()
+        .zip(&results[2].1)
+        .map(|(m, g)| {
+            let r = ratio(m, g);
+            json!({ "threads": m.threads, "grid_hit_over_bare_mg_p50": if r.is_finite() { json!(r) } else { Value::Null } })
+        })
+        .collect();
+    json!({
         "command": "probe",
         "invocation": report::invocation(),
         "value_bytes": o.value_bytes,
         "file_bytes": o.file_bytes,
-        "o_direct": direct,
-        "device": device_label,
-        "link": link_label,
+        "o_direct": labels.direct,
+        "device": labels.device,
+        "link": labels.link,
+        "grid": { "nodes": nodes, "own_node": o.grid.is_none(), "described": labels.grid },
         "seconds_per_point": o.seconds,
         "emulated": notes,
         "series": results.iter().map(|(n, p)| json!({ "name": n, "points": p })).collect::<Vec<_>>(),
         "grid_hit_over_bare_mg": ratios,
         "host": { "cores": report::cores(), "load_end": report::load_average() },
-    });
-    o.output.write(&mut report, draw)?;
-    Ok(report)
+    })
+}
+
+fn draw(dir: &Path, o: &ProbeOptions, results: &[(&str, Vec<Point>)], labels: &Labels) -> Result<PathBuf, String> {
+    let file = dir.join("probe.png");
+    let mut series = Vec::new();
+    for (i, (name, pts)) in results.iter().enumerate() {
+        for (q, dashed) in [("p50", false), ("p99", true)] {
+            series.push(chart::Series {
+                name: format!("{name} {q}"),
+                points: pts
+                    .iter()
+                    .map(|p| (p.threads as f64, if dashed { p.p99_us } else { p.p50_us }.max(1.0)))
+                    .collect(),
+                dashed,
+                color: i,
+            });
+        }
+    }
+    chart::line_chart(
+        &file,
+        &format!("waffle probe: {} KiB read latency against concurrency", o.value_bytes >> 10),
+        &format!(
+            "disk: {}, O_DIRECT; grid: {}, link {}\n{} cores, {} s per point",
+            labels.device,
+            labels.grid,
+            labels.link,
+            report::cores(),
+            o.seconds
+        ),
+        "threads",
+        "latency, us (log)",
+        &series,
+        true,
+        true,
+    )?;
+    Ok(file)
 }

@@ -3,11 +3,16 @@
 
 mod stats;
 
+use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use waffle_bench::args::{codec, device, link, size, Codec, GridTimeout, PageSize, Rounds};
+use waffle_bench::args::{
+    codec, device, link, local, node_memory, node_page_size, size, Codec, GridTimeout, PageSize, Rounds,
+};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
 use waffle_bench::bench::report::Output;
@@ -32,8 +37,8 @@ enum Command {
         /// Database size, e.g. 64MiB.
         #[arg(long, default_value = "64MiB", value_parser = size)]
         data: u64,
-        /// Waffle's local pool (L1), e.g. 8MiB.
-        #[arg(long, default_value = "8MiB", value_parser = size)]
+        /// Waffle's local pool (L1), e.g. 8MiB (at least 4KiB).
+        #[arg(long, default_value = "8MiB", value_parser = local)]
         local: u64,
         /// SQLite's own page cache per connection, in KiB.
         #[arg(long, default_value_t = 256)]
@@ -68,21 +73,31 @@ enum Command {
     /// Warm a database ahead of its readers: read it (or the named tables and indexes) in large
     /// sequential reads into L1 and past L1 into the grid, with a progress bar (PRAGMA waffle_warm).
     Warm(WarmArgs),
-    /// Run local memcached nodes on free loopback ports until interrupted.
-    Nodes {
-        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
-        count: u64,
-        /// Memory per node, e.g. 64MiB.
-        #[arg(long, default_value = "64MiB", value_parser = size)]
-        memory: u64,
-        /// Start memcached with slab classes for this database page size (README, "memcached for Waffle");
-        /// 0: memcached's defaults.
-        #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(0..=65536))]
-        page_size: u32,
-        /// Print the memcached flags for --page-size and --memory (for your own nodes) and exit.
-        #[arg(long)]
-        print_flags: bool,
-    },
+    /// Run local memcached nodes on free loopback ports until interrupted (SIGINT, SIGTERM),
+    /// then stop them; or print the memcached command for a node of your own (--print-flags).
+    Nodes(NodesArgs),
+}
+
+#[derive(Args)]
+struct NodesArgs {
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=16))]
+    count: u64,
+    /// Memory per node, whole MiB from 8MiB to 64GiB, e.g. 64MiB (memcached's -m).
+    #[arg(long = "memory", value_name = "SIZE", default_value = "64MiB", value_parser = node_memory)]
+    memory_mib: u32,
+    /// Start memcached with slab classes for this database page size (README, "memcached for Waffle"):
+    /// a power of two from 512 to 64KiB; 0: memcached's defaults.
+    #[arg(long, default_value = "4096", value_parser = node_page_size)]
+    page_size: u32,
+    /// Print the memcached command for --page-size and --memory (for your own nodes) and exit.
+    #[arg(long)]
+    print_flags: bool,
+    /// With --print-flags: the address memcached listens on, a private one (never every interface).
+    #[arg(long, default_value = "127.0.0.1", requires = "print_flags", value_parser = waffle_nodes::command::listen_addr)]
+    listen: IpAddr,
+    /// With --print-flags: the port memcached listens on.
+    #[arg(long, default_value_t = waffle_nodes::command::DEFAULT_PORT, requires = "print_flags")]
+    port: u16,
 }
 
 #[derive(Args)]
@@ -146,9 +161,9 @@ struct CapacityArgs {
     /// Codecs to compare, as waffle_compress spells them.
     #[arg(long, value_delimiter = ',', default_value = "off,lz4,zstd:-3,zstd:1,zstd:3", value_parser = codec)]
     codecs: Vec<Codec>,
-    /// memcached memory of each fill.
-    #[arg(long, default_value = "64MiB", value_parser = size)]
-    node_memory: u64,
+    /// memcached memory of each fill, whole MiB from 8MiB to 64GiB.
+    #[arg(long = "node-memory", value_name = "SIZE", default_value = "64MiB", value_parser = node_memory)]
+    node_memory_mib: u32,
     /// memcached flag sets to compare, separated by ';': defaults, waffle (the plan for the
     /// page size), or flags as given.
     #[arg(long, value_delimiter = ';', default_value = "defaults;waffle")]
@@ -267,9 +282,13 @@ struct ProbeArgs {
     /// EMULATED link in front of the grid: loopback (real), 10gbe, 1gbe, 100mb, dolphin.
     #[arg(long, default_value = "loopback", value_parser = link)]
     link: String,
-    /// Where the probe file goes.
+    /// Where the probe's scratch file goes (removed at the end).
     #[arg(long, default_value = "waffle-bench")]
     dir: PathBuf,
+    /// Probe these memcached nodes, host:port,... (default: one the probe starts on loopback).
+    /// Its values go under an identity of their own and are deleted at the end.
+    #[arg(long)]
+    grid: Option<String>,
     #[command(flatten)]
     output: Output,
 }
@@ -329,19 +348,14 @@ fn run_bench(cmd: BenchCmd) -> Result<(), String> {
     match cmd.sub {
         None => bench::run(&bench_options(&cmd.args, false)?).map(|_| ()),
         Some(BenchSub::Mysql(m)) => mysql::bench::run(&m).map(|_| ()),
-        Some(BenchSub::Capacity(c)) => {
-            if !(1..=65536).contains(&(c.node_memory >> 20)) {
-                return Err(format!("--node-memory {}: from 1 MiB to 64 GiB", c.node_memory));
-            }
-            capacity::run(&CapacityOptions {
-                bench: bench_options(&c.args, false)?,
-                codecs: c.codecs,
-                node_mib: (c.node_memory >> 20) as u32,
-                max_pages: c.pages as usize,
-                slabs: c.slabs,
-            })
-            .map(|_| ())
-        }
+        Some(BenchSub::Capacity(c)) => capacity::run(&CapacityOptions {
+            bench: bench_options(&c.args, false)?,
+            codecs: c.codecs,
+            node_mib: c.node_memory_mib,
+            max_pages: c.pages as usize,
+            slabs: c.slabs,
+        })
+        .map(|_| ()),
         Some(BenchSub::Replot { json, charts }) => {
             let file = bench::replot(&json, &charts)?;
             println!("chart: {}", file.display());
@@ -382,8 +396,22 @@ fn run_probe(a: ProbeArgs) -> Result<(), String> {
         device: (a.device != "real").then_some(a.device),
         link: LinkProfile::by_name(&a.link)?,
         output: a.output,
+        grid: a.grid,
+        stop: stop_on_signals()?,
     })
     .map(|_| ())
+}
+
+/// A flag set by SIGINT, SIGTERM and SIGHUP instead of their default (the
+/// process's end without a destructor): the command stops, its nodes and files
+/// cleaned up, and returns.
+fn stop_on_signals() -> Result<Arc<AtomicBool>, String> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [SIGINT, SIGTERM, SIGHUP] {
+        signal_hook::flag::register(sig, Arc::clone(&stop)).map_err(|e| format!("cannot handle signal {sig}: {e}"))?;
+    }
+    Ok(stop)
 }
 
 fn main() -> ExitCode {
@@ -411,9 +439,7 @@ fn main() -> ExitCode {
         }
         Command::Bench(cmd) => run_bench(*cmd),
         Command::Probe(args) => run_probe(args),
-        Command::Nodes { count, memory, page_size, print_flags } => {
-            run_nodes(count as usize, memory, page_size, print_flags)
-        }
+        Command::Nodes(a) => run_nodes(&a),
         Command::Stats(a) => stats::run(&a),
         Command::Warm(a) if a.mysql => {
             waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|w| println!("{}", w.summary()))
@@ -437,26 +463,30 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_nodes(count: usize, memory_bytes: u64, page_bytes: u32, print_flags: bool) -> Result<(), String> {
-    let mib = (memory_bytes >> 20).max(1) as u32;
-    if page_bytes != 0 && !(512..=65536).contains(&page_bytes) {
-        return Err(format!("--page-size {page_bytes}: 0 (memcached's defaults) or 512 to 65536"));
-    }
-    let plan = (page_bytes != 0).then(|| waffle_nodes::slabs::SlabPlan::for_node(page_bytes, false, mib));
-    if print_flags {
-        let flags = plan.map_or(String::new(), |p| p.describe());
-        println!("memcached -m {mib} {flags}");
+fn run_nodes(a: &NodesArgs) -> Result<(), String> {
+    use std::io::Write;
+    use waffle_nodes::command::{default_user, NodeCommand};
+    let plan = (a.page_size != 0).then(|| waffle_nodes::slabs::SlabPlan::for_node(a.page_size, false, a.memory_mib));
+    if a.print_flags {
+        let cmd =
+            NodeCommand { listen: a.listen, port: a.port, memory_mib: a.memory_mib, user: default_user().into(), plan };
+        println!("{}", cmd.line());
+        eprintln!("{}", cmd.exposure_note());
         return Ok(());
     }
-    let nodes: Vec<_> = (0..count)
-        .map(|_| waffle_nodes::Node::start_with(mib, plan.as_ref()))
-        .collect::<Result<_, _>>()
+    // Before the nodes: a signal while they start stops them too.
+    let stop = stop_on_signals()?;
+    let mut group = waffle_nodes::group::Group::start(a.count as usize, a.memory_mib, plan.as_ref())
         .map_err(|e| format!("starting memcached: {e}"))?;
-    let list: Vec<String> = nodes.iter().map(|n| n.addr()).collect();
-    println!("WAFFLE_GRID={}", list.join(","));
-    println!("{count} memcached nodes of {mib} MiB running; press Enter (or close stdin) to stop them");
-    let mut line = String::new();
-    let _ = std::io::stdin().read_line(&mut line);
-    drop(nodes);
+    println!("WAFFLE_GRID={}", group.grid());
+    println!(
+        "{} memcached nodes of {} MiB running on 127.0.0.1 until interrupted (Ctrl-C, SIGTERM)",
+        a.count, a.memory_mib
+    );
+    let _ = std::io::stdout().flush();
+    let watched = group.watch(&stop);
+    drop(group);
+    watched.map_err(|e| format!("{e}; the other nodes are stopped"))?;
+    eprintln!("waffle nodes: stopped");
     Ok(())
 }

@@ -9,7 +9,12 @@
 //!
 //! [`Node::start_for_pages`] starts it with slab classes that fit pages of one
 //! size ([`slabs::SlabPlan`]); [`Node::start`] keeps memcached's defaults.
+//! [`group::Group`] is `waffle nodes`: nodes watched until asked to stop, tied
+//! to their starter so that not even a SIGKILL leaves them running;
+//! [`command`] is the memcached command line printed for an operator's own node.
 
+pub mod command;
+pub mod group;
 pub mod slabs;
 
 use std::collections::HashMap;
@@ -24,6 +29,25 @@ use std::time::{Duration, Instant};
 const START_TIMEOUT_MS: u64 = 5_000;
 /// Attempts at finding a port that is free and stays free until memcached binds it.
 const START_ATTEMPTS: u32 = 8;
+/// `waffle nodes --memory`: memcached hands memory to a slab class 1 MiB at a time and a
+/// page's plan spreads over at least [`slabs::MIN_CLASSES`] classes; below this a node holds
+/// next to nothing (and memcached itself refuses under 2 MiB).
+pub const MIN_MEMORY_MIB: u32 = 8;
+/// The most memory of one node `waffle nodes` starts or prints flags for.
+pub const MAX_MEMORY_MIB: u32 = 64 << 10;
+
+/// A node's memory as memcached's `-m` takes it: a whole number of MiB, from
+/// [`MIN_MEMORY_MIB`] to [`MAX_MEMORY_MIB`] (the error is the reason; the caller names the flag).
+pub fn memory_mib(bytes: u64) -> Result<u32, String> {
+    if !bytes.is_multiple_of(1 << 20) {
+        return Err(format!("{bytes} bytes is no whole number of MiB (memcached's -m counts MiB)"));
+    }
+    let mib = bytes >> 20;
+    if !(u64::from(MIN_MEMORY_MIB)..=u64::from(MAX_MEMORY_MIB)).contains(&mib) {
+        return Err(format!("{mib} MiB: a node has from {MIN_MEMORY_MIB} MiB to {} GiB", MAX_MEMORY_MIB >> 10));
+    }
+    Ok(mib as u32)
+}
 
 /// Where the `memcached` binary is: `$WAFFLE_MEMCACHED`, else the first one on `PATH`,
 /// else Debian's `/usr/bin/memcached`.
@@ -49,6 +73,8 @@ pub struct Node {
     memory_mib: u32,
     /// Slab flags (empty: memcached's defaults); a restart keeps them.
     slab_args: Vec<String>,
+    /// Killed by the kernel when the starting thread ends ([`Node::start_tied`]); a restart keeps it.
+    tied: bool,
 }
 
 impl Node {
@@ -69,13 +95,26 @@ impl Node {
 
     /// Starts memcached with these slab flags (benchmarks compare flag sets).
     pub fn start_with_args(memory_mib: u32, slab_args: &[String]) -> io::Result<Node> {
+        Node::start_args(memory_mib, slab_args, false)
+    }
+
+    /// As [`Node::start_with`], and the process is tied to the calling thread:
+    /// the kernel kills it when that thread ends, however it ends (SIGKILL
+    /// included, which runs no destructor). For a program whose main thread owns
+    /// its nodes (`waffle nodes`); a test thread that hands a node to another
+    /// thread must not use it.
+    pub fn start_tied(memory_mib: u32, plan: Option<&slabs::SlabPlan>) -> io::Result<Node> {
+        Node::start_args(memory_mib, &plan.map(slabs::SlabPlan::args).unwrap_or_default(), true)
+    }
+
+    fn start_args(memory_mib: u32, slab_args: &[String], tied: bool) -> io::Result<Node> {
         let slab_args = slab_args.to_vec();
         let mut last_err = None;
         for _ in 0..START_ATTEMPTS {
             let port = free_port()?;
-            match spawn(port, memory_mib, &slab_args) {
+            match spawn(port, memory_mib, &slab_args, tied) {
                 Ok(child) => {
-                    return Ok(Node { child: Some(child), port, memory_mib, slab_args });
+                    return Ok(Node { child: Some(child), port, memory_mib, slab_args, tied });
                 }
                 Err(e) => last_err = Some(e),
             }
@@ -132,7 +171,7 @@ impl Node {
         self.kill();
         let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
         loop {
-            match spawn(self.port, self.memory_mib, &self.slab_args) {
+            match spawn(self.port, self.memory_mib, &self.slab_args, self.tied) {
                 Ok(child) => {
                     self.child = Some(child);
                     return Ok(());
@@ -158,6 +197,14 @@ impl Node {
 
     pub fn is_running(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// How the process ended, if it has ended by itself (it is then reaped); None while it runs
+    /// (or after [`Node::kill`]).
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
     }
 
     fn signal(&self, sig: libc::c_int) {
@@ -228,7 +275,7 @@ fn free_port() -> io::Result<u16> {
     Ok(listener.local_addr()?.port())
 }
 
-fn spawn(port: u16, memory_mib: u32, slab_args: &[String]) -> io::Result<Child> {
+fn spawn(port: u16, memory_mib: u32, slab_args: &[String], tied: bool) -> io::Result<Child> {
     let bin = memcached_binary().ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::NotFound,
@@ -249,6 +296,9 @@ fn spawn(port: u16, memory_mib: u32, slab_args: &[String]) -> io::Result<Child> 
     if unsafe { libc::geteuid() } == 0 {
         cmd.args(["-u", "root"]);
     }
+    if tied {
+        tie_to_this_thread(&mut cmd);
+    }
     let mut child = cmd.spawn()?;
     let deadline = Instant::now() + Duration::from_millis(START_TIMEOUT_MS);
     let addr = SocketAddr::from(([127, 0, 0, 1], port));
@@ -268,9 +318,79 @@ fn spawn(port: u16, memory_mib: u32, slab_args: &[String]) -> io::Result<Child> 
     }
 }
 
+/// The child gets SIGKILL when the thread spawning it ends (PR_SET_PDEATHSIG).
+fn tie_to_this_thread(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getpid has no preconditions.
+    let parent = unsafe { libc::getpid() };
+    // SAFETY: between fork and exec only async-signal-safe calls (prctl, getppid, _exit).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // The parent may have died before the prctl: then nobody would ever kill us.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn memory_is_whole_mib_within_bounds() {
+        assert_eq!(memory_mib(64 << 20), Ok(64));
+        assert_eq!(memory_mib(8 << 20), Ok(8));
+        assert_eq!(memory_mib(64 << 30), Ok(65536));
+        for bad in [0, 1, 1 << 20, 7 << 20, (1 << 20) + 1, 1536 << 10, (64 << 30) + (1 << 20)] {
+            assert!(memory_mib(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_exit_is_seen_and_reaped() {
+        let mut node = Node::start(8).expect("memcached must be installed");
+        assert!(node.exit_status().is_none(), "running");
+        // SAFETY: kill(2) on our own child.
+        unsafe { libc::kill(node.pid().unwrap() as libc::pid_t, libc::SIGKILL) };
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let status = loop {
+            if let Some(s) = node.exit_status() {
+                break s;
+            }
+            assert!(Instant::now() < deadline, "no exit seen");
+            thread::sleep(Duration::from_millis(10));
+        };
+        assert!(!status.success());
+        assert!(!node.is_running());
+    }
+
+    #[test]
+    fn a_tied_node_dies_with_its_thread() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        // The node outlives its Node (forgotten: no destructor runs), not its thread.
+        thread::spawn(move || {
+            let node = Node::start_tied(8, None).expect("memcached must be installed");
+            tx.send((node.pid().unwrap(), node.socket_addr())).unwrap();
+            std::mem::forget(node);
+        })
+        .join()
+        .unwrap();
+        let (pid, addr) = rx.recv().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
+            assert!(Instant::now() < deadline, "memcached {pid} still answers after its thread ended");
+            thread::sleep(Duration::from_millis(20));
+        }
+        // Reap it (it is still our child).
+        // SAFETY: waitpid on our own child's pid.
+        unsafe { libc::waitpid(pid as libc::pid_t, std::ptr::null_mut(), 0) };
+    }
 
     #[test]
     fn start_answers_and_stop_frees_the_port() {
