@@ -124,27 +124,29 @@ impl Link {
         rx_end
     }
 
-    /// A proxy's half of [`Link::book`]: `bytes` leaving the database host at
-    /// `at` take the outgoing direction's wire time, then half the round trip;
-    /// returns when they reach the node.
+    /// A proxy's first half of [`Link::book`]: `bytes` leaving the database
+    /// host at `at` wait for the outgoing direction and take its wire time;
+    /// returns when their last byte is on the wire (the node may have them
+    /// then: the round trip is paid on the way back, [`Link::reply`]).
     pub fn send(&self, at: Instant, bytes: usize) -> Instant {
         let mut d = self.state.lock().unwrap_or_else(|p| p.into_inner());
         d.tx_free = at.max(d.tx_free) + self.profile.wire(bytes);
-        d.tx_free + self.half_rtt()
+        d.tx_free
     }
 
-    /// The other half: `bytes` a node sent at `at` take the incoming
-    /// direction's wire time, then half the round trip; returns when they
-    /// reach the database host. A lone request through both halves costs
-    /// [`LinkProfile::unloaded`] plus the node's own time.
-    pub fn reply(&self, at: Instant, bytes: usize) -> Instant {
+    /// The second half: `bytes` a node sent at `at`, answering a request
+    /// whose last byte [`Link::send`] put on the wire at `asked`, start back
+    /// no earlier than one round trip after it, wait for the incoming
+    /// direction and take its wire time; returns when they reach the
+    /// database host. As in [`Link::book`], the node's real time (loopback
+    /// and memcached's service) hides inside the round trip, which counts
+    /// them; a lone request costs [`LinkProfile::unloaded`] unless the real
+    /// exchange is longer.
+    pub fn reply(&self, at: Instant, bytes: usize, asked: Instant) -> Instant {
         let mut d = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        d.rx_free = at.max(d.rx_free) + self.profile.wire(bytes);
-        d.rx_free + self.half_rtt()
-    }
-
-    fn half_rtt(&self) -> Duration {
-        Duration::from_micros(self.profile.rtt_us) / 2
+        let start = at.max(asked + Duration::from_micros(self.profile.rtt_us)).max(d.rx_free);
+        d.rx_free = start + self.profile.wire(bytes);
+        d.rx_free
     }
 
     /// Books the request and sleeps until it completes on the emulated link.
@@ -229,12 +231,15 @@ mod tests {
         let p = LinkProfile { name: "t", rtt_us: 100, bits_per_s: 8_000_000, source: "" }; // 1 byte per us
         let link = Link::new(p);
         let t0 = Instant::now();
-        let at_node = link.send(t0, 1000);
-        let back = link.reply(at_node, 1000);
-        assert_eq!(back - t0, p.unloaded(1000, 1000));
+        let sent = link.send(t0, 1000);
+        assert_eq!(sent - t0, p.wire(1000));
+        // The node answers at once: the reply pays the round trip from the request's last byte.
+        assert_eq!(link.reply(sent, 1000, sent) - t0, p.unloaded(1000, 1000));
+        // A node slower than the round trip: its own time counts, the round trip hides in it.
+        let late = sent + Duration::from_millis(5);
+        assert_eq!(link.reply(late, 1000, sent) - late, p.wire(1000));
         // A second send at the same instant queues behind the first one's bytes.
-        let second = link.send(t0, 1000);
-        assert_eq!(second - at_node, p.wire(1000));
+        assert_eq!(link.send(t0, 1000) - sent, p.wire(1000));
     }
 
     #[test]

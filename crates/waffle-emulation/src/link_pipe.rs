@@ -2,8 +2,10 @@
 //! directions in one thread, on non-blocking sockets and `ppoll`.
 //!
 //! Bytes read from one side are stamped with the time the link would deliver
-//! them ([`Link::send`] towards the node, [`Link::reply`] back) and written to
-//! the other side no earlier. Reading goes on while earlier bytes wait, so a
+//! them and written to the other side no earlier: towards the node when they
+//! are on the wire ([`Link::send`]), back when the round trip from the last
+//! request byte sent and their own wire time are over ([`Link::reply`]; the
+//! node's real time hides in the round trip, as in the in-process model). Reading goes on while earlier bytes wait, so a
 //! pipelined stream (the pusher's `ms ... q` runs) pays the round trip once,
 //! as on a real link, not once per read. Each direction holds at most
 //! [`MAX_QUEUED_BYTES`]; past that it stops reading and TCP pushes back.
@@ -38,13 +40,15 @@ pub(crate) fn run(client: TcpStream, node: TcpStream, link: &Link, stop: &Atomic
     let mut out = Direction::new(Way::Send);
     let mut back = Direction::new(Way::Reply);
     let mut buf = vec![0u8; CHUNK_BYTES];
+    // When the last request byte went out on the emulated wire: replies pay the round trip from there.
+    let mut asked = Instant::now();
     while !stop.load(Ordering::Relaxed) && !out.finished() && !back.finished() {
         let (client_ready, node_ready) = wait(&client, &node, &out, &back)?;
         if client_ready && out.wants_read() {
-            out.read(&client, link, &mut buf)?;
+            out.read(&client, link, &mut buf, &mut asked)?;
         }
         if node_ready && back.wants_read() {
-            back.read(&node, link, &mut buf)?;
+            back.read(&node, link, &mut buf, &mut asked)?;
         }
         out.write_due(&node)?;
         back.write_due(&client)?;
@@ -92,16 +96,21 @@ impl Direction {
         self.queue.front().map(|c| c.due)
     }
 
-    /// Reads what `from` has (up to the bound), each read stamped with its delivery time.
-    fn read(&mut self, from: &TcpStream, link: &Link, buf: &mut [u8]) -> io::Result<()> {
+    /// Reads what `from` has (up to the bound), each read stamped with its
+    /// delivery time; `asked`: when the last request byte went out (set by
+    /// sends, used by replies).
+    fn read(&mut self, from: &TcpStream, link: &Link, buf: &mut [u8], asked: &mut Instant) -> io::Result<()> {
         while self.wants_read() {
             match (&*from).read(buf) {
                 Ok(0) => self.ended = true,
                 Ok(n) => {
                     let now = Instant::now();
                     let due = match self.way {
-                        Way::Send => link.send(now, n),
-                        Way::Reply => link.reply(now, n),
+                        Way::Send => {
+                            *asked = link.send(now, n);
+                            *asked
+                        }
+                        Way::Reply => link.reply(now, n, *asked),
                     };
                     self.queue.push_back(Chunk { due, bytes: buf[..n].to_vec(), written: 0 });
                     self.queued_bytes += n;

@@ -4,9 +4,13 @@
 //! to the proxy's address as to any node and knows nothing of the emulation.
 //!
 //! ```text
-//!  grid client ──> 127.0.0.1:proxy ──[Link::send: wire + rtt/2]──> node
-//!              <──                 <──[Link::reply: wire + rtt/2]──
+//!  grid client ──> 127.0.0.1:proxy ──[Link::send: the request's wire time]──────────────> node
+//!              <──                 <──[Link::reply: the round trip, the reply's wire time]──
 //! ```
+//!
+//! The real exchange with the node (loopback, memcached's service) hides
+//! inside the round trip, as in the in-process model; the two loopback hops
+//! between the client and the proxy, and the proxy's wake-ups, do not.
 //!
 //! Bounded: at most `max_connections` relayed at once (one thread each,
 //! [`crate::link_pipe`]); a connection past the bound waits in the listen
