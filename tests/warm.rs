@@ -89,9 +89,11 @@ fn a_warmed_table_reaches_the_grid_and_its_reads_come_from_l2() {
     assert_eq!(w["state"], "done", "{w}");
     let g = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("no {k} in {w}"));
     assert_eq!(g("planned_pages"), expected, "the walk found other pages than dbstat counts: {w}");
-    assert_eq!(g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages"), expected, "{w}");
+    assert_eq!(g("l1_pages") + g("queued_pages") + g("skipped_pages") + g("dropped_pages"), expected, "{w}");
     assert_eq!(g("dropped_pages"), 0, "warm pages wait for the push queue, never dropped: {w}");
     assert!(g("l1_pages") <= 16, "64 KiB of L1 holds 16 pages: {w}");
+    // Done means settled: what it queued, the grid stored (a live node, nobody reading meanwhile).
+    assert_eq!((g("pushed_pages"), g("not_stored_pages")), (g("queued_pages"), 0), "{w}");
     assert!(g("pushed_pages") >= expected * 9 / 10, "past L1 the pages go to the grid: {w}");
     assert!(g("disk_reads") < expected / 4, "large reads, not page by page: {w}");
     let s0 = stats(&conn);

@@ -93,6 +93,16 @@ impl Warmed {
         self.dropped_pages + self.not_stored_pages
     }
 
+    /// Why pages were not stored, for people: "6932 not sent: the node was down or unreachable, ...".
+    pub fn unstored_words(&self) -> String {
+        let mut why: Vec<String> =
+            self.not_stored.iter().map(|(w, n)| format!("{n} {}", not_stored_words(w))).collect();
+        if self.dropped_pages > 0 {
+            why.push(format!("{} found no room (L1 full and no grid, or the push queue full)", self.dropped_pages));
+        }
+        why.join(", ")
+    }
+
     /// One line: how long, what it stored where, what it did not and why.
     pub fn summary(&self) -> String {
         let mut line = format!(
@@ -111,12 +121,7 @@ impl Warmed {
             line.push_str(&format!(" (the warm itself ran {:.1} s)", self.warm_seconds));
         }
         if self.unstored_pages() > 0 {
-            let mut why: Vec<String> =
-                self.not_stored.iter().map(|(w, n)| format!("{n} {}", not_stored_words(w))).collect();
-            if self.dropped_pages > 0 {
-                why.push(format!("{} found no room (L1 full and no grid, or the push queue full)", self.dropped_pages));
-            }
-            line.push_str(&format!("; NOT stored: {} ({})", self.unstored_pages(), why.join(", ")));
+            line.push_str(&format!("; NOT stored: {} ({})", self.unstored_pages(), self.unstored_words()));
         }
         if self.unsettled_pages > 0 {
             line.push_str(&format!(
@@ -284,7 +289,8 @@ fn nothing_stored(warmed: &[Warmed], kept: u64) -> Result<(), String> {
     let stored: u64 = warmed.iter().map(|w| w.pushed_pages).sum::<u64>() + kept;
     let meant: u64 = warmed.iter().map(|w| w.pushed_pages + w.unstored_pages()).sum();
     if stored == 0 && meant > 0 {
-        return Err(format!("the grid stored none of the {meant} pages this warm read (see the line above)"));
+        let why: Vec<String> = warmed.iter().map(Warmed::unstored_words).filter(|w| !w.is_empty()).collect();
+        return Err(format!("the grid stored none of the {meant} pages this warm read: {}", why.join("; ")));
     }
     Ok(())
 }
