@@ -6,10 +6,12 @@
 //!
 //! Off, the hooks still follow every open, close and dup (so it can come back
 //! on), but a tablespace page read goes to the file and a write goes to the
-//! file only: neither touches L1 or the grid. Turning off drops L1 and the
-//! push queue and detaches the grid; turning on starts cold: every page gets
-//! a version no copy made before has (`PageCache::reset`), so nothing cached
-//! before the switch is served, and the grid's old copies are never asked for.
+//! file only: neither touches L1 or the grid. Turning off drops L1, the push
+//! queue and the grid client (its connections and prober thread end: no
+//! request reaches a node while off); turning on makes a new grid client and
+//! starts cold: every page gets a version no copy made before has
+//! (`PageCache::reset`), so nothing cached before the switch is served, and
+//! the grid's old copies are never asked for.
 //!
 //! Why that is enough: writes made while off do not reach the cache, so a copy
 //! from before them must not survive into the next on. Every read or write
@@ -23,7 +25,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
@@ -43,8 +45,6 @@ pub struct OffSwitch {
     off: AtomicBool,
     /// Reads and writes inside the cache (each holds a [`Pass`]).
     inside: AtomicU64,
-    /// The grid while off (detached from the cache).
-    parked: Mutex<Option<Arc<Grid>>>,
     /// When it last changed (unix ms; 0: never).
     since_ms: AtomicU64,
     turned_off: Counter,
@@ -74,7 +74,6 @@ impl OffSwitch {
             control: stats_path.with_file_name(CONTROL_FILE),
             off: AtomicBool::new(false),
             inside: AtomicU64::new(0),
-            parked: Mutex::new(None),
             since_ms: AtomicU64::new(0),
             turned_off: Counter::default(),
             turned_on: Counter::default(),
@@ -113,11 +112,11 @@ impl OffSwitch {
         }
     }
 
-    /// The stats thread's tick: follows the control file.
-    pub fn poll(&self, cache: &PageCache) {
+    /// The stats thread's tick: follows the control file; `new_grid` makes the grid client when turning on.
+    pub fn poll(&self, cache: &PageCache, new_grid: &dyn Fn() -> Option<Arc<Grid>>) {
         match (self.asked_off(), self.is_off()) {
             (true, false) => self.turn_off(cache, "now"),
-            (false, true) => self.turn_on(cache),
+            (false, true) => self.turn_on(cache, new_grid()),
             _ => {}
         }
     }
@@ -125,7 +124,7 @@ impl OffSwitch {
     fn turn_off(&self, cache: &PageCache, when: &str) {
         self.off.store(true, Ordering::SeqCst);
         self.drain();
-        *self.parked.lock().unwrap_or_else(|p| p.into_inner()) = cache.grid();
+        // Dropped with its last holder (the pusher may finish a send first).
         cache.set_grid(None);
         cache.reset();
         self.turned_off.incr();
@@ -137,10 +136,10 @@ impl OffSwitch {
         ));
     }
 
-    fn turn_on(&self, cache: &PageCache) {
+    fn turn_on(&self, cache: &PageCache, grid: Option<Arc<Grid>>) {
         // Cold: no copy made before the switch matches a version from now on.
         cache.reset();
-        cache.set_grid(self.parked.lock().unwrap_or_else(|p| p.into_inner()).take());
+        cache.set_grid(grid);
         self.off.store(false, Ordering::SeqCst);
         self.turned_on.incr();
         self.since_ms.store(now_ms(), Ordering::Relaxed);
@@ -186,6 +185,7 @@ fn say(msg: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
     use waffle_core::backing::MemoryFile;
     use waffle_core::{CacheOptions, Source};
 
@@ -227,16 +227,16 @@ mod tests {
             c.wrote(2, &[2u8; PS]);
         }
         assert_eq!(c.read(2, &mut buf, &disk).unwrap().1, Source::L1);
-        sw.poll(&c);
+        sw.poll(&c, &|| None);
         assert!(!sw.is_off(), "no control file: still on");
         std::fs::write(d.join(CONTROL_FILE), b"").unwrap();
-        sw.poll(&c);
+        sw.poll(&c, &|| None);
         assert!(sw.is_off() && sw.enter().is_none(), "off: no pass");
         assert_eq!(c.l1_free_bytes(), 64 * PS as u64, "L1 dropped");
         // Off: the server writes the file only (the hooks give no pass).
         disk.0.lock().unwrap()[2 * PS..3 * PS].fill(3);
         std::fs::remove_file(d.join(CONTROL_FILE)).unwrap();
-        sw.poll(&c);
+        sw.poll(&c, &|| None);
         let _pass = sw.enter().expect("on again");
         assert_eq!(c.read(2, &mut buf, &disk).unwrap(), (PS, Source::Disk), "cold: from the file");
         assert_eq!(buf, vec![3u8; PS], "the write made while off");
@@ -256,7 +256,7 @@ mod tests {
         std::fs::write(d.join(CONTROL_FILE), b"").unwrap();
         let pass = sw.enter().expect("on");
         let (sw2, c2) = (Arc::clone(&sw), Arc::clone(&c));
-        let t = std::thread::spawn(move || sw2.poll(&c2));
+        let t = std::thread::spawn(move || sw2.poll(&c2, &|| None));
         std::thread::sleep(Duration::from_millis(100));
         assert!(!t.is_finished(), "a write inside the cache holds the turn-off");
         assert!(sw.is_off() && sw.enter().is_none(), "but no new pass is given meanwhile");

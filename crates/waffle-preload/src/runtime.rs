@@ -176,6 +176,8 @@ pub struct Runtime {
     pub switch: OffSwitch,
     /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
     device: Option<EmulatedDevice>,
+    /// `WAFFLE_LINK` (benchmarks): the EMULATED link of the grid (a grid made again keeps it).
+    link: Option<Arc<dyn LinkModel>>,
     segs: Mutex<Segments>,
     /// Signalled when a [`Loan`] ends (a close of the lent descriptor waits for it).
     returned: Condvar,
@@ -345,6 +347,18 @@ fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), Stri
     Ok((DEFAULT_PAGE_BYTES, "the default"))
 }
 
+/// The grid `config` names (None: L1 only), behind the EMULATED `link` if any.
+fn make_grid(config: &Config, link: Option<&Arc<dyn LinkModel>>) -> Option<Arc<Grid>> {
+    if config.grid.is_empty() {
+        return None;
+    }
+    let grid = Grid::new(config.grid.clone(), config.grid_options());
+    Some(Arc::new(match link {
+        Some(link) => grid.with_link(Arc::clone(link)),
+        None => grid,
+    }))
+}
+
 /// Starts the runtime at the first tracked open (`first_fd`). None if it could not start (the preload is then off).
 pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
     RUNTIME
@@ -373,13 +387,8 @@ impl Runtime {
         let (page_bytes, page_bytes_from) = page_size(first_fd, &args)?;
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
         let Emulation { device, link } = Emulation::from_config(&config).map_err(|e| e.to_string())?;
-        let grid = (!config.grid.is_empty()).then(|| {
-            let grid = Grid::new(config.grid.clone(), config.grid_options());
-            Arc::new(match &link {
-                Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn LinkModel>),
-                None => grid,
-            })
-        });
+        let link = link.map(|l| l as Arc<dyn LinkModel>);
+        let grid = make_grid(&config, link.as_ref());
         if let Some(d) = &device {
             log::note(&format!(
                 "EMULATED device {}: every tablespace page read that reaches the disk waits for it (benchmarks only)",
@@ -421,6 +430,7 @@ impl Runtime {
             names: Mutex::new(HashMap::new()),
             buffered_warned: AtomicBool::new(false),
             device,
+            link,
             config,
         };
         let grid_text = if rt.config.grid.is_empty() {
@@ -1051,7 +1061,8 @@ fn start_stats_thread() {
             }
             // The switch first: the stats written next show where it stands.
             if let Some(rt) = get() {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache)));
+                let new_grid = || make_grid(&rt.config, rt.link.as_ref());
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache, &new_grid)));
             }
             let _ = std::panic::catch_unwind(|| write_stats(false));
             // Off: a warm request waits, and the hot list keeps what it listed while on.

@@ -339,6 +339,7 @@ fn the_off_switch_stops_the_cache_under_load_and_on_again_starts_cold() {
     let on = stats_after(&s, "grid traffic", |v| stat(v, "l2_pushes") > 100 && stat(v, "l2_hits") > 0);
     assert_eq!(on["switch"]["state"], "on");
     assert!(node_requests(&os.node) > 100, "memcached counts the cache's requests (the measure below can fail)");
+    let on_conns = os.node.stat("curr_connections").unwrap(); // the grid client's and this query's
 
     let control = os.data.join("waffle-off");
     std::fs::write(&control, b"").unwrap();
@@ -362,6 +363,11 @@ fn the_off_switch_stops_the_cache_under_load_and_on_again_starts_cold() {
     assert_eq!(node_requests(&os.node), node_before, "memcached saw no request while off");
     assert_eq!(stat(&passed, "l1.pages"), 0, "nothing entered L1 while off: {passed}");
     assert_eq!(stat(&passed, "preload.fallback_reads"), 0, "{passed}");
+    let off_conns = os.node.stat("curr_connections").unwrap();
+    assert!(
+        on_conns > 1 && off_conns == 1,
+        "the grid client's connections closed ({on_conns} -> {off_conns}: this query's own)"
+    );
 
     std::fs::remove_file(&control).unwrap();
     let back = stats_after(&s, "switched on", |v| v["state"] == "active" && stat(v, "switch.turned_on") == 1);
