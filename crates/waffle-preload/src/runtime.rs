@@ -1281,6 +1281,31 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn the_preloads_own_settings_are_checked_in_a_configuration_file() {
+        let parse = |text: &str| ConfigFile::parse(Path::new("/etc/waffle/waffle.conf"), text, &OWN_SETTINGS);
+        let good = "WAFFLE_TABLES = shop/*\nWAFFLE_STATS_FILE = /run/w.json\nWAFFLE_STATS_MODE = 0644\n\
+                    WAFFLE_STATS_INTERVAL_MS = 500\nWAFFLE_PAGE_SIZE = 16k\nWAFFLE_LOCAL = 64MiB\n";
+        let f = parse(good).unwrap();
+        assert_eq!((f.get("WAFFLE_STATS_MODE"), f.get("WAFFLE_LOCAL")), (Some("0644"), Some("64MiB")));
+        for (line, why) in [
+            ("WAFFLE_STATS_MODE = 0666", "no write for others"),
+            ("WAFFLE_STATS_MODE = 0755", "no execute"),
+            ("WAFFLE_STATS_MODE = 0440", "the owner's read and write"),
+            ("WAFFLE_STATS_MODE = rw-r--r--", "octal"),
+            ("WAFFLE_STATS_INTERVAL_MS = 5", "from 10 to 3600000"),
+            ("WAFFLE_PAGE_SIZE = 3k", "4k, 8k"),
+            ("WAFFLE_TABLES = ", "empty"),
+            ("WAFFLE_PRELOAD_ACTIVE = 1", "environment only"),
+            ("WAFFLE_HOT_LIST_INTERVAL_MS = 1000", "environment only"),
+        ] {
+            let e = parse(&format!("# x\n{line}\n")).unwrap_err();
+            let (key, _) = line.split_once(" = ").unwrap();
+            assert!(e.line == 2 && e.key == key && e.to_string().contains(why), "{line}: {e}");
+        }
+        assert_eq!(parse_stats_mode("640"), Ok(0o640));
+    }
+
+    #[test]
     fn options_and_page_sizes() {
         let args: Vec<String> = ["mariadbd", "--innodb_page_size=8k", "--innodb-use-native-aio=0", "--datadir=/x"]
             .iter()
