@@ -63,6 +63,126 @@ fn place(v: &Value) -> String {
     }
 }
 
+/// A counter for people: its figure, and what it means.
+struct Event {
+    n: u64,
+    what: String,
+}
+
+fn event(n: u64, what: impl Into<String>) -> Event {
+    Event { n, what: what.into() }
+}
+
+/// `a 1, b 2` of the nonzero members of the object `v[k]`.
+fn parts(v: &Value, k: &str) -> String {
+    let m = v.get(k).and_then(Value::as_object);
+    let nonzero = m.into_iter().flatten().filter_map(|(name, n)| Some((name, n.as_u64()?))).filter(|(_, n)| *n > 0);
+    nonzero.map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+}
+
+/// What happened that a DBA may wonder about, in two groups: what the cache
+/// does by design (nothing is lost: the disk has every page), and faults
+/// worth a look (each cost a disk read, never a wrong page). Zero counts
+/// are left out; a group with none says so.
+fn events(o: &mut String, v: &Value) {
+    let groups = [
+        ("expected", "the cache at work; nothing is lost: the disk has every page", expected_events(v)),
+        ("faults", "worth a look; each cost a disk read or a push, none served a wrong page", fault_events(v)),
+    ];
+    for (group, meaning, rows) in groups {
+        let rows: Vec<Event> = rows.into_iter().filter(|e| e.n > 0).collect();
+        if rows.is_empty() {
+            let _ = writeln!(o, "{group:<8} none");
+            continue;
+        }
+        let _ = writeln!(o, "{group:<8} ({meaning})");
+        for e in rows {
+            let _ = writeln!(o, "         {:>9}  {}", e.n, e.what);
+        }
+    }
+}
+
+/// `l2_push_not_stored` for people: "1300 not sent (the node was down), 6 refused by the node (...)".
+fn not_stored_words(v: &Value) -> String {
+    let words = |why: &str| match why {
+        "node_down" => "not sent (the node was down or unreachable)",
+        "refused" => "refused by the node (memcached out of memory, or too large)",
+        "lost" => "lost on the way (a timeout or a reset)",
+        _ => "not sent (no grid any more, or not sealable)",
+    };
+    let m = v.get("l2_push_not_stored").and_then(Value::as_object);
+    let nonzero = m.into_iter().flatten().filter_map(|(why, n)| Some((why, n.as_u64()?))).filter(|(_, n)| *n > 0);
+    nonzero.map(|(why, n)| format!("{n} {}", words(why))).collect::<Vec<_>>().join(", ")
+}
+
+/// The cache at work: counted so the figures add up, not a sign of trouble.
+fn expected_events(v: &Value) -> Vec<Event> {
+    let mut rows = vec![event(
+        u(v, "l2_rejects_stale"),
+        "stale grid copies refused: the page was rewritten after its copy was pushed (read from disk)",
+    )];
+    match v.get("preload") {
+        Some(p) => {
+            let (doublewrite, partial) = (u(p, "multi_page_writes"), u(p, "partial_writes"));
+            rows.push(event(
+                doublewrite,
+                "pages of InnoDB's doublewrite buffer dropped from the cache: written several at once, read only by crash recovery; not lost writes",
+            ));
+            rows.push(event(
+                partial,
+                "pages dropped from the cache after a write of part of a page (the file has the write)",
+            ));
+            let other = u(v, "partial_writes").saturating_sub(doublewrite + partial);
+            rows.push(event(other, "pages dropped from the cache after hole punches and vectored writes"));
+        }
+        None => rows.push(event(
+            u(v, "partial_writes"),
+            "pages dropped from the cache after a write of part of a page (the file has the write)",
+        )),
+    }
+    rows.push(event(u(v, "truncates"), "truncations: the pages past the new end left the cache"));
+    rows.push(event(
+        u(v, "l2_push_cost_skips"),
+        "evicted pages not pushed: their node is backed off (asking it costs more than the disk read it saves)",
+    ));
+    rows
+}
+
+/// Faults: each one cost a disk read (or a push), none served a wrong page.
+fn fault_events(v: &Value) -> Vec<Event> {
+    let mut rows = vec![
+        event(
+            u(v, "l2_push_failures"),
+            match v.get("l2_push_not_stored") {
+                Some(_) => format!("evicted pages the grid did not store: {}", not_stored_words(v)),
+                None => "evicted pages the grid did not store (node down, refused or lost)".into(),
+            },
+        ),
+        event(
+            u(v, "l2_push_drops"),
+            "evicted pages dropped: the push queue was full (the grid fell behind the evictions)",
+        ),
+        event(
+            v.get("l2_rejects_bad")
+                .map_or(u(v, "l2_rejects_total").saturating_sub(u(v, "l2_rejects_stale")), |_| u(v, "l2_rejects_bad")),
+            format!("grid copies refused as damaged, foreign or forged (by reason: {})", parts(v, "l2_rejects")),
+        ),
+        event(sum_object(v, "l2_faults"), format!("grid requests that failed ({})", parts(v, "l2_faults"))),
+    ];
+    if let Some(p) = v.get("preload") {
+        rows.push(event(
+            sum_object(p, "innodb_rejects"),
+            format!("grid copies refused by InnoDB's page check ({})", parts(p, "innodb_rejects")),
+        ));
+        rows.push(event(u(p, "fallback_reads"), "page reads the cache could not answer (the server read them itself)"));
+    }
+    rows.push(event(
+        u(v, "verify_mismatches"),
+        "verify mode: pages that differed from the file (the file's were served)",
+    ));
+    rows
+}
+
 /// The report for one stats JSON object.
 pub fn render(v: &Value, source: &str) -> String {
     let mut o = String::new();
@@ -110,29 +230,20 @@ pub fn render(v: &Value, source: &str) -> String {
     let asked = l2 + u(v, "l2_misses");
     let _ = writeln!(
         o,
-        "grid     hits {l2}, misses {}, hit ratio {}; skipped (node down) {}; rejects {}; faults {}",
+        "grid     hits {l2}, misses {}, hit ratio {}; not asked while a node was down {}",
         u(v, "l2_misses"),
         pct(l2, asked),
         u(v, "l2_skipped"),
-        u(v, "l2_rejects_total"),
-        sum_object(v, "l2_faults")
     );
     let _ = writeln!(
         o,
-        "pushes   {} ({}), dropped {}, failed {}; fetched {}",
+        "pushes   {} stored ({}); fetched {}",
         u(v, "l2_pushes"),
         bytes(u(v, "l2_push_bytes")),
-        u(v, "l2_push_drops"),
-        u(v, "l2_push_failures"),
         bytes(u(v, "l2_fetch_bytes"))
     );
-    let _ = writeln!(
-        o,
-        "writes   {} pages; partial (dropped) {}; truncations {}",
-        u(v, "disk_writes"),
-        u(v, "partial_writes"),
-        u(v, "truncates")
-    );
+    let _ = writeln!(o, "writes   {} pages", u(v, "disk_writes"));
+    events(&mut o, v);
     if let Some(l1v) = v.get("l1") {
         let _ = writeln!(
             o,
@@ -193,13 +304,10 @@ pub fn render(v: &Value, source: &str) -> String {
     if let Some(p) = v.get("preload") {
         let _ = writeln!(
             o,
-            "preload  page reads {}, pass-through reads {}, page writes {}, dropped by multi-page writes {}, by partial writes {}, InnoDB-check rejects {}",
+            "preload  page reads {}, pass-through reads {}, page writes {}",
             u(p, "page_reads"),
             u(p, "passthrough_reads"),
             u(p, "page_writes"),
-            u(p, "multi_page_writes"),
-            u(p, "partial_writes"),
-            sum_object(p, "innodb_rejects")
         );
     }
     if let Some(spaces) = v.get("tablespaces").and_then(Value::as_object) {
@@ -252,7 +360,50 @@ mod tests {
         assert!(text.contains("hit ratio 88.9%"), "{text}");
         assert!(text.contains("sbtest/sbtest1"), "{text}");
         assert!(text.contains("(not cached: WAFFLE_TABLES)"), "{text}");
-        assert!(text.contains("faults 1"), "{text}");
+        assert!(text.contains("grid requests that failed (timeout 1)"), "{text}");
+    }
+
+    /// Issue 21 item 2: a DBA read "writes ... partial (dropped) 145625" as lost writes, and "rejects
+    /// 590", "pushes failed 1306" came with no word on which are expected.
+    #[test]
+    fn expected_counts_and_faults_are_told_apart_in_words() {
+        let v = json!({
+            "adapter": "mariadb-preload", "l1_hits": 1, "l1_misses": 0, "disk_writes": 200000,
+            "partial_writes": 145625, "truncates": 0,
+            "l2_rejects": {"version": 590, "checksum": 0}, "l2_rejects_total": 590, "l2_rejects_stale": 590, "l2_rejects_bad": 0,
+            "l2_push_failures": 1306, "l2_push_not_stored": {"node_down": 1300, "refused": 6, "lost": 0, "other": 0},
+            "l2_faults": {"timeout": 0, "io": 2},
+            "preload": {"multi_page_writes": 145600, "partial_writes": 25, "innodb_rejects": {"lsn": 0}, "fallback_reads": 0}
+        });
+        let text = render(&v, "f");
+        assert!(!text.contains("partial (dropped)") && !text.contains("rejects 590"), "{text}");
+        // A group's lines: its first names it, the others are indented.
+        let section = |name: &str| -> String {
+            let mut lines = text.lines().skip_while(|l| !l.starts_with(&format!("{name:<8} ")));
+            let first = lines.next().unwrap_or_else(|| panic!("no {name} group: {text}"));
+            let rest = lines.take_while(|l| l.starts_with("         "));
+            std::iter::once(first).chain(rest).collect::<Vec<_>>().join("\n")
+        };
+        let expected = section("expected");
+        assert!(expected.contains("145600  pages of InnoDB's doublewrite buffer dropped from the cache"), "{text}");
+        assert!(expected.contains("not lost writes"), "{text}");
+        assert!(expected.contains("590  stale grid copies refused: the page was rewritten"), "{text}");
+        assert!(expected.contains("25  pages dropped from the cache after a write of part of a page"), "{text}");
+        let faults = section("faults");
+        assert!(
+            faults.contains(
+                "1306  evicted pages the grid did not store: 1300 not sent (the node was down or unreachable), 6 refused by the node"
+            ),
+            "{text}"
+        );
+        assert!(faults.contains("2  grid requests that failed (io 2)"), "{text}");
+        assert!(!faults.contains("590") && !faults.contains("145600"), "{text}");
+    }
+
+    #[test]
+    fn a_quiet_run_says_none() {
+        let text = render(&json!({"l1_hits": 5, "l1_misses": 0}), "f");
+        assert!(text.contains("\nexpected none\n") && text.contains("\nfaults   none\n"), "{text}");
     }
 
     #[test]
