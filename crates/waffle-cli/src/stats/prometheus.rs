@@ -40,6 +40,8 @@ const COUNTERS: &[(&str, &str)] = &[
     ("l2_pushes", "Evicted pages stored in the grid."),
     ("l2_push_drops", "Evicted pages dropped: the push queue was full."),
     ("l2_push_failures", "Evicted pages the grid refused or lost to a fault."),
+    ("l2_rejects_stale", "Grid copies refused as older than their page (rewritten after the push): expected."),
+    ("l2_rejects_bad", "Grid copies refused as damaged, foreign or forged: a fault."),
     ("l2_push_bytes", "Bytes stored in the grid."),
     ("l2_fetch_bytes", "Bytes fetched from the grid."),
     ("disk_reads", "Single-page reads of the database file."),
@@ -81,6 +83,7 @@ const NODE_COUNTERS: &[(&str, &str)] = &[
     ("marked_down", "Times the node went from up to down."),
     ("presence_misses", "Misses of pages the cache had pushed to the node."),
     ("stale_connections", "Pooled connections the node had closed, found when used."),
+    ("idle_probes", "mn sent because the node had seen no request for a while (its health stays known)."),
 ];
 
 const COST_STATES: [&str; 3] = ["measuring", "on", "backed_off"];
@@ -205,6 +208,12 @@ impl Exposition {
         for (obj, metric, name, help) in [
             ("l2_rejects", "waffle_l2_rejects", "reason", "Grid values refused (envelope or page check), by reason."),
             ("l2_faults", "waffle_l2_faults", "kind", "Grid requests that failed, by kind."),
+            (
+                "l2_push_not_stored",
+                "waffle_l2_push_not_stored",
+                "reason",
+                "Evicted pages the grid did not store, by why (node_down: not sent; refused; lost: a fault; other).",
+            ),
         ] {
             for (k, n) in v.get(obj).and_then(Value::as_object).into_iter().flatten() {
                 self.counter(metric, help, with(name, k), n);
