@@ -32,7 +32,7 @@ use waffle_core::stats_file::{self, INTERVAL_MS, STATS_FILE};
 
 use crate::registry::OpenDb;
 
-/// The stats file the opener named (URI parameter, else the environment), if any.
+/// The stats file the opener named (URI parameter, else the environment), if any, made absolute.
 ///
 /// # Safety
 /// `name` is the (non-null) filename SQLite passed to xOpen for a main database.
@@ -48,7 +48,8 @@ pub unsafe fn path_of(name: *const c_char) -> Option<PathBuf> {
         unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned()
     };
     let value = value.trim();
-    (!value.is_empty()).then(|| PathBuf::from(value))
+    // A relative name is the working directory's at the open (the thread may write long after a chdir).
+    (!value.is_empty()).then(|| std::path::absolute(value).unwrap_or_else(|_| PathBuf::from(value)))
 }
 
 /// Tells the thread to stop, and wakes it.
