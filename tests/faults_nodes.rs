@@ -287,3 +287,40 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     assert_eq!(n(s, "l2_rejects_total"), 0, "{s}");
     eprintln!("{} memcached evictions {evictions:?} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
 }
+
+/// Issue 21 item 2: a node nobody asks (L1 holds the whole working set) was
+/// "up" (`waffle_node_up 1`) long after it was killed: health was learnt from
+/// requests only. The grid's prober sends a node idle for 3 s one `mn`:
+/// killed, it is down within seconds without a read of the database;
+/// restarted, up again. The probes are not requests of the cache's.
+#[test]
+fn a_killed_node_nobody_asks_is_seen_down_and_up_again() {
+    let mut node = start_node(64);
+    let addr = node.addr();
+    let dir = waffle_testkit::temp_dir::TempDir::new("faults-idle-node");
+    let path = dir.join("idle.db");
+    {
+        let plain = waffle_testkit::db::open_plain(&path);
+        plain.execute_batch("CREATE TABLE t(x); INSERT INTO t VALUES (randomblob(1000)), (randomblob(1000));").unwrap();
+    }
+    let conn = waffle_testkit::db::open_waffle(&path, &[("waffle_grid", &grid_of([&node])), ("waffle_local", "16MiB")]);
+    let rows: i64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 2);
+    let before = stats(&conn);
+    assert!(node_up(&before, &addr), "{before}");
+
+    node.kill();
+    let t0 = Instant::now();
+    waffle_testkit::wait::wait_for(Duration::from_secs(15), "the killed node marked down", || {
+        !node_up(&stats(&conn), &addr)
+    });
+    eprintln!("killed node seen down after {:?} without a read", t0.elapsed());
+    let dead = stats(&conn);
+    assert!(node_n(&dead, &addr, "idle_probes") > node_n(&before, &addr, "idle_probes"), "{dead}");
+    assert_eq!(node_n(&dead, &addr, "requests"), node_n(&before, &addr, "requests"), "nobody asked it: {dead}");
+
+    node.restart().expect("restart memcached on the same port");
+    waffle_testkit::wait::wait_for(Duration::from_secs(15), "the restarted node up again", || {
+        node_up(&stats(&conn), &addr)
+    });
+}
