@@ -256,7 +256,8 @@ impl ProbeGrid {
     fn new(grid: Option<&str>) -> Result<ProbeGrid, String> {
         let (own, specs, cache_id) = match grid {
             None => {
-                let node = Node::start(64).map_err(|e| format!("starting memcached: {e}"))?;
+                // Tied to this thread: not even a SIGKILL of the probe leaves it running.
+                let node = Node::start_tied(64, None).map_err(|e| format!("starting memcached: {e}"))?;
                 let specs = NodeSpec::parse_list(&node.addr()).map_err(|e| format!("node list: {e}"))?;
                 (Some(node), specs, 0x9_0be_u64)
             }

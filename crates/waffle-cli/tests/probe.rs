@@ -120,9 +120,18 @@ fn alive(pid: u32) -> bool {
         .is_some_and(|dead| !dead)
 }
 
-#[test]
-fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
-    let dir = TempDir::new("signal");
+struct Kill(std::process::Child);
+
+impl Drop for Kill {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `waffle probe` with its own node, once it measures (the file written, the node running):
+/// the process, its stderr lines, and its memcached's pid.
+fn measuring(dir: &TempDir) -> (Kill, mpsc::Receiver<String>, u32) {
     let args = ["--threads", "1", "--seconds", "60", "--file-size", "1MiB", "--dir", dir.0.to_str().unwrap()];
     let mut child = waffle()
         .arg("probe")
@@ -131,18 +140,10 @@ fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run waffle probe");
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let err = BufReader::new(child.stderr.take().unwrap());
-    let mut child = Kill(child);
+    let child = Kill(child);
     let (tx, lines) = mpsc::channel();
     thread::spawn(move || err.lines().map_while(Result::ok).for_each(|l| drop(tx.send(l))));
-    // Measuring: the file written, the node running.
     loop {
         let line = lines.recv_timeout(WAIT).expect("the probe never started measuring");
         if line.contains("1 threads") {
@@ -153,6 +154,13 @@ fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
         children(child.0.id()).into_iter().filter(|(_, cmd)| cmd.contains("memcached")).map(|(p, _)| p).collect();
     assert_eq!(memcached.len(), 1, "the probe's own node");
     assert_eq!(files(&dir.0).len(), 1, "the scratch file: {:?}", files(&dir.0));
+    (child, lines, memcached[0])
+}
+
+#[test]
+fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
+    let dir = TempDir::new("signal");
+    let (mut child, lines, memcached) = measuring(&dir);
     let started = Instant::now();
     assert!(Command::new("kill").args(["-s", "TERM", &child.0.id().to_string()]).status().unwrap().success());
     let status = loop {
@@ -168,5 +176,18 @@ fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
     assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
     assert!(started.elapsed() < Duration::from_secs(5), "stopped at once, not after the 60 s point");
     assert_eq!(files(&dir.0), Vec::<String>::new(), "the scratch file is gone");
-    assert!(memcached.iter().all(|&p| !alive(p)), "the probe's memcached was stopped");
+    assert!(!alive(memcached), "the probe's memcached was stopped");
+}
+
+#[test]
+fn a_sigkill_of_the_probe_leaves_no_node_running() {
+    let dir = TempDir::new("sigkill");
+    let (mut child, _lines, memcached) = measuring(&dir);
+    child.0.kill().unwrap();
+    child.0.wait().unwrap();
+    let started = Instant::now();
+    while alive(memcached) {
+        assert!(started.elapsed() < WAIT, "memcached {memcached} outlived the killed probe");
+        thread::sleep(Duration::from_millis(20));
+    }
 }
