@@ -220,7 +220,13 @@ fn unquote(v: &str) -> &str {
 fn known(own: &[Setting]) -> Vec<&'static str> {
     let core = PARAMS.iter().map(|p| p.env).chain([config::VERIFY_LOG_ENV]);
     let own = own.iter().filter(|s| matches!(s.check, Check::Value(_))).map(|s| s.env);
-    core.chain(own).collect()
+    let mut all: Vec<&'static str> = Vec::new();
+    for k in core.chain(own) {
+        if !all.contains(&k) {
+            all.push(k); // an adapter may check a core parameter again (WAFFLE_STATS_FILE)
+        }
+    }
+    all
 }
 
 fn unknown(own: &[Setting]) -> String {
@@ -293,6 +299,9 @@ mod tests {
         let c = f.config(|_| None).unwrap();
         assert_eq!((c.grid.len(), c.local_bytes, c.timeout_ms), (2, 64 << 20, 20));
         assert_eq!(c.verify_log, Some(PathBuf::from("/tmp/v.log")));
+        // An adapter checking a core parameter again: named once among the known keys.
+        let again = [Setting { env: "WAFFLE_GRID", check: Check::Value(not_empty) }];
+        assert_eq!(known(&again).iter().filter(|k| **k == "WAFFLE_GRID").count(), 1);
     }
 
     #[test]
