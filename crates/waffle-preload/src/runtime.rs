@@ -31,7 +31,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 use waffle_core::backing::{with_bounce, Backing, PageId, DIRECT_ALIGN};
@@ -979,15 +979,11 @@ fn node_text(n: &waffle_core::grid::NodeSpec) -> String {
 }
 
 fn header(m: &mut Map<String, Value>, final_write: bool) {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
-    m.insert("adapter".into(), json!("mariadb-preload"));
+    waffle_core::stats_file::stamp(m, "mariadb-preload", final_write);
     m.insert("state".into(), json!(state::name(state::get())));
     if let Some(r) = state::reason() {
         m.insert("disabled_reason".into(), json!(r));
     }
-    m.insert("pid".into(), json!(std::process::id()));
-    m.insert("updated_unix_ms".into(), json!(now.as_millis() as u64));
-    m.insert("final".into(), json!(final_write));
 }
 
 /// How the preload makes its files beside the server's data (the stats file
@@ -1036,8 +1032,7 @@ pub fn write_stats(final_write: bool) {
     };
     let mut like = beside_data(&datadir);
     like.mode = mode.unwrap_or(like.mode);
-    let text = serde_json::to_string_pretty(&v).map_err(io::Error::other);
-    if let Err(e) = text.and_then(|t| side_file::replace_beside(&path, &like, (t + "\n").as_bytes())) {
+    if let Err(e) = waffle_core::stats_file::write(&path, &like, &v) {
         log::warn_once(&format!("cannot write the stats file {}: {e}; the stats file is not updated", path.display()));
     }
 }
