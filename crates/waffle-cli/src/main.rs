@@ -114,7 +114,8 @@ struct WarmArgs {
     /// Grid nodes, host:port,... (default: WAFFLE_GRID).
     #[arg(long)]
     grid: Option<String>,
-    /// Waffle's local pool (L1), e.g. 64MiB (default: WAFFLE_LOCAL, else 256MiB). Past it, pages go to the grid.
+    /// This process's L1 while it warms, e.g. 64MiB, pushed to the grid at its close (default: one page, so
+    /// every page goes to the grid as it is read and the summary counts what the grid stored).
     #[arg(long)]
     local: Option<String>,
     /// Another URI option of the database, name=value (e.g. waffle_key_file=/etc/waffle.key); repeatable.
