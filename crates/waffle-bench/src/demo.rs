@@ -66,11 +66,13 @@ impl Outcome {
 
 pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
     std::fs::create_dir_all(&opts.dir).map_err(|e| format!("cannot create {}: {e}", opts.dir.display()))?;
-    let emulated = opts
-        .devices
-        .iter()
-        .filter_map(|d| waffle_emulation::DeviceProfile::by_name(d).transpose())
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut emulated = Vec::new();
+    for d in &opts.devices {
+        match waffle_emulation::DeviceProfile::by_name(d)? {
+            Some(p) if !emulated.contains(&p) => emulated.push(p),
+            _ => {}
+        }
+    }
     emulation::ensure_slow_disks(&opts.dir, &emulated)?;
     let path = opts.dir.join("demo.db");
     let spec = Spec::for_size(opts.data_bytes, opts.page_bytes);
@@ -99,8 +101,17 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
     println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
 
     let mut outcomes = Vec::new();
-    for device in &opts.devices {
-        let on = if device == "real" { path.clone() } else { emulation::on_device(&path, device, false)? };
+    // The database on each disk, every link made before any configuration runs (a new link is a new ctime).
+    let paths = opts
+        .devices
+        .iter()
+        .map(|d| if d == "real" { Ok(path.clone()) } else { emulation::on_device(&path, d, false) })
+        .collect::<Result<Vec<_>, String>>()?;
+    // It reopens warm from one disk to the next: the cache's state follows it from path to path.
+    let mut last = path.clone();
+    for (device, on) in opts.devices.iter().zip(paths) {
+        emulation::carry_cache_state(&last, &on)?;
+        last = on.clone();
         for (name, grid) in [("grid off", Vec::new()), ("grid on", grid.clone())] {
             let settings = Settings { grid, local_bytes: opts.local_bytes, timeout_ms: opts.timeout_ms };
             let mut o = measure(name, &on, &settings, spec.rows, opts)?;

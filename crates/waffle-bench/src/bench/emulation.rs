@@ -142,18 +142,70 @@ pub fn slowed_reads(profile: &str) -> Option<u64> {
 /// The database `file` as seen on device `profile`: a hard link to it in the
 /// device's directory (a copy when `writes`, so every configuration starts
 /// from the same bytes), with no companion files left from an earlier run.
+/// A link that is there already is kept: making one changes the file's
+/// ctime, which libwaffle.so takes for another writer's change (it then
+/// forgets what it cached), so a database that reopens warm must keep its links.
 pub fn on_device(file: &Path, profile: &str, writes: bool) -> Result<PathBuf, String> {
+    use std::os::unix::fs::MetadataExt;
     let dir = device_dir(file.parent().unwrap_or(Path::new(".")), profile);
     let name = file.file_name().ok_or_else(|| format!("{}: no file name", file.display()))?;
     let target = dir.join(name);
-    let _ = std::fs::remove_file(&target);
     remove_companions(&target);
+    let id = |p: &Path| std::fs::metadata(p).ok().map(|m| (m.dev(), m.ino()));
+    if !writes && id(&target).is_some() && id(&target) == id(file) {
+        drop_cached_pages(&target)?;
+        return Ok(target);
+    }
+    let _ = std::fs::remove_file(&target);
     let linked = !writes && std::fs::hard_link(file, &target).is_ok();
     if !linked {
         std::fs::copy(file, &target)
             .map_err(|e| format!("cannot copy {} to {}: {e}", file.display(), target.display()))?;
     }
+    drop_cached_pages(&target)?;
     Ok(target)
+}
+
+/// Drops `file`'s pages from the kernel's page cache (written back first):
+/// a configuration on an EMULATED device starts with none of its database
+/// cached, whatever built, copied or read it before (the page cache answers
+/// reads in front of the device, see crates/waffle-slowdisk).
+fn drop_cached_pages(file: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(file)
+        .map_err(|e| format!("{}: {e}", file.display()))?;
+    f.sync_all().map_err(|e| format!("{}: {e}", file.display()))?;
+    // SAFETY: advice on a descriptor this function owns.
+    match unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) } {
+        0 => Ok(()),
+        e => Err(format!("{}: posix_fadvise: {}", file.display(), std::io::Error::from_raw_os_error(e))),
+    }
+}
+
+/// Makes `seen` reopen as `file` would, both paths of one database (the
+/// database and its link on a device, [`on_device`]): the cache's sidecar
+/// and hot list beside `file`, if any, are copied beside `seen` (the same
+/// inode, size and mtime, so a clean close's state is valid for it), and
+/// stale ones removed. The demo reopens its database warm from one disk to
+/// the next, as it did when the device was a URI parameter of one path.
+pub fn carry_cache_state(file: &Path, seen: &Path) -> Result<(), String> {
+    let companions: [fn(&Path) -> PathBuf; 2] =
+        [waffle_core::sidecar::Sidecar::path_for, waffle_core::hot_list::path_for];
+    for path_for in companions {
+        let (from, to) = (path_for(file), path_for(seen));
+        if from == to {
+            continue;
+        }
+        let _ = std::fs::remove_file(&to);
+        if from.is_file() {
+            std::fs::copy(&from, &to)
+                .map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))?;
+        }
+    }
+    Ok(())
 }
 
 /// A file cargo builds beside this program: `$env`, else next to it (or one
@@ -221,7 +273,13 @@ mod tests {
         assert_eq!(linked, dir.join("emulated-hdd-10k/data.db"));
         assert!(!dir.join("emulated-hdd-10k/data.db-journal").exists(), "a stale journal would be rolled back");
         use std::os::unix::fs::MetadataExt;
-        assert_eq!(std::fs::metadata(&linked).unwrap().ino(), std::fs::metadata(&file).unwrap().ino());
+        let meta = std::fs::metadata(&linked).unwrap();
+        assert_eq!(meta.ino(), std::fs::metadata(&file).unwrap().ino());
+        // Asked again: the same link, its ctime untouched (libwaffle.so would take a new one for a writer's change).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        on_device(&file, "hdd-10k", false).unwrap();
+        let again = std::fs::metadata(&linked).unwrap();
+        assert_eq!((again.ino(), again.ctime(), again.ctime_nsec()), (meta.ino(), meta.ctime(), meta.ctime_nsec()));
         let copied = on_device(&file, "hdd-10k", true).unwrap();
         assert_ne!(std::fs::metadata(&copied).unwrap().ino(), std::fs::metadata(&file).unwrap().ino());
         assert_eq!(std::fs::read(&copied).unwrap(), b"dataset");

@@ -398,6 +398,21 @@ impl Libraries {
     }
 }
 
+/// The EMULATED lines of the report (none without `--device` or `--link`), and how.
+fn emulation_notes(a: &MysqlArgs) -> Vec<String> {
+    let device = DeviceProfile::by_name(a.device.trim()).ok().flatten();
+    let link = LinkProfile::by_name(a.link.trim()).ok().flatten();
+    let mut notes = report::emulation_notes(device.as_slice(), link.as_slice());
+    if !notes.is_empty() {
+        notes.push(
+            "EMULATED outside the server and the preload: devices by libwaffle_slowdisk.so under every mariadbd \
+             (its datadir), links by a TCP proxy in front of each memcached node"
+                .into(),
+        );
+    }
+    notes
+}
+
 /// Whether the server `s` has `library` loaded (its memory map names it):
 /// a run labelled EMULATED must not run on the real disk.
 fn check_loaded(s: &Server, library: &Path) -> Result<(), String> {
@@ -579,7 +594,8 @@ fn table(
     if a.device.trim() != "real" {
         let _ = writeln!(
             o,
-            "disk: EMULATED {} under every configuration (page reads that reach the disk wait for it; writes do not)",
+            "disk: EMULATED {} under every configuration (libwaffle_slowdisk.so under every server: reads of its datadir \
+             that the page cache does not answer wait for it, InnoDB's O_DIRECT page reads all do; writes do not)",
             a.device.trim()
         );
     }
@@ -734,6 +750,7 @@ fn to_json(
         "nodes": a.nodes,
         "link": a.link,
         "device": a.device,
+        "emulated": emulation_notes(a),
         "rounds": a.rounds.rounds.max(1),
         "results": results,
         "runs": runs.iter().map(run_json).collect::<Vec<_>>(),
