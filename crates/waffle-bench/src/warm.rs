@@ -236,7 +236,13 @@ pub fn run(o: &WarmOptions) -> Result<Vec<Warmed>, String> {
     if let Some(g) = &o.grid {
         params.push(format!("waffle_grid={g}"));
     }
-    params.push(format!("waffle_local={}", o.local.as_deref().unwrap_or(CLI_LOCAL)));
+    match &o.local {
+        Some(l) => params.push(format!("waffle_local={l}")),
+        None if !o.options.iter().any(|p| p.starts_with("waffle_local=")) => {
+            params.push(format!("waffle_local={CLI_LOCAL}"))
+        }
+        None => {}
+    }
     params.extend(o.options.iter().cloned());
     for p in &params {
         if !p.contains('=') || p.contains(['&', '#']) {
