@@ -147,6 +147,8 @@ pub struct Counters {
     pub multi_page_writes: Counter,
     /// Pages made invalid by writes that were not whole aligned pages, or failed.
     pub partial_writes: Counter,
+    /// Of those, pages of writes that failed or wrote less than asked (the server got an error: a fault).
+    pub failed_writes: Counter,
     /// write()/writev()/pwritev() on a tablespace: the whole file is dropped from the cache.
     pub unpositioned_writes: Counter,
     pub truncations: Counter,
@@ -824,6 +826,9 @@ impl Runtime {
             self.counters.multi_page_writes.add(n);
         } else {
             self.counters.partial_writes.add(n);
+            if result != requested as isize {
+                self.counters.failed_writes.add(n);
+            }
         }
     }
 
@@ -921,6 +926,7 @@ impl Runtime {
                 "page_writes": c.page_writes.get(),
                 "multi_page_writes": c.multi_page_writes.get(),
                 "partial_writes": c.partial_writes.get(),
+                "failed_writes": c.failed_writes.get(),
                 "unpositioned_writes": c.unpositioned_writes.get(),
                 "truncations": c.truncations.get(),
                 "hole_punches": c.hole_punches.get(),
