@@ -1,11 +1,13 @@
 //! One relayed connection of a [`crate::link_proxy::LinkProxy`]: both
 //! directions in one thread, on non-blocking sockets and `ppoll`.
 //!
-//! Bytes read from one side are stamped with the time the link would deliver
-//! them and written to the other side no earlier: towards the node when they
-//! are on the wire ([`Link::send`]), back when the round trip from the last
-//! request byte sent and their own wire time are over ([`Link::reply`]; the
-//! node's real time hides in the round trip, as in the in-process model). Reading goes on while earlier bytes wait, so a
+//! Bytes towards the node are booked on the link ([`Link::send`]: when their
+//! last byte is on the wire) and written at once; bytes back are held until
+//! the round trip from the last request byte and their own wire time are over
+//! ([`Link::reply`]; the node's real time hides in the round trip, as in the
+//! in-process model). Writing requests early changes no reply's time (a reply
+//! waits for the request's booked end plus the round trip) and saves a
+//! wake-up per request, which the proxy's host pays in CPU. Reading goes on while earlier bytes wait, so a
 //! pipelined stream (the pusher's `ms ... q` runs) pays the round trip once,
 //! as on a real link, not once per read. Each direction holds at most
 //! [`MAX_QUEUED_BYTES`]; past that it stops reading and TCP pushes back.
@@ -108,7 +110,7 @@ impl Direction {
                     let due = match self.way {
                         Way::Send => {
                             *asked = link.send(now, n);
-                            *asked
+                            now
                         }
                         Way::Reply => link.reply(now, n, *asked),
                     };
