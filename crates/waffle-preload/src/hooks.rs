@@ -291,8 +291,7 @@ unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -
         return None;
     }
     let rt = runtime::get()?;
-    let cached = fds::is_cached(slot);
-    if !cached && !rt.emulates_device() {
+    if !fds::is_cached(slot) {
         return None;
     }
     if count as u64 != rt.page_bytes || offset < 0 || !(offset as u64).is_multiple_of(rt.page_bytes) {
@@ -301,11 +300,7 @@ unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -
     }
     // SAFETY: buf is not null, so count writable bytes that are the caller's, for this call.
     let out = unsafe { std::slice::from_raw_parts_mut(buf as *mut u8, count) };
-    if cached {
-        work(|| rt.read_page(slot, fd, offset as u64, out)).flatten()
-    } else {
-        work(|| rt.read_emulated(slot, fd, offset as u64, out)).flatten()
-    }
+    work(|| rt.read_page(slot, fd, offset as u64, out)).flatten()
 }
 
 #[no_mangle]

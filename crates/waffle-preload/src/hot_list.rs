@@ -47,13 +47,11 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::hot_list::{ReloadFrom, MAX_LISTED};
 use waffle_core::side_file;
 use waffle_core::versions::{join, split, MAX_PAGES};
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
-use waffle_emulation::OnDevice;
 
 use crate::runtime::{beside_data, write_beside_data, LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
@@ -322,14 +320,10 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
-        let mut read = |f: &dyn Backing, budget: &mut Budget<'_>| {
-            rt.cache.hot_reload(&pages, &mut at, ReloadFrom::DiskOnly, &in_file, f, budget)
-        };
-        let done = match rt.device() {
-            Some(device) => read(&OnDevice { device, file: &files }, &mut budget),
-            None => read(&files, &mut budget),
-        }
-        .map_err(|e| e.to_string())?;
+        let done = rt
+            .cache
+            .hot_reload(&pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
+            .map_err(|e| e.to_string())?;
         if done {
             // Over before the list's end: L1 is full.
             return Ok(at < pages.len() || rt.cache.l1_free_bytes() < rt.page_bytes);

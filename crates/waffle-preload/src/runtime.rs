@@ -36,12 +36,11 @@ use std::time::Duration;
 use serde_json::{json, Map, Value};
 use waffle_core::backing::{with_bounce, Backing, PageId, DIRECT_ALIGN};
 use waffle_core::config_file::{Check, ConfigFile, Setting};
-use waffle_core::grid::{Grid, LinkModel};
+use waffle_core::grid::Grid;
 use waffle_core::side_file::{self, Beside};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
 use waffle_core::{CacheOptions, Config, PageCache, Source};
-use waffle_emulation::{EmulatedDevice, Emulation, OnDevice};
 
 use crate::filter::Filter;
 use crate::innodb::{self, Mismatch};
@@ -153,8 +152,6 @@ pub struct Counters {
     pub unpositioned_writes: Counter,
     pub truncations: Counter,
     pub hole_punches: Counter,
-    /// Page reads of tablespaces not cached that waited for the EMULATED device (`WAFFLE_DEVICE`).
-    pub emulated_reads: Counter,
     /// Reads of a warm or a reload skipped: the server had closed every descriptor of the file.
     pub closed_file_skips: Counter,
     /// Grid copies refused by the InnoDB page check, by reason (`innodb::Mismatch`).
@@ -176,10 +173,6 @@ pub struct Runtime {
     pub config_file: Option<PathBuf>,
     /// `waffle-off` beside the stats file: off, the cache is not used (off_switch.rs).
     pub switch: OffSwitch,
-    /// `WAFFLE_DEVICE` (benchmarks): the EMULATED device every page read that reaches the disk waits for.
-    device: Option<EmulatedDevice>,
-    /// `WAFFLE_LINK` (benchmarks): the EMULATED link of the grid (a grid made again keeps it).
-    link: Option<Arc<dyn LinkModel>>,
     segs: Mutex<Segments>,
     /// Signalled when a [`Loan`] ends (a close of the lent descriptor waits for it).
     returned: Condvar,
@@ -349,16 +342,12 @@ fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), Stri
     Ok((DEFAULT_PAGE_BYTES, "the default"))
 }
 
-/// The grid `config` names (None: L1 only), behind the EMULATED `link` if any.
-fn make_grid(config: &Config, link: Option<&Arc<dyn LinkModel>>) -> Option<Arc<Grid>> {
+/// The grid `config` names (None: L1 only).
+fn make_grid(config: &Config) -> Option<Arc<Grid>> {
     if config.grid.is_empty() {
         return None;
     }
-    let grid = Grid::new(config.grid.clone(), config.grid_options());
-    Some(Arc::new(match link {
-        Some(link) => grid.with_link(Arc::clone(link)),
-        None => grid,
-    }))
+    Some(Arc::new(Grid::new(config.grid.clone(), config.grid_options())))
 }
 
 /// Starts the runtime at the first tracked open (`first_fd`). None if it could not start (the preload is then off).
@@ -388,15 +377,7 @@ impl Runtime {
         let args = cmdline();
         let (page_bytes, page_bytes_from) = page_size(first_fd, &args)?;
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
-        let Emulation { device, link } = Emulation::from_config(&config).map_err(|e| e.to_string())?;
-        let link = link.map(|l| l as Arc<dyn LinkModel>);
-        let grid = make_grid(&config, link.as_ref());
-        if let Some(d) = &device {
-            log::note(&format!(
-                "EMULATED device {}: every tablespace page read that reaches the disk waits for it (benchmarks only)",
-                d.profile().name
-            ));
-        }
+        let grid = make_grid(&config);
         let cache_id = waffle_core::random_cache_id();
         let cache = PageCache::new(CacheOptions {
             cache_id,
@@ -431,8 +412,6 @@ impl Runtime {
             seg_info: (0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             names: Mutex::new(HashMap::new()),
             buffered_warned: AtomicBool::new(false),
-            device,
-            link,
             config,
         };
         let grid_text = if rt.config.grid.is_empty() {
@@ -652,11 +631,6 @@ impl Runtime {
         self.release(fds::encode(p.segment, true));
     }
 
-    /// The EMULATED device, if any (a warm's reads wait for it too).
-    pub fn device(&self) -> Option<&EmulatedDevice> {
-        self.device.as_ref()
-    }
-
     /// The server is about to close `fd` (or dup2 over it), a descriptor of
     /// the file `slot` names: it is lent no more, and a loan of it in
     /// progress ends first (one read), so no read goes through a closed or
@@ -741,11 +715,7 @@ impl Runtime {
         let stats = info.stats();
         // The cache reads a miss through the server's own descriptor, named for this call only.
         let file = ServerFd { segment, fd };
-        let read = match &self.device {
-            Some(device) => self.cache.read(page, buf, &OnDevice { device, file: &file }),
-            None => self.cache.read(page, buf, &file),
-        };
-        let (n, source) = read.ok().or_else(|| {
+        let (n, source) = self.cache.read(page, buf, &file).ok().or_else(|| {
             self.counters.fallback_reads.incr();
             None
         })?;
@@ -765,25 +735,6 @@ impl Runtime {
             }
         }
         Some(n as isize)
-    }
-
-    /// Whether page reads of tablespaces not cached must go through the EMULATED device.
-    pub fn emulates_device(&self) -> bool {
-        self.device.is_some()
-    }
-
-    /// A whole-page read of a tablespace not cached, with an EMULATED device:
-    /// the file, after the device's service time. None: read it directly.
-    pub fn read_emulated(&self, slot: u32, fd: i32, offset: u64, buf: &mut [u8]) -> Option<isize> {
-        let device = self.device.as_ref()?;
-        let segment = fds::segment(slot);
-        let index = offset / self.page_bytes;
-        if index >= MAX_PAGES {
-            return None;
-        }
-        let n = device.read_pages(&ServerFd { segment, fd }, PageId::new(segment, index as u32), buf.len(), buf);
-        self.counters.emulated_reads.incr();
-        n.ok().map(|n| n as isize)
     }
 
     fn learn_space(&self, info: &SegInfo, page: &[u8], index: u64) {
@@ -901,9 +852,6 @@ impl Runtime {
         m.insert("page_bytes_from".into(), json!(self.page_bytes_from));
         m.insert("datadir".into(), json!(self.datadir.display().to_string()));
         m.insert("grid".into(), json!(self.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")));
-        if let Some(d) = &self.device {
-            m.insert("device".into(), json!(format!("{} (EMULATED)", d.profile().name)));
-        }
         m.insert(
             "tables".into(),
             json!(if self.filter.is_all() { vec!["*".to_string()] } else { self.filter.patterns().to_vec() }),
@@ -930,7 +878,6 @@ impl Runtime {
                 "unpositioned_writes": c.unpositioned_writes.get(),
                 "truncations": c.truncations.get(),
                 "hole_punches": c.hole_punches.get(),
-                "emulated_reads": c.emulated_reads.get(),
                 "closed_file_skips": c.closed_file_skips.get(),
                 "innodb_rejects": Value::Object(rejects),
             }),
@@ -1062,7 +1009,7 @@ fn start_stats_thread() {
             }
             // The switch first: the stats written next show where it stands.
             if let Some(rt) = get() {
-                let new_grid = || make_grid(&rt.config, rt.link.as_ref());
+                let new_grid = || make_grid(&rt.config);
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache, &new_grid)));
             }
             let _ = std::panic::catch_unwind(|| write_stats(false));

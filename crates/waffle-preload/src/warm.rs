@@ -36,11 +36,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use waffle_core::backing::Backing;
 use waffle_core::side_file;
 use waffle_core::versions::join;
 use waffle_core::warm::{Budget, Finish, PUSH_WAIT, SETTLE_WAIT};
-use waffle_emulation::OnDevice;
 
 use crate::filter::Filter;
 use crate::runtime::{beside_data, LentFiles, Pinned, Runtime};
@@ -176,13 +174,7 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
-        let read =
-            |f: &dyn Backing, budget: &mut Budget<'_>| rt.cache.warm_run(first + done, pages - done, f, budget, None);
-        let n = match rt.device() {
-            Some(device) => read(&OnDevice { device, file: &file }, &mut budget),
-            None => read(&file, &mut budget),
-        }
-        .map_err(what)?;
+        let n = rt.cache.warm_run(first + done, pages - done, &file, &mut budget, None).map_err(what)?;
         done += n;
     }
     Ok(())

@@ -47,8 +47,7 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             ),
             Some(list) => match NodeSpec::parse_list(list) {
                 Ok(nodes) => {
-                    let grid =
-                        (!nodes.is_empty()).then(|| registry::grid_for(&db.config, db.emulation.link.as_ref(), nodes));
+                    let grid = (!nodes.is_empty()).then(|| registry::grid_for(&db.config, nodes));
                     db.cache.set_grid(grid);
                     (SQLITE_OK, Some(current_grid(db)))
                 }
@@ -97,8 +96,6 @@ pub fn stats_map(db: &OpenDb) -> Map<String, Value> {
             "timeout_ms": db.config.timeout_ms,
             "push_queue_bytes": db.config.push_queue_bytes,
             "direct_io": db.config.direct_io,
-            "device": db.emulation.device.as_ref().map_or("real".to_string(), |d| format!("{} (emulated)", d.profile().name)),
-            "link": db.emulation.link.as_ref().map_or("loopback".to_string(), |l| format!("{} (emulated)", l.profile().name)),
             "grid_change": db.config.grid_change,
             "grid_backoff": db.config.grid_backoff,
         }),

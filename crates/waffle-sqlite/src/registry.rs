@@ -22,7 +22,6 @@ use waffle_core::grid::{Grid, NodeSpec};
 use waffle_core::hot_list::{self, HotList, ReloadFrom, Trust};
 use waffle_core::sidecar::{DbIdentity, Sidecar};
 use waffle_core::{CacheOptions, Config, PageCache};
-use waffle_emulation::{Emulation, Link, OnDevice};
 
 use crate::coherence::{Coherence, FileSig};
 use crate::descriptor::SqliteFd;
@@ -34,9 +33,6 @@ pub struct OpenDb {
     pub key: Key,
     /// The file's length as last seen under a lock (for work without a connection).
     pub len_seen: AtomicU64,
-    /// `waffle_device`, `waffle_link` (benchmarks only): the EMULATED device
-    /// those reads wait for, and the link grid requests wait for.
-    pub emulation: Emulation,
     pub path: PathBuf,
     pub config: Config,
     /// What the cache knows of other writers (file signature, WAL position).
@@ -65,13 +61,9 @@ pub struct OpenDb {
 
 impl OpenDb {
     /// Calls `read` with what the cache reads from: the file through SQLite's
-    /// descriptor `fd` of the asking connection, behind the EMULATED device when there is one.
+    /// descriptor `fd` of the asking connection.
     pub fn with_backing<R>(&self, fd: RawFd, read: impl FnOnce(&dyn Backing) -> R) -> R {
-        let file = SqliteFd { fd, drop_cache: self.config.direct_io };
-        match &self.emulation.device {
-            Some(device) => read(&OnDevice { device, file: &file }),
-            None => read(&file),
-        }
+        read(&SqliteFd { fd, drop_cache: self.config.direct_io })
     }
 }
 
@@ -176,8 +168,7 @@ pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> 
 fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<OpenDb, String> {
     let _ = read_only;
     let (sidecar, warm) = Sidecar::acquire(path, meta, read_only);
-    let emulation = Emulation::from_config(&config).map_err(|e| e.to_string())?;
-    let grid = (!config.grid.is_empty()).then(|| grid_for(&config, emulation.link.as_ref(), config.grid.clone()));
+    let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
     // A warm start is trusted only with the file signature it was saved with;
     // the first lock compares it with the file (Coherence::on_shared).
     let warm = warm.and_then(|w| FileSig::from_bytes(&w.extra).map(|sig| (w, sig)));
@@ -240,7 +231,6 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
         cache,
         key: key_of(meta),
         len_seen: AtomicU64::new(meta.len()),
-        emulation,
         path: path.to_path_buf(),
         config,
         coherence: Mutex::new(Coherence::new(sig)),
@@ -254,13 +244,9 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
     })
 }
 
-/// A grid client for `nodes` with the database's request settings (and its EMULATED link, if any).
-pub fn grid_for(config: &Config, link: Option<&Arc<Link>>, nodes: Vec<NodeSpec>) -> Arc<Grid> {
-    let grid = Grid::new(nodes, config.grid_options());
-    Arc::new(match link {
-        Some(link) => grid.with_link(Arc::clone(link) as Arc<dyn waffle_core::grid::LinkModel>),
-        None => grid,
-    })
+/// A grid client for `nodes` with the database's request settings.
+pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
+    Arc::new(Grid::new(nodes, config.grid_options()))
 }
 
 /// Leaves the cache; the last one out closes it cleanly, holding the file's
