@@ -1,5 +1,6 @@
-//! One relayed connection of a [`crate::link_proxy::LinkProxy`]: both
-//! directions in one thread, on non-blocking sockets and `ppoll`.
+//! One relayed connection of the link proxy: both directions in one thread,
+//! on non-blocking sockets and `ppoll`. link_proxy.rs starts one per
+//! connection; this file knows nothing of the proxy.
 //!
 //! Bytes towards the node are booked on the link ([`Link::send`]: when their
 //! last byte is on the wire) and written at once; bytes back are held until
@@ -24,12 +25,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::link::{fine_timer_slack, Link};
-use crate::link_proxy::POLL_MS;
 
 /// Largest read: a few TCP segments' worth keeps the wire time per chunk close to the bytes' own.
 const CHUNK_BYTES: usize = 64 * 1024;
 /// Bytes one direction may hold before it stops reading.
 pub const MAX_QUEUED_BYTES: usize = 1 << 20;
+/// How often an idle relay thread (a pipe, the proxy's acceptor) looks at the stop flag.
+pub const POLL_MS: u64 = 50;
 
 /// Relays `client` <-> `node` through `link` until either side ends or `stop` is set.
 pub(crate) fn run(client: TcpStream, node: TcpStream, link: &Link, stop: &AtomicBool) -> io::Result<()> {

@@ -16,7 +16,7 @@
 //! [`crate::link_pipe`]); a connection past the bound waits in the listen
 //! backlog until one ends, as on a busy server. Dropping the proxy stops it:
 //! the listener closes and every relayed connection closes within
-//! [`POLL_MS`].
+//! [`link_pipe::POLL_MS`].
 
 use std::io;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -27,13 +27,11 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::link::Link;
-use crate::link_pipe;
+use crate::link_pipe::{self, POLL_MS};
 
 /// Connections relayed at once by default: the grid client pools 16 per node
 /// and opens a few more under load.
 pub const MAX_CONNECTIONS: usize = 64;
-/// How often an idle proxy thread looks at the stop flag.
-pub const POLL_MS: u64 = 50;
 /// How long connecting to the node may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
