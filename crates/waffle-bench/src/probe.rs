@@ -1,8 +1,8 @@
 //! `waffle probe`: latency against concurrency, for the two things a page
 //! read can wait on below L1.
 //!
-//! - `disk`: 16 KiB random O_DIRECT reads of a file (`waffle_core::backing::DirectFile`,
-//!   behind an EMULATED device profile with `--device`).
+//! - `disk`: 16 KiB random O_DIRECT reads of a file (`waffle_core::backing::DirectFile`;
+//!   with `--device`, each also waits for an EMULATED device: [`EmulatedDevice::book`]).
 //! - `mg (bare)`: `mg <key> v` of a stored 16 KiB value on a plain blocking
 //!   socket per thread: the floor of a grid fetch.
 //! - `grid hit`: the same value through waffle's grid client
@@ -10,7 +10,9 @@
 //!   parser) and its envelope check (`envelope::open_into`: identity, version,
 //!   crc32c, copy into the page buffer): what an L2 hit costs waffle.
 //!
-//! With `--link` both grid series go through the same EMULATED link model.
+//! With `--link` both grid series cross the same EMULATED link: each a
+//! `LinkProxy` (waffle_emulation) of its own in front of every node, as the
+//! benchmarks do (loopback nodes only).
 //! Seed 000 wanted exactly this graph (disk latency rising with threads, the
 //! network's not) and had no tool for it.
 //!
@@ -34,7 +36,7 @@ use serde_json::{json, Value};
 use waffle_core::backing::{Backing, DirectFile, PageId};
 use waffle_core::envelope::{self, Identity};
 use waffle_core::grid::{Fetch, Grid, GridOptions, NodeSpec};
-use waffle_emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile};
+use waffle_emulation::{DeviceProfile, EmulatedDevice, Link, LinkProfile, LinkProxy};
 use waffle_nodes::Node;
 
 use crate::bench::chart;
@@ -277,6 +279,26 @@ impl ProbeGrid {
         self.specs.iter().map(NodeSpec::label).collect()
     }
 
+    /// The nodes, each behind a `LinkProxy` of one shared `profile` link
+    /// (the nodes themselves without one).
+    fn behind(&self, profile: Option<LinkProfile>) -> Result<Route, String> {
+        let Some(profile) = profile else {
+            return Ok(Route { specs: self.specs.clone(), addrs: self.addrs.clone(), _proxies: Vec::new() });
+        };
+        let link = Arc::new(Link::new(profile));
+        let proxies = self
+            .addrs
+            .iter()
+            .map(|&a| LinkProxy::start(a, Arc::clone(&link)).map_err(|e| format!("link proxy for {a}: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let addrs: Vec<SocketAddr> = proxies.iter().map(LinkProxy::addr).collect();
+        // The node's weight kept: the proxies take the same share of keys.
+        let at =
+            |(spec, a): (&NodeSpec, &SocketAddr)| NodeSpec { host: a.ip().to_string(), port: a.port(), ..spec.clone() };
+        let specs = self.specs.iter().zip(&addrs).map(at).collect();
+        Ok(Route { specs, addrs, _proxies: proxies })
+    }
+
     /// "one memcached node of its own" or "2 memcached nodes (a:1, b:2)".
     fn describe(&self) -> String {
         match (&self.own, self.specs.len()) {
@@ -284,20 +306,6 @@ impl ProbeGrid {
             (None, 1) => format!("memcached node {}", self.labels()[0]),
             (None, n) => format!("{n} memcached nodes ({})", self.labels().join(", ")),
         }
-    }
-
-    /// One blocking connection per node, with the probe's deadlines.
-    fn connect_all(&self) -> Result<Vec<BufReader<TcpStream>>, String> {
-        let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
-        self.addrs
-            .iter()
-            .map(|addr| {
-                let s = TcpStream::connect_timeout(addr, timeout).map_err(|e| format!("connecting to {addr}: {e}"))?;
-                s.set_nodelay(true).and_then(|_| s.set_read_timeout(Some(timeout))).map_err(|e| e.to_string())?;
-                s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
-                Ok(BufReader::with_capacity(64 << 10, s))
-            })
-            .collect()
     }
 }
 
@@ -307,6 +315,40 @@ fn resolve(spec: &NodeSpec) -> Result<SocketAddr, String> {
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| format!("--grid: {} cannot be resolved", spec.label()))
+}
+
+/// Where one series sends its requests: the nodes, or proxies in front of
+/// them (in the nodes' order), stopped when dropped.
+struct Route {
+    specs: Vec<NodeSpec>,
+    addrs: Vec<SocketAddr>,
+    _proxies: Vec<LinkProxy>,
+}
+
+/// One blocking connection per address of `route`, with the probe's deadlines.
+fn connect_all(route: &Route) -> Result<Vec<BufReader<TcpStream>>, String> {
+    let timeout = Duration::from_millis(REQUEST_TIMEOUT_MS);
+    route
+        .addrs
+        .iter()
+        .map(|addr| {
+            let s = TcpStream::connect_timeout(addr, timeout).map_err(|e| format!("connecting to {addr}: {e}"))?;
+            s.set_nodelay(true).and_then(|_| s.set_read_timeout(Some(timeout))).map_err(|e| e.to_string())?;
+            s.set_write_timeout(Some(timeout)).map_err(|e| e.to_string())?;
+            Ok(BufReader::with_capacity(64 << 10, s))
+        })
+        .collect()
+}
+
+/// A read of `page` of `file`, then a wait until `device` (if any) would have served it.
+fn read_on(device: Option<&EmulatedDevice>, file: &DirectFile, page: PageId, buf: &mut [u8]) -> bool {
+    // A byte offset stays below 2^48 (PageId::byte_offset): the file's position on the device.
+    let finish = device.map(|d| d.book(page.byte_offset(buf.len()), buf.len()));
+    let ok = file.read_pages(page, buf.len(), buf).is_ok();
+    if let Some(wait) = finish.and_then(|f| f.checked_duration_since(Instant::now())) {
+        std::thread::sleep(wait);
+    }
+    ok
 }
 
 /// The probe's values in the grid: deleted when dropped (a real grid keeps nothing of the probe).
@@ -354,10 +396,11 @@ fn ttl_s(o: &ProbeOptions) -> u32 {
 struct Setup<'a> {
     o: &'a ProbeOptions,
     file: Arc<DirectFile>,
-    device: Option<Arc<EmulatedDevice>>,
+    device: Option<EmulatedDevice>,
     probe_grid: &'a ProbeGrid,
     grid: &'a Grid,
-    bare_link: Option<Arc<Link>>,
+    /// The bare series' way to the nodes (a link of its own, as the grid's).
+    bare: Route,
     keys: &'a [String],
 }
 
@@ -367,25 +410,16 @@ impl Setup<'_> {
         let (o, stop) = (self.o, &*self.o.stop);
         let vb = o.value_bytes;
         let pages = (o.file_bytes / vb as u64).max(1);
-        let (f, d) = (&self.file, &self.device);
+        let (f, d) = (&self.file, self.device.as_ref());
         let disk = measure(vec![vec![0u8; vb]; threads], o.seconds, stop, |buf, rng| {
-            let page = PageId::new(0, rng.gen_range(0..pages) as u32);
-            match d {
-                Some(d) => d.read_pages(&**f, page, vb, buf).is_ok(),
-                None => f.read_pages(page, vb, buf).is_ok(),
-            }
+            read_on(d, f, PageId::new(0, rng.gen_range(0..pages) as u32), buf)
         });
-        let (keys, grid, link) = (self.keys, self.grid, &self.bare_link);
-        let streams = (0..threads).map(|_| self.probe_grid.connect_all().map(|c| (c, Vec::new())));
+        let (keys, grid) = (self.keys, self.grid);
+        let streams = (0..threads).map(|_| connect_all(&self.bare).map(|c| (c, Vec::new())));
         let bare = measure(streams.collect::<Result<_, _>>()?, o.seconds, stop, |(conns, buf), rng| {
             let key = keys[rng.gen_range(0..keys.len())].as_bytes();
             let Some(node) = grid.node_index(key) else { return false };
-            let t = Instant::now();
-            let ok = matches!(bare_get(&mut conns[node], key, buf), Ok(true));
-            if let Some(l) = link {
-                l.complete(t, key.len() + 6, buf.len() + 12);
-            }
-            ok
+            matches!(bare_get(&mut conns[node], key, buf), Ok(true))
         });
         let cache_id = self.probe_grid.cache_id;
         let hit = measure(vec![vec![0u8; vb]; threads], o.seconds, stop, |out, rng| {
@@ -418,8 +452,10 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
         eprintln!("{w}");
     }
     let direct = file.is_direct();
+    // The grid's requests and the bare ones each cross a link of their own.
+    let (grid_route, bare) = (probe_grid.behind(o.link)?, probe_grid.behind(o.link)?);
     let grid = Grid::new(
-        probe_grid.specs.clone(),
+        grid_route.specs.clone(),
         GridOptions {
             timeout_ms: REQUEST_TIMEOUT_MS,
             connect_timeout_ms: REQUEST_TIMEOUT_MS,
@@ -430,11 +466,6 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
             ..GridOptions::default()
         },
     );
-    // The grid's requests and the bare ones each cross a link of their own.
-    let grid = match o.link {
-        Some(l) => grid.with_link(Arc::new(Link::new(l))),
-        None => grid,
-    };
     let values = Values::new(probe_grid.cache_id, o.keys, o.value_bytes);
     let items: Vec<(&[u8], &[u8])> =
         values.keys.iter().zip(&values.sealed).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
@@ -451,10 +482,10 @@ pub fn run(o: &ProbeOptions) -> Result<Value, String> {
     let setup = Setup {
         o,
         file: Arc::new(file),
-        device: device.map(|p| Arc::new(EmulatedDevice::new(p))),
+        device: device.map(EmulatedDevice::new),
         probe_grid: &probe_grid,
         grid: &grid,
-        bare_link: o.link.map(|l| Arc::new(Link::new(l))),
+        bare,
         keys: &values.keys,
     };
     let link_label = o.link.map_or("loopback".to_string(), |l| format!("{} (EMULATED)", l.name));

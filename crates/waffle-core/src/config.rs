@@ -41,18 +41,6 @@ pub const DIRECT_IO: Param = Param {
     help: "read the backing file with O_DIRECT: on|off (default on)",
 };
 
-pub const DEVICE: Param = Param {
-    name: "waffle_device",
-    env: "WAFFLE_DEVICE",
-    help: "benchmarks only: emulate a slower backing device: real|hdd-10k|ssd-2009|nvme|cloud-block (default real)",
-};
-
-pub const LINK: Param = Param {
-    name: "waffle_link",
-    env: "WAFFLE_LINK",
-    help: "benchmarks only: emulate a slower link to the grid: loopback|10gbe|1gbe|100mb|dolphin (default loopback)",
-};
-
 pub const KEY_FILE: Param = Param {
     name: "waffle_key_file",
     env: "WAFFLE_KEY_FILE",
@@ -93,6 +81,14 @@ pub const LOG: Param = Param {
     help: "what waffle logs: error|warn|info|debug (default warn: nothing in a healthy run); the process's level, set by the last open that names one",
 };
 
+/// `waffle_stats_file`: where the SQLite adapter writes a database's stats file
+/// (crate::stats_file; the MariaDB preload reads `WAFFLE_STATS_FILE` itself, with its own default).
+pub const STATS_FILE: Param = Param {
+    name: "waffle_stats_file",
+    env: "WAFFLE_STATS_FILE",
+    help: "rewrite this JSON file every second with the counters of PRAGMA waffle_stats (for waffle stats and monitoring; default: none)",
+};
+
 /// The smallest L1 (`waffle_local`): one page of SQLite's default size. Less
 /// holds no page of most databases, and is a typo (`waffle_local=256` for 256MiB).
 pub const MIN_LOCAL_BYTES: u64 = 4 << 10;
@@ -113,14 +109,12 @@ pub const VERIFY_LOG_ENV: &str = "WAFFLE_VERIFY_LOG";
 pub const KEY_ENV: &str = "WAFFLE_KEY";
 
 /// Every parameter, for documentation and `waffle --help`.
-pub const PARAMS: [&Param; 15] = [
+pub const PARAMS: [&Param; 13] = [
     &GRID,
     &LOCAL,
     &TIMEOUT_MS,
     &PUSH_QUEUE,
     &DIRECT_IO,
-    &DEVICE,
-    &LINK,
     &KEY_FILE,
     &GRID_CHANGE,
     &GRID_BACKOFF,
@@ -128,7 +122,7 @@ pub const PARAMS: [&Param; 15] = [
     &HOT_LIST,
     &VERIFY,
     &LOG,
-    &crate::stats_file::STATS_FILE,
+    &STATS_FILE,
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
@@ -159,11 +153,6 @@ pub struct Config {
     pub timeout_ms: u64,
     pub push_queue_bytes: u64,
     pub direct_io: bool,
-    /// Benchmarks only: the name of an EMULATED device profile, as given. The
-    /// core never interprets it; an adapter resolves it with waffle-emulation.
-    pub device: Option<String>,
-    /// Benchmarks only: the name of an EMULATED link profile, as given (as `device`).
-    pub link: Option<String>,
     /// Seal grid values with this key (waffle_key_file or WAFFLE_KEY); None: plain envelopes.
     pub seal_key: Option<Arc<SealKey>>,
     /// Whether `PRAGMA waffle_grid='...'` may move the grid while open (the opener's choice).
@@ -183,9 +172,6 @@ pub struct Config {
     pub verify_log: Option<std::path::PathBuf>,
     /// `waffle_log`: the process's log level, if this open names one (crate::log).
     pub log: Option<crate::log::Level>,
-    /// The environment variables a value was taken from (the URI said nothing):
-    /// an error found later names what was actually set ([`Config::bad_value`]).
-    pub from_env: Vec<&'static str>,
 }
 
 impl Default for Config {
@@ -196,8 +182,6 @@ impl Default for Config {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
             direct_io: true,
-            device: None,
-            link: None,
             seal_key: None,
             grid_change: false,
             grid_backoff: true,
@@ -206,7 +190,6 @@ impl Default for Config {
             verify: false,
             verify_log: None,
             log: None,
-            from_env: Vec::new(),
         }
     }
 }
@@ -251,14 +234,6 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-impl ConfigError {
-    /// `value` of parameter `p` is refused for `reason`, under its URI name
-    /// ([`Config::bad_value`] names the environment variable if that set it).
-    pub fn bad_value(p: &Param, value: &str, reason: String) -> ConfigError {
-        ConfigError { param: p.name, value: value.to_string(), reason }
-    }
-}
-
 impl Config {
     /// The grid client's options for this configuration.
     pub fn grid_options(&self) -> crate::grid::GridOptions {
@@ -266,21 +241,6 @@ impl Config {
             timeout_ms: self.timeout_ms,
             cost_backoff: self.grid_backoff,
             ..crate::grid::GridOptions::default()
-        }
-    }
-
-    /// `value` of `p` is refused for `reason`, under the name it was set by:
-    /// the environment variable if it came from there, else the URI parameter.
-    pub fn bad_value(&self, p: &Param, value: &str, reason: String) -> ConfigError {
-        ConfigError { param: self.name_of(p), value: value.to_string(), reason }
-    }
-
-    /// How `p`'s value was set: its environment variable's name or its URI name.
-    pub fn name_of(&self, p: &Param) -> &'static str {
-        if self.from_env.contains(&p.env) {
-            p.env
-        } else {
-            p.name
         }
     }
 
@@ -297,11 +257,6 @@ impl Config {
         let mut c = Config::default();
         // A value and the name it was set by (an error names what the user wrote).
         let get = |p: &Param| uri(p.name).map(|v| (v, p.name)).or_else(|| env(p.env).map(|v| (v, p.env)));
-        for p in PARAMS {
-            if uri(p.name).is_none() && env(p.env).is_some() {
-                c.from_env.push(p.env);
-            }
-        }
         if let Some((v, n)) = get(&GRID) {
             c.grid = NodeSpec::parse_list(&v).map_err(|reason| err(n, &v, reason))?;
         }
@@ -317,8 +272,6 @@ impl Config {
         if let Some((v, n)) = get(&DIRECT_IO) {
             c.direct_io = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
         }
-        c.device = get(&DEVICE).map(|(v, _)| v.trim().to_string()).filter(|v| !v.is_empty());
-        c.link = get(&LINK).map(|(v, _)| v.trim().to_string()).filter(|v| !v.is_empty());
         if let Some((v, n)) = get(&GRID_CHANGE) {
             c.grid_change = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
         }
@@ -532,12 +485,6 @@ mod tests {
             assert_eq!(e.param, var);
             assert!(e.to_string().starts_with(&format!("bad value for {var}: '{value}': ")), "{e}");
         }
-        // Named later (the adapter resolves the value): the name it was set by, too.
-        let c = Config::from_sources(|_| None, |k| (k == "WAFFLE_DEVICE").then(|| "tape".to_string())).unwrap();
-        assert_eq!(c.bad_value(&DEVICE, "tape", "unknown".into()).param, "WAFFLE_DEVICE");
-        let uri = |k: &str| (k == "waffle_device").then(|| "tape".to_string());
-        let c = Config::from_sources(uri, |k| (k == "WAFFLE_DEVICE").then(|| "floppy".to_string())).unwrap();
-        assert_eq!(c.bad_value(&DEVICE, "tape", "unknown".into()).param, "waffle_device", "the URI won");
     }
 
     #[test]

@@ -18,16 +18,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::config::Param;
 use crate::side_file::{self, Beside};
 
-/// `waffle_stats_file`: where the SQLite adapter writes a database's stats file
-/// (the MariaDB preload reads `WAFFLE_STATS_FILE` itself, with its own default).
-pub const STATS_FILE: Param = Param {
-    name: "waffle_stats_file",
-    env: "WAFFLE_STATS_FILE",
-    help: "rewrite this JSON file every second with the counters of PRAGMA waffle_stats (for waffle stats and monitoring; default: none)",
-};
+/// Defined with the other parameters (config.rs); named here too, where it is used.
+pub use crate::config::STATS_FILE;
 
 /// How often an adapter rewrites its stats file.
 pub const INTERVAL_MS: u64 = 1000;

@@ -6,11 +6,8 @@
 //! profile: on `cloud-block`, where a sequential 4 KiB costs what a random one
 //! does, a 64 KiB run costs 16 reads, not one.
 
-use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use waffle_core::backing::{Backing, PageId};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceProfile {
@@ -89,7 +86,8 @@ struct Queue {
 }
 
 /// An emulated device: the queue every read that reaches it waits in. It
-/// holds no file; [`OnDevice`] puts one behind it for a read.
+/// holds no file: a reader books its read ([`EmulatedDevice::book`]), reads,
+/// and waits for the time booked (libwaffle_slowdisk.so, `waffle probe`).
 pub struct EmulatedDevice {
     profile: DeviceProfile,
     queue: Mutex<Queue>,
@@ -119,57 +117,11 @@ impl EmulatedDevice {
         q.free_at[i] = finish;
         finish
     }
-
-    /// Reads through `file`, then waits until the device would have served the read.
-    pub fn read_pages(
-        &self,
-        file: &dyn Backing,
-        first: PageId,
-        page_bytes: usize,
-        buf: &mut [u8],
-    ) -> io::Result<usize> {
-        // A byte offset stays below 2^48 (see PageId::byte_offset); segments above it.
-        let position = ((first.segment as u64) << 48) | first.byte_offset(page_bytes);
-        let finish = self.book(position, buf.len());
-        let n = file.read_pages(first, page_bytes, buf)?;
-        let now = Instant::now();
-        if finish > now {
-            std::thread::sleep(finish - now);
-        }
-        Ok(n)
-    }
-}
-
-/// A file read through an emulated device.
-pub struct OnDevice<'a> {
-    pub device: &'a EmulatedDevice,
-    pub file: &'a dyn Backing,
-}
-
-impl Backing for OnDevice<'_> {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-        self.device.read_pages(self.file, first, page_bytes, buf)
-    }
-
-    fn is_direct(&self) -> bool {
-        self.file.is_direct()
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    struct Zeros;
-    impl Backing for Zeros {
-        fn read_pages(&self, _first: PageId, _page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-            buf.fill(0);
-            Ok(buf.len())
-        }
-        fn is_direct(&self) -> bool {
-            false
-        }
-    }
 
     #[test]
     fn names() {
@@ -182,22 +134,13 @@ mod tests {
     #[test]
     fn latency_grows_with_concurrency_beyond_the_servers() {
         let p = DeviceProfile { name: "t", servers: 2, random_us: 20_000, sequential_us_per_4k: 0, source: "" };
-        let dev = std::sync::Arc::new(EmulatedDevice::new(p));
+        let dev = EmulatedDevice::new(p);
         let t0 = Instant::now();
-        let threads: Vec<_> = (0..4u32)
-            .map(|i| {
-                let dev = std::sync::Arc::clone(&dev);
-                std::thread::spawn(move || {
-                    let mut b = [0u8; 4096];
-                    dev.read_pages(&Zeros, PageId::new(0, i * 1000), 4096, &mut b).unwrap();
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        // 4 random reads on 2 servers of 20 ms: two rounds, at least 40 ms.
-        assert!(t0.elapsed() >= Duration::from_millis(40), "{:?}", t0.elapsed());
+        // 4 random reads at once on 2 servers of 20 ms: two rounds.
+        let ends: Vec<Duration> = (0..4u64).map(|i| dev.book(i * 1000 * 4096, 4096) - t0).collect();
+        let round = Duration::from_millis(20);
+        assert!(ends[..2].iter().all(|&e| e >= round && e < 2 * round), "the first two at once: {ends:?}");
+        assert!(ends[2..].iter().all(|&e| e >= 2 * round), "the other two after them: {ends:?}");
     }
 
     #[test]
@@ -216,12 +159,13 @@ mod tests {
     fn sequential_reads_skip_the_seek() {
         let p = DeviceProfile { name: "t", servers: 1, random_us: 50_000, sequential_us_per_4k: 0, source: "" };
         let dev = EmulatedDevice::new(p);
-        let mut b = [0u8; 4096];
-        dev.read_pages(&Zeros, PageId::new(0, 0), 4096, &mut b).unwrap(); // random: pays 50 ms
         let t0 = Instant::now();
+        let first = dev.book(0, 4096); // random: pays 50 ms
+        assert!(first - t0 >= Duration::from_millis(50));
         for i in 1..20 {
-            dev.read_pages(&Zeros, PageId::new(0, i), 4096, &mut b).unwrap();
+            assert_eq!(dev.book(i * 4096, 4096), first, "read {i} continues the last one: no seek");
         }
-        assert!(t0.elapsed() < Duration::from_millis(50), "{:?}", t0.elapsed());
+        // One that does not continue the last read seeks again, after the others.
+        assert!(dev.book(1 << 30, 4096) - first >= Duration::from_millis(50));
     }
 }

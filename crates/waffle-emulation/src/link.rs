@@ -10,18 +10,17 @@
 //! 1 Gb/s wait for each other, as on a real link). Wire bytes include
 //! Ethernet/IP/TCP framing (78 bytes per 1448-byte segment).
 //!
-//! The caller does the real exchange (loopback memcached) and then waits until
-//! the emulated completion: a request costs max(real, emulated). The real
-//! loopback time (memcached's service included) is thus hidden inside the
-//! emulated round trip, unless the machine is so loaded that it is longer.
-//! The emulated wait is not bounded by the request's deadline.
+//! A [`crate::LinkProxy`] relays the real exchange (loopback memcached) and
+//! holds each direction's bytes until the link would have carried them
+//! ([`Link::send`], [`Link::reply`]): the real loopback time (memcached's
+//! service included) hides inside the emulated round trip, unless the machine
+//! is so loaded that it is longer.
 //!
 //! Never on by default; everything that uses a profile says "EMULATED".
 
 use std::sync::Mutex;
 
 use std::time::{Duration, Instant};
-use waffle_core::grid::LinkModel;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LinkProfile {
@@ -148,18 +147,6 @@ impl Link {
         d.rx_free = start + self.profile.wire(bytes);
         d.rx_free
     }
-
-    /// Books the request and sleeps until it completes on the emulated link.
-    pub fn complete(&self, start: Instant, tx: usize, rx: usize) {
-        let until = self.book(start, tx, rx);
-        sleep_until(until);
-    }
-}
-
-impl LinkModel for Link {
-    fn complete(&self, start: Instant, tx_bytes: usize, rx_bytes: usize) {
-        Link::complete(self, start, tx_bytes, rx_bytes);
-    }
 }
 
 /// Lowers this thread's timer slack to 1 us, once (the default 50 us would
@@ -175,15 +162,6 @@ pub(crate) fn fine_timer_slack() {
             set.set(true);
         }
     });
-}
-
-/// Sleeps until `until` with a fine timer slack.
-fn sleep_until(until: Instant) {
-    fine_timer_slack();
-    let now = Instant::now();
-    if until > now {
-        std::thread::sleep(until - now);
-    }
 }
 
 #[cfg(test)]
@@ -240,14 +218,5 @@ mod tests {
         assert_eq!(link.reply(late, 1000, sent) - late, p.wire(1000));
         // A second send at the same instant queues behind the first one's bytes.
         assert_eq!(link.send(t0, 1000) - sent, p.wire(1000));
-    }
-
-    #[test]
-    fn complete_waits_for_the_emulated_time() {
-        let p = LinkProfile { name: "t", rtt_us: 2000, bits_per_s: 1_000_000_000, source: "" };
-        let link = Link::new(p);
-        let t0 = Instant::now();
-        link.complete(t0, 10, 10);
-        assert!(t0.elapsed() >= Duration::from_micros(2000));
     }
 }

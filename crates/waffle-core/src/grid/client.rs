@@ -14,7 +14,6 @@ use super::clock::{Clock, SystemClock};
 use super::cost::DiskCost;
 use super::health::Admission;
 use super::ketama::Continuum;
-use super::link::LinkModel;
 use super::memory::GridMemory;
 use super::node::{Exchange, Node};
 use super::options::GridOptions;
@@ -34,8 +33,6 @@ pub struct Grid<C: Clock = SystemClock> {
     nodes: Arc<Vec<Node<C>>>,
     continuum: Continuum,
     opts: GridOptions,
-    /// Benchmarks only: the EMULATED link every request also waits for ([`Grid::with_link`]).
-    link: Option<Arc<dyn LinkModel>>,
     /// The single-page disk reads of the cache this grid serves: what a hit saves.
     disk: DiskCost,
     /// Probes the nodes nobody asks ([`Grid::new`] only: a test clock has none).
@@ -126,13 +123,7 @@ impl<C: Clock> Grid<C> {
         let opts = opts.normalized();
         let continuum = Continuum::new(&nodes);
         let nodes = Arc::new(nodes.iter().map(|spec| Node::new(spec, &opts, clock.clone())).collect());
-        Grid { nodes, continuum, opts, link: None, disk: DiskCost::default(), prober: None }
-    }
-
-    /// Benchmarks only: every request also waits for `link` (an EMULATED link, waffle-emulation).
-    pub fn with_link(mut self, link: Arc<dyn LinkModel>) -> Grid<C> {
-        self.link = Some(link);
-        self
+        Grid { nodes, continuum, opts, disk: DiskCost::default(), prober: None }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -162,7 +153,7 @@ impl<C: Clock> Grid<C> {
     /// As [`Grid::take`], `open` given the value where it lies in the
     /// connection's buffer (no copy, no allocation): a hit is what it returns.
     pub fn take_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
-        self.fetch_emulated(key, true, open)
+        self.fetch_one(key, true, open)
     }
 
     /// A lookup of `key` answered (`hit` or not) in `took`, link included:
@@ -202,59 +193,22 @@ impl<C: Clock> Grid<C> {
 
     /// As [`Grid::get`], `open` given the value in place (as [`Grid::take_with`]).
     pub fn get_with<R>(&self, key: &[u8], open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
-        self.fetch_emulated(key, false, open)
+        self.fetch_one(key, false, open)
     }
 
-    /// One fetch (exclusive: `take`), then the emulated link's delay for it, if any.
-    fn fetch_emulated<R>(&self, key: &[u8], exclusive: bool, open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
-        let start = Instant::now();
-        let (fetch, value_bytes) = self.fetch_one(key, exclusive, open);
-        self.emulate_one(start, key, &fetch, value_bytes);
-        fetch
-    }
-
-    /// [`Grid::emulate_link`] for one key whose value (if any) was `value_bytes` long.
-    fn emulate_one<R>(&self, start: Instant, key: &[u8], fetch: &Fetch<R>, value_bytes: usize) {
-        if !matches!(fetch, Fetch::Skipped) {
-            let rx = if fetch.is_hit() { value_bytes + 12 } else { 0 };
-            self.emulate_transfer(start, &[key], rx, &[]);
-        }
-    }
-
-    /// With an EMULATED link, waits until a request begun at `start` would be
-    /// complete on it: the keys (and stored values) out, the fetched values back.
-    /// Requests that were not sent (node skipped) cost nothing.
-    fn emulate_link(&self, start: Instant, keys: &[&[u8]], fetched: &[Fetch], stored: &[&[u8]]) {
-        if self.link.is_none() || (!fetched.is_empty() && fetched.iter().all(|f| matches!(f, Fetch::Skipped))) {
-            return;
-        }
-        let rx = fetched.iter().map(|f| if let Fetch::Hit(v) = f { v.len() + 12 } else { 0 }).sum::<usize>();
-        self.emulate_transfer(start, keys, rx, stored);
-    }
-
-    /// Waits for the EMULATED link: `keys` (and `stored` values) out, `rx_value_bytes` of values back.
-    fn emulate_transfer(&self, start: Instant, keys: &[&[u8]], rx_value_bytes: usize, stored: &[&[u8]]) {
-        let Some(link) = &self.link else { return };
-        // Meta commands: `mg <key> v q\r\nmd <key> q\r\n`, `VA <len>\r\n<data>\r\n`, `ms <key> <len> T0 q\r\n<data>\r\n`, `mn`/`MN`.
-        let tx =
-            keys.iter().map(|k| k.len() + 16).sum::<usize>() + stored.iter().map(|v| v.len() + 16).sum::<usize>() + 4;
-        link.complete(start, tx, rx_value_bytes + 4);
-    }
-
-    /// One key's fetch, `open` run on the value in place; also the value's length.
-    fn fetch_one<R>(&self, key: &[u8], take: bool, open: impl FnOnce(&[u8]) -> R) -> (Fetch<R>, usize) {
+    /// One key's fetch (`take`: exclusive), `open` run on the value in place.
+    fn fetch_one<R>(&self, key: &[u8], take: bool, open: impl FnOnce(&[u8]) -> R) -> Fetch<R> {
         if !checked_key(key) {
-            return (Fetch::Fault(FaultKind::Protocol), 0);
+            return Fetch::Fault(FaultKind::Protocol);
         }
         let Some(node) = self.node_index(key).map(|i| &self.nodes[i]) else {
-            return (Fetch::Skipped, 0);
+            return Fetch::Skipped;
         };
         let admission = node.admit();
         if admission == Admission::Skip {
-            return (Fetch::Skipped, 0);
+            return Fetch::Skipped;
         }
         let mut open = Some(open);
-        let mut value_bytes = 0;
         let mut request = Vec::with_capacity(2 * key.len() + 24);
         if take {
             protocol::encode_take(&mut request, key, None);
@@ -264,7 +218,7 @@ impl<C: Clock> Grid<C> {
         }
         let mut exchange = match node.begin(admission, &request) {
             Ok(exchange) => exchange,
-            Err(kind) => return (Fetch::Fault(kind), 0),
+            Err(kind) => return Fetch::Fault(kind),
         };
         if take {
             // `VA` and the value, or the delete's `NF`, then `MN`. A value and an
@@ -273,7 +227,6 @@ impl<C: Clock> Grid<C> {
             let outcome = read_pipeline(&mut exchange, |reply| match reply {
                 Reply::Value { data, .. } if matches!(fetch, Fetch::Miss) => {
                     let open = open.take().expect("one value per take: later ones are refused above");
-                    value_bytes = data.len();
                     fetch = Fetch::Hit(open(data));
                     Ok(true)
                 }
@@ -284,16 +237,15 @@ impl<C: Clock> Grid<C> {
             return match outcome {
                 Ok(end) => {
                     exchange.finish(end.reusable);
-                    (fetch, value_bytes)
+                    fetch
                 }
-                Err(kind) => (Fetch::Fault(exchange.fail(kind)), 0),
+                Err(kind) => Fetch::Fault(exchange.fail(kind)),
             };
         }
         let deadline = exchange.deadline;
         let reply = exchange.conn.next_reply(deadline, |reply| match reply {
             Reply::Value { data, .. } => {
                 let open = open.take().expect("one reply per get");
-                value_bytes = data.len();
                 Ok(Fetch::Hit(open(data)))
             }
             Reply::End => Ok(Fetch::Miss),
@@ -303,9 +255,9 @@ impl<C: Clock> Grid<C> {
         match reply.and_then(|r| r) {
             Ok(fetch) => {
                 exchange.finish(true);
-                (fetch, value_bytes)
+                fetch
             }
-            Err(kind) => (Fetch::Fault(exchange.fail(kind)), 0),
+            Err(kind) => Fetch::Fault(exchange.fail(kind)),
         }
     }
 
@@ -315,22 +267,16 @@ impl<C: Clock> Grid<C> {
     /// answers). Results are in `keys` order. A key given twice is a hit at
     /// most once (the first fetch deletes it).
     pub fn take_many(&self, keys: &[&[u8]]) -> Vec<Fetch> {
-        let start = Instant::now();
-        let results = self.fetch_many_inner(keys, true);
-        self.emulate_link(start, keys, &results, &[]);
-        results
+        self.fetch_many(keys, true)
     }
 
     /// As [`Grid::take_many`], but the items stay (plain `mg k v q`):
     /// for read-ahead of a scan, which should not take pages out of the grid.
     pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Fetch> {
-        let start = Instant::now();
-        let results = self.fetch_many_inner(keys, false);
-        self.emulate_link(start, keys, &results, &[]);
-        results
+        self.fetch_many(keys, false)
     }
 
-    fn fetch_many_inner(&self, keys: &[&[u8]], take: bool) -> Vec<Fetch> {
+    fn fetch_many(&self, keys: &[&[u8]], take: bool) -> Vec<Fetch> {
         let mut results = vec![Fetch::Miss; keys.len()];
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, key) in keys.iter().enumerate() {
@@ -435,17 +381,6 @@ impl<C: Clock> Grid<C> {
 
     /// As [`Grid::store_many`], with what became of each item, in `items` order.
     pub fn store_each(&self, items: &[(&[u8], &[u8])]) -> Vec<ItemFate> {
-        let start = Instant::now();
-        let fates = self.store_each_inner(items);
-        if fates.iter().any(|f| *f != ItemFate::NodeDown) {
-            let keys: Vec<&[u8]> = items.iter().map(|(k, _)| *k).collect();
-            let values: Vec<&[u8]> = items.iter().map(|(_, v)| *v).collect();
-            self.emulate_link(start, &keys, &[], &values);
-        }
-        fates
-    }
-
-    fn store_each_inner(&self, items: &[(&[u8], &[u8])]) -> Vec<ItemFate> {
         let mut fates = vec![ItemFate::NodeDown; items.len()];
         let mut per_node: Vec<Vec<usize>> = vec![Vec::new(); self.nodes.len()];
         for (i, (key, data)) in items.iter().enumerate() {

@@ -13,7 +13,6 @@
 //! - `cost`: whether asking a node pays (its lookups against the disk's reads).
 //! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
 //! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
-//! - `link`: the seam a benchmark plugs an EMULATED link into ([`LinkModel`]).
 //!
 //! The grid never fails the database: a fault, a timeout or a down node is a
 //! miss for the caller (see [`Fetch`]), and every request has a deadline.
@@ -24,7 +23,6 @@ mod connection;
 pub mod cost;
 mod health;
 pub mod ketama;
-pub mod link;
 pub mod memory;
 mod node;
 pub mod options;
@@ -36,7 +34,6 @@ pub use client::Grid;
 pub use clock::{Clock, SystemClock};
 pub use cost::{CostState, CostStatus};
 pub use health::MISSES_TO_DOWN;
-pub use link::LinkModel;
 pub use memory::GridMemory;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
