@@ -98,7 +98,7 @@ fn a_warm_keeps_the_servers_locks() {
     create_padded_table(&s, ROWS, "0");
     let held = locks_before(&s, &data);
     let names = ["w/t".to_string(), "ibdata1".to_string()];
-    let w = waffle_bench::warm::run_mysql(&data, &names, false).unwrap_or_else(|e| panic!("the warm: {e}"));
+    let w = waffle_warm_client::mysql::warm(&data, &names, None).unwrap_or_else(|e| panic!("the warm: {e}"));
     assert!(w.planned_pages > 100, "{w:?}");
     let now = locked_files(s.pid().unwrap(), &data, &FILES);
     assert_eq!(now, held, "after a warm ({w:?}) mariadbd's locks:\n{}", proc_locks());

@@ -33,7 +33,7 @@ fn a_tablespace_warms_on_request_while_the_server_writes_it() {
                 s.sql(&format!("UPDATE w.t SET v = id * {round}")).unwrap();
             }
         });
-        let warmed = waffle_bench::warm::run_mysql(&data, &["w/t".to_string()], false);
+        let warmed = waffle_warm_client::mysql::warm(&data, &["w/t".to_string()], None);
         writer.join().unwrap();
         warmed
     });
@@ -66,7 +66,7 @@ fn a_tablespace_warms_on_request_while_the_server_writes_it() {
     }
     assert_eq!(stat(&after, "preload.fallback_reads"), 0, "{after}");
 
-    let e = waffle_bench::warm::run_mysql(&data, &["nope/*".to_string()], false).unwrap_err();
+    let e = waffle_warm_client::mysql::warm(&data, &["nope/*".to_string()], None).unwrap_err();
     assert!(e.contains("no cached tablespace matches nope/*"), "{e}");
     assert!(log_errors(&s, &[]).is_empty(), "{}", s.log());
     s.shutdown().unwrap();
@@ -93,14 +93,14 @@ fn after_a_restart_the_warm_names_what_innodb_has_not_opened_and_its_time_is_tru
     stats_after(&s, "the new server's stats", |v| v["pid"].as_u64() == s.pid().map(u64::from));
 
     // Nothing of w is open yet: nothing warmed, and the error names both tables and why.
-    let e = waffle_bench::warm::run_mysql(&data, &["w/*".to_string()], false).unwrap_err();
+    let e = waffle_warm_client::mysql::warm(&data, &["w/*".to_string()], None).unwrap_err();
     assert!(e.starts_with("nothing warmed: 2 not warmed: w/t, w/u (InnoDB has not opened it yet"), "{e}");
     assert!(e.contains("SELECT 1 FROM db.t LIMIT 1"), "says how to open them: {e}");
 
     // w.t opened (a statement used it), w.u not: the first is warmed, the second named.
     s.sql("SELECT 1 FROM w.t LIMIT 1").unwrap();
     let t0 = Instant::now();
-    let w = waffle_bench::warm::run_mysql(&data, &["w/*".to_string()], false).unwrap();
+    let w = waffle_warm_client::mysql::warm(&data, &["w/*".to_string()], None).unwrap();
     let wall = t0.elapsed().as_secs_f64();
     assert!(w.read_pages > 100, "w/t was read: {w:?}");
     assert_eq!(w.skipped_targets, [("w/u".to_string(), waffle_preload_not_opened())], "{w:?}");

@@ -15,10 +15,11 @@
 //!   than L1, the same read workload with the grid off and on.
 //! - [`bench`]: `waffle bench` and `waffle bench sweep`, the seeds' experiments.
 //! - [`probe`]: `waffle probe`, latency against concurrency for disk and grid.
-//! - [`warm`]: `waffle warm` and the bench's `+warm` configurations: `PRAGMA waffle_warm`
-//!   followed to its end.
 //! - [`mysql`]: `waffle bench mysql` (MariaDB under the preload, real sysbench; the servers are
 //!   `waffle_testkit::mariadb`'s) and the text `waffle stats` prints for people.
+//!
+//! A `+warm` configuration (SQLite or MariaDB) asks for its warm through waffle-warm-client,
+//! as the operator's `waffle warm` (crates/waffle-cli) does.
 
 pub mod args;
 pub mod bench;
@@ -28,4 +29,3 @@ pub mod demo;
 pub mod mysql;
 pub mod open;
 pub mod probe;
-pub mod warm;

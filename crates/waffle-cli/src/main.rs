@@ -1,7 +1,10 @@
-//! `waffle`: the demo, local grid nodes, benchmarks, the latency probe and warming. This file parses the
-//! command line and calls the library crates (waffle-bench, waffle-nodes) that do the work.
+//! `waffle`: the demo, local grid nodes, benchmarks, the latency probe, warming and stats. This file
+//! parses the command line. Operator commands are this crate's own: `waffle warm` ([`warm`], over
+//! waffle-warm-client), `waffle stats` ([`stats`]), `waffle nodes` (over waffle-nodes). The
+//! benchmarks (`demo`, `bench`, `probe`) are waffle-bench's; their flags are parsed here.
 
 mod stats;
+mod warm;
 
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -72,7 +75,7 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Warm a database ahead of its readers: read it (or the named tables and indexes) in large
     /// sequential reads into L1 and past L1 into the grid, with a progress bar (PRAGMA waffle_warm).
-    Warm(WarmArgs),
+    Warm(warm::WarmArgs),
     /// Run local memcached nodes on free loopback ports until interrupted (SIGINT, SIGTERM),
     /// then stop them; or print the memcached command for a node of your own (--print-flags).
     Nodes(NodesArgs),
@@ -98,32 +101,6 @@ struct NodesArgs {
     /// With --print-flags: the port memcached listens on.
     #[arg(long, default_value_t = waffle_nodes::command::DEFAULT_PORT, requires = "print_flags")]
     port: u16,
-}
-
-#[derive(Args)]
-struct WarmArgs {
-    /// The SQLite database file; with --mysql, the server's datadir (or the directory of, or the path
-    /// to, its waffle-stats.json).
-    db: PathBuf,
-    /// Tables (each with its indexes) or indexes to warm, one after the other; none: the whole database.
-    /// With --mysql: tablespaces as the stats file names them (db/table), or patterns (db/*); none: all.
-    tables: Vec<String>,
-    /// Warm tablespaces of a MariaDB/MySQL server under libwaffle_preload.so (through its control file).
-    #[arg(long)]
-    mysql: bool,
-    /// Grid nodes, host:port,... (default: WAFFLE_GRID).
-    #[arg(long)]
-    grid: Option<String>,
-    /// This process's L1 while it warms, e.g. 64MiB, pushed to the grid at its close (default: one page, so
-    /// every page goes to the grid as it is read and the summary counts what the grid stored).
-    #[arg(long)]
-    local: Option<String>,
-    /// Another URI option of the database, name=value (e.g. waffle_key_file=/etc/waffle.key); repeatable.
-    #[arg(long = "option", value_name = "NAME=VALUE")]
-    options: Vec<String>,
-    /// No progress bar (the summary lines only).
-    #[arg(long)]
-    quiet: bool,
 }
 
 #[derive(Args)]
@@ -442,18 +419,7 @@ fn main() -> ExitCode {
         Command::Probe(args) => run_probe(args),
         Command::Nodes(a) => run_nodes(&a),
         Command::Stats(a) => stats::run(&a),
-        Command::Warm(a) if a.mysql => {
-            waffle_bench::warm::run_mysql(&a.db, &a.tables, !a.quiet).map(|w| println!("{}", w.summary()))
-        }
-        Command::Warm(a) => waffle_bench::warm::run(&waffle_bench::warm::WarmOptions {
-            db: a.db,
-            tables: a.tables,
-            grid: a.grid,
-            local: a.local,
-            options: a.options,
-            progress: !a.quiet,
-        })
-        .map(|_| ()),
+        Command::Warm(a) => warm::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -204,7 +204,7 @@ pub struct ConfigResult {
     /// The cache's working-set estimate against the file (waffle configurations).
     pub working_set: Option<WorkingSet>,
     /// `+warm`: how long `PRAGMA waffle_warm` took and what it filled.
-    pub warm: Option<crate::warm::Warmed>,
+    pub warm: Option<waffle_warm_client::Warmed>,
     /// `+restart`: the clean close and reopen after the measured run.
     pub restart: Option<super::restart::Restart>,
     /// Every counter of `PRAGMA waffle_stats` over the measured run (after minus before).

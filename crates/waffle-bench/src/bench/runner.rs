@@ -220,7 +220,8 @@ pub fn run_config(
             plan.name,
             opts.warmup.as_secs_f64()
         );
-        let w = crate::warm::warm(&conns[0], None, None).map_err(|e| format!("{}: warm: {e}", plan.name))?;
+        let w =
+            waffle_warm_client::sqlite::warm(&conns[0], None, None).map_err(|e| format!("{}: warm: {e}", plan.name))?;
         eprintln!("waffle bench: {}: {}", plan.name, w.summary());
         warmed = Some(w);
     } else {

@@ -148,7 +148,7 @@ pub struct RunResult {
     /// Waffle: where the buffer pool's misses were answered, during the measured period.
     pub waffle: Option<Value>,
     /// `--warm`: the warm before this configuration's first workload.
-    pub warm: Option<crate::warm::Warmed>,
+    pub warm: Option<waffle_warm_client::Warmed>,
 }
 
 impl RunResult {
@@ -478,7 +478,7 @@ fn run_config(
         for t in 1..=a.tables {
             s.sql(&format!("SELECT 1 FROM sbtest.sbtest{t} LIMIT 1"))?;
         }
-        let w = crate::warm::run_mysql(&s.stats_path(), &["sbtest/*".to_string()], false)?;
+        let w = waffle_warm_client::mysql::warm(&s.stats_path(), &["sbtest/*".to_string()], None)?;
         eprintln!("waffle bench mysql: waffle: {}", w.summary());
         warmed = Some(w);
     }

@@ -1,5 +1,5 @@
 //! Issue 21 item 2: `waffle warm DB` reports what was stored, not what was
-//! tried (`waffle_bench::warm::run`, what the command runs). Before, a warm
+//! tried ([`super::database::run`], what the command runs). Before, a warm
 //! against a grid with nothing listening exited 0 with "warmed ... 5803 to the
 //! grid" while the grid stored nothing. Real SQLite, real memcached
 //! (waffle_nodes); a dead node is 127.0.0.1 on a port nobody listens on.
@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 
 use rusqlite::Connection;
-use waffle_bench::warm::{run, WarmOptions};
 use waffle_nodes::Node;
 use waffle_testkit::temp_dir::TempDir;
+
+use super::database::{run, WarmOptions};
 
 /// A database of about `rows` x 3 KiB of random bytes (incompressible: one page a row).
 fn database(dir: &TempDir, rows: u32) -> PathBuf {
