@@ -1,10 +1,8 @@
 //! What the `waffle` commands' flags share: flags that mean the same in several commands,
-//! declared once here and `#[command(flatten)]`ed (crates/waffle-cli, and [`MysqlArgs`] here),
-//! and the parsers of flag values. `--json`/`--charts` are [`Output`], next to the code that
-//! writes them.
-//!
-//! [`MysqlArgs`]: crate::mysql::bench::MysqlArgs
-//! [`Output`]: crate::bench::report::Output
+//! declared once here and `#[command(flatten)]`ed (crates/waffle-cli, and `waffle bench
+//! mysql`'s flags in mysql/bench.rs), and the parsers of flag values. `--json`/`--charts`
+//! are `Output`, next to the code that writes them (bench/report.rs). This file is below the
+//! commands: it uses none of them.
 
 use clap::Args;
 use waffle_emulation::{DeviceProfile, LinkProfile};

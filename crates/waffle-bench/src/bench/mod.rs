@@ -5,21 +5,29 @@
 //!   (TPC-C-like, NOTPM), [`scan`] (full-table aggregates).
 //! - [`dataset`]: build once, reuse while the parameters match.
 //! - [`configs`]: `local`, `grid[:N][@LINK]`, `all-local`, `stock`, and the memory budget.
-//! - [`runner`]: one configuration: nodes, connections, warm-up, measurement.
+//! - [`runner`]: one configuration: nodes, connections, warm-up, measurement;
+//!   [`connection`]: opening one for a configuration, its counters; [`phase`]:
+//!   the workload driven on every connection for a while; [`restart`]: a
+//!   `+restart`'s close, reopen and run; [`run_options`]: what they all run with.
 //! - [`emulation`]: EMULATED devices and links, outside the product (the slow-disk
 //!   shim under this process, link proxies in front of the nodes).
-//! - [`report`]: the table, ratios, JSON; [`chart`]: PNGs.
+//! - [`result`]: what a configuration measured, filled by the runner;
+//!   [`report`]: the table, ratios, JSON rendered from it; [`chart`]: PNGs.
 //!
 //! Every configuration of one invocation runs on the same data, one after the
 //! other, after the same warm-up. Emulated devices and links say EMULATED.
 
 pub mod chart;
 pub mod configs;
+pub mod connection;
 pub mod dataset;
 pub mod emulation;
 pub mod oltp;
+pub mod phase;
 pub mod report;
 pub mod restart;
+pub mod result;
+pub mod run_options;
 pub mod runner;
 pub mod scan;
 pub mod tpcc;
@@ -32,8 +40,9 @@ use serde_json::{json, Value};
 use waffle_emulation::{DeviceProfile, LinkProfile};
 
 use configs::{Amount, ConfigSpec, Kind, Plan};
-use report::{ConfigResult, Output};
-use runner::RunOptions;
+use report::Output;
+use result::ConfigResult;
+use run_options::RunOptions;
 use workload::Workload;
 
 pub const WORKLOADS: [&str; 3] = ["oltp-read-only", "tpcc", "scan"];

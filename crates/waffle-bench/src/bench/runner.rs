@@ -1,95 +1,37 @@
 //! Runs one configuration: fresh memcached nodes, one connection per thread,
 //! the warm-up (a pass over every table and index, then the workload for
-//! `--warmup` seconds), then the measured run.
+//! `--warmup` seconds), then the measured run, and a `+restart`'s after it.
+//! The runner drives and fills a [`ConfigResult`]; it opens connections
+//! ([`super::connection`]) and drives them ([`super::phase`]) with the pieces
+//! the restart uses too, and no file it uses uses the runner.
 //!
 //! EMULATED hardware is outside the connections' settings ([`super::emulation`]):
 //! a configuration on a device opens the dataset in that device's directory,
 //! and one on a link is given proxies in front of its nodes.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use hdrhistogram::Histogram;
-use rand::rngs::SmallRng;
-use rand::SeedableRng;
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
 use waffle_nodes::Node;
 
 use super::configs::{Kind, Plan};
+use super::connection::{open_conn, sqlite_cache_counts, waffle_stats};
 use super::dataset::{self, Dataset};
 use super::emulation;
-use super::report::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
-use super::workload::{Rate, Tally, Workload};
-
-#[derive(Clone, Debug)]
-pub struct RunOptions {
-    pub threads: usize,
-    pub warmup: Duration,
-    pub duration: Duration,
-    pub timeout_ms: u64,
-    pub budget_bytes: u64,
-    pub seed: u64,
-    /// The dataset's page size: the grid's memcached nodes get slab classes for it.
-    pub page_bytes: u32,
-    /// `+restart`: how long the workload runs after the restart.
-    pub restart: Duration,
-}
+use super::phase::phase;
+use super::report::restart_line;
+use super::restart;
+use super::result::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
+use super::run_options::RunOptions;
+use super::workload::{Rate, Workload};
 
 pub fn device_label(device: &Option<String>) -> String {
     match device {
         None => "real".into(),
         Some(d) => format!("{d} (EMULATED)"),
     }
-}
-
-pub(super) fn open_conn(path: &Path, plan: &Plan, opts: &RunOptions, grid: &[String]) -> rusqlite::Result<Connection> {
-    let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = if plan.waffle {
-        waffle::register().map_err(|rc| rusqlite::Error::SqliteFailure(rusqlite::ffi::Error::new(rc), None))?;
-        let uri = format!(
-            "file:{}?vfs=waffle&waffle_grid={}&waffle_local={}&waffle_timeout_ms={}&waffle_hot_list={}",
-            path.display(),
-            grid.join(","),
-            plan.l1_bytes,
-            opts.timeout_ms.max(1),
-            if plan.hot_list { "on" } else { "off" },
-        );
-        let uri = match plan.codec {
-            Some(c) => format!("{uri}&waffle_compress={c}"),
-            None => uri,
-        };
-        let uri = if plan.verify { format!("{uri}&waffle_verify=on") } else { uri };
-        Connection::open_with_flags(uri, flags)?
-    } else {
-        Connection::open_with_flags(path, flags)?
-    };
-    conn.pragma_update(None, "cache_size", -(plan.sqlite_cache_per_conn_kib as i64))?;
-    conn.set_prepared_statement_cache_capacity(32);
-    Ok(conn)
-}
-
-pub(super) fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
-    let sql = if reset { "PRAGMA waffle_stats=reset" } else { "PRAGMA waffle_stats" };
-    let text: String = conn.query_row(sql, [], |r| r.get(0))?;
-    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
-}
-
-/// SQLite's own page cache hits and misses on `conn` since the last call (which resets them).
-fn sqlite_cache_counts(conn: &Connection) -> (u64, u64) {
-    let mut out = [0u64; 2];
-    for (i, op) in
-        [rusqlite::ffi::SQLITE_DBSTATUS_CACHE_HIT, rusqlite::ffi::SQLITE_DBSTATUS_CACHE_MISS].into_iter().enumerate()
-    {
-        let (mut cur, mut hi) = (0, 0);
-        // SAFETY: the handle is a live connection owned by this thread; the out pointers are valid.
-        let rc = unsafe { rusqlite::ffi::sqlite3_db_status(conn.handle(), op, &mut cur, &mut hi, 1) };
-        if rc == rusqlite::ffi::SQLITE_OK {
-            out[i] = cur.max(0) as u64;
-        }
-    }
-    (out[0], out[1])
 }
 
 /// memcached's `stats` of one node, its numeric fields (waffle_nodes::stats, bounded).
@@ -112,70 +54,6 @@ fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, stats: &Value)
         conn.query_row(&format!("SELECT count(*) FROM dbstat WHERE name IN ({list})"), [], |r| r.get(0))
     };
     count().map_or(0, |n| n + 1)
-}
-
-/// Runs the workload on every connection until `length` has passed (each
-/// thread finishes the transaction it is in). Returns the summed tally, the
-/// merged latency histogram (microseconds) and the elapsed seconds; with
-/// `per_second`, also the transactions done in each whole second.
-pub(super) fn phase(
-    workload: &dyn Workload,
-    conns: &mut [Connection],
-    length: Duration,
-    seed: u64,
-    mut per_second: Option<&mut Vec<u64>>,
-) -> (Tally, Histogram<u64>, f64) {
-    let stop = AtomicBool::new(false);
-    let done = AtomicU64::new(0);
-    let start = Instant::now();
-    let results: Vec<(Tally, Histogram<u64>)> = std::thread::scope(|s| {
-        let handles: Vec<_> = conns
-            .iter_mut()
-            .enumerate()
-            .map(|(i, conn)| {
-                let (stop, done) = (&stop, &done);
-                s.spawn(move || {
-                    let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1000).wrapping_add(i as u64 + 1));
-                    let mut tally = Tally::default();
-                    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
-                    while !stop.load(Ordering::Relaxed) {
-                        let t = Instant::now();
-                        let before = tally.done;
-                        workload.run_one(conn, &mut rng, &mut tally);
-                        if tally.done > before {
-                            hist.saturating_record(t.elapsed().as_micros().max(1) as u64);
-                            done.fetch_add(tally.done - before, Ordering::Relaxed);
-                        }
-                    }
-                    (tally, hist)
-                })
-            })
-            .collect();
-        let deadline = start + length;
-        let (mut next_second, mut counted) = (start + Duration::from_secs(1), 0);
-        while Instant::now() < deadline && !handles.iter().all(|h| h.is_finished()) {
-            let wake = deadline.min(next_second);
-            std::thread::sleep(wake.saturating_duration_since(Instant::now()).min(Duration::from_millis(100)));
-            if Instant::now() >= next_second {
-                let now = done.load(Ordering::Relaxed);
-                if let Some(series) = per_second.as_deref_mut() {
-                    series.push(now - counted);
-                }
-                counted = now;
-                next_second += Duration::from_secs(1);
-            }
-        }
-        stop.store(true, Ordering::Relaxed);
-        handles.into_iter().map(|h| h.join().expect("benchmark thread")).collect()
-    });
-    let seconds = start.elapsed().as_secs_f64();
-    let mut tally = Tally::default();
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 600_000_000, 3).expect("valid bounds");
-    for (t, h) in &results {
-        tally.add(t);
-        hist.add(h).expect("same bounds");
-    }
-    (tally, hist, seconds)
 }
 
 fn delta(after: &Value, before: &Value, key: &str) -> u64 {
@@ -208,7 +86,7 @@ pub fn run_config(
     let grid = &proxied.addrs;
 
     let mut conns: Vec<Connection> = (0..opts.threads)
-        .map(|_| open_conn(&path, plan, opts, grid).and_then(|c| workload.prepare(&c).map(|()| c)))
+        .map(|_| open_conn(&path, plan, opts.timeout_ms, grid).and_then(|c| workload.prepare(&c).map(|()| c)))
         .collect::<Result<_, _>>()
         .map_err(|e| err("open", e))?;
 
@@ -269,8 +147,8 @@ pub fn run_config(
     let mc: Vec<_> = node_addrs.iter().filter_map(|a| memcached_stats(a)).collect();
     let restart = if plan.restart {
         let steady_tps = tally.done as f64 / seconds;
-        let r = super::restart::measure(workload, &path, plan, opts, grid, conns, steady_tps)?;
-        eprintln!("waffle bench: {}: {}", plan.name, r.summary());
+        let r = restart::measure(workload, &path, plan, opts, grid, conns, steady_tps)?;
+        eprintln!("waffle bench: {}: {}", plan.name, restart_line(&r));
         Some(r)
     } else {
         drop(conns); // a clean close: pushes what it can of L1 (bounded), saves versions
