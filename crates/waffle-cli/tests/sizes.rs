@@ -37,7 +37,7 @@ fn size_flags_refuse_decimal_units_and_nonsense_naming_the_flag() {
 
 /// `waffle warm` opens a database through waffle: the refusals of a real open.
 /// (It names `waffle_local` in its URI, so the environment's turn is shown with
-/// the push queue and the device; tests/faults_config.rs does WAFFLE_LOCAL.)
+/// the push queue and the codec; tests/faults_config.rs does WAFFLE_LOCAL.)
 #[test]
 fn a_bad_value_is_named_as_it_was_set() {
     let node = Node::start(8).expect("memcached");
@@ -48,12 +48,12 @@ fn a_bad_value_is_named_as_it_was_set() {
     let db = db.to_str().unwrap();
     let grid = node.addr();
     let queue = refused(&["warm", db], &[("WAFFLE_GRID", &grid), ("WAFFLE_PUSH_QUEUE", "1")]);
-    let device = refused(&["warm", db], &[("WAFFLE_GRID", &grid), ("WAFFLE_DEVICE", "tape")]);
+    let codec = refused(&["warm", db], &[("WAFFLE_GRID", &grid), ("WAFFLE_COMPRESS", "gzip")]);
     let local = refused(&["warm", db, "--local", "1"], &[("WAFFLE_GRID", &grid)]);
     let decimal = refused(&["warm", db, "--local", "64MB"], &[("WAFFLE_GRID", &grid)]);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(queue.contains("bad value for WAFFLE_PUSH_QUEUE: '1': too small: at least 4KiB"), "{queue}");
-    assert!(device.contains("bad value for WAFFLE_DEVICE: 'tape'"), "{device}");
+    assert!(codec.contains("bad value for WAFFLE_COMPRESS: 'gzip'"), "{codec}");
     assert!(local.contains("bad value for waffle_local: '1': too small: at least 4KiB"), "{local}");
     assert!(decimal.contains("bad value for waffle_local: '64MB'") && decimal.contains("64MiB"), "{decimal}");
 }
