@@ -89,11 +89,13 @@ fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>) -> Result
         let target = w["target"].as_str().unwrap_or_default();
         if !target.starts_with(&ours) {
             if t0.elapsed() > PICKUP {
+                // Still there: never taken. Withdrawn, so that a server started later does not run it.
+                let taken = !request.exists();
                 let _ = std::fs::remove_file(request);
-                return Err(if request.exists() {
-                    "the preload did not take the request (is the server running under it?)".into()
-                } else {
+                return Err(if taken {
                     "the preload took the request but did not start it (a warm already running? see the server's error log)".into()
+                } else {
+                    "the preload did not take the request (is the server running under it?)".into()
                 });
             }
             continue;
@@ -101,5 +103,48 @@ fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>) -> Result
         if let Some(warmed) = follow.step(&w, target, show, t0.elapsed().as_secs_f64())? {
             return Ok(warmed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory with a stats file whose warm is nobody's request (no preload reads the control file).
+    fn server_dir(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("waffle-warm-client-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("waffle-stats.json"), r#"{"warm": {"state": "idle"}}"#).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_request_nobody_takes_is_said_so_and_withdrawn() {
+        let dir = server_dir("untaken");
+        let e = warm(&dir, &["shop/*".to_string()], None).unwrap_err();
+        let left = dir.join(REQUEST_FILE).exists();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.contains("did not take the request"), "{e}");
+        assert!(!left, "the request is withdrawn");
+    }
+
+    #[test]
+    fn a_request_taken_and_not_started_is_said_so() {
+        let dir = server_dir("taken");
+        let request = dir.join(REQUEST_FILE);
+        // The preload's part: it takes the request (reads and removes the file) and starts nothing.
+        let taker = std::thread::spawn({
+            let request = request.clone();
+            move || {
+                while std::fs::remove_file(&request).is_err() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        });
+        let e = warm(&dir, &[], None).unwrap_err();
+        taker.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        assert!(e.contains("took the request but did not start it"), "{e}");
     }
 }
