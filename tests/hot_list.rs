@@ -21,6 +21,7 @@ use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, n, open_
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::spawn_until_ready;
 use waffle_testkit::raw_client::{key, mg};
+use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::wait::wait_for;
 use waffle_testkit::warm_restart::{after_child_commit, check_rows, value};
@@ -323,29 +324,37 @@ fn a_warm_while_the_reload_runs_stops_it_and_runs_instead() {
 /// never meets the reload's read transactions as SQLITE_BUSY: its commit
 /// waits in the VFS for the running piece instead. The reload is made slow
 /// so that the writes land while it runs: a cold open (so the disk), an
-/// EMULATED 10K RPM disk (5 ms a read), and hot pages ten pages apart (one
-/// read each).
+/// EMULATED 10K RPM disk (libwaffle_slowdisk.so, 5 ms a read: the test runs
+/// again under it), and hot pages ten pages apart (one read each).
 #[test]
 fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
-    let node = start_node(64);
-    let addr = node.addr();
-    let dir = TempDir::new("hot-writer");
-    let db = dir.join("w.db");
+    const TEST: &str = "a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload";
+    /// The grid's node, the parent's, for the run on the EMULATED disk.
+    const NODE: &str = "WAFFLE_TEST_HOT_LIST_NODE";
     let rows = 1000;
-    let conn = open_waffle(&db, &params(&addr, "on"));
-    create_blob_table(&conn, 10, 1..=rows, |id| value(id, 1));
-    for _ in 0..5 {
-        drop_pager_cache(&conn);
-        for id in (0..100).map(|i| 10 + (i * 37) % 100 * 10) {
-            let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?", [id], |r| r.get(0)).unwrap();
-            assert!(v == value(id, 1));
+    let Some(dir) = slow_disk::child_dir() else {
+        let node = start_node(64);
+        let addr = node.addr();
+        let dir = TempDir::new("hot-writer");
+        let db = dir.join("w.db");
+        let conn = open_waffle(&db, &params(&addr, "on"));
+        create_blob_table(&conn, 10, 1..=rows, |id| value(id, 1));
+        for _ in 0..5 {
+            drop_pager_cache(&conn);
+            for id in (0..100).map(|i| 10 + (i * 37) % 100 * 10) {
+                let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?", [id], |r| r.get(0)).unwrap();
+                assert!(v == value(id, 1));
+            }
         }
-    }
-    drop(conn);
-    std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&db)).unwrap(); // cold: from disk
-    let mut p = params(&addr, "on");
-    p.push(("waffle_device", "hdd-10k"));
-    let conn = open_waffle(&db, &p);
+        drop(conn);
+        std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&db)).unwrap(); // cold: from disk
+        slow_disk::run_again(TEST, "hdd-10k", dir.path(), &[(NODE, addr)]);
+        return;
+    };
+    let addr = std::env::var(NODE).expect("the parent's node");
+    let db = dir.join("w.db");
+    slow_disk::drop_from_page_cache(&db);
+    let conn = open_waffle(&db, &params(&addr, "on"));
     conn.busy_timeout(Duration::ZERO).unwrap();
     let (mut during, mut id) = (0, rows);
     loop {
@@ -363,4 +372,5 @@ fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
     assert!(during >= 3, "only {during} writes landed while the reload ran: {}", s["hot_list"]);
     assert!(n(&s, "hot_list.from_disk_pages") >= 50, "{}", s["hot_list"]);
     check_rows(&conn, |id| value(id, 1), id);
+    assert!(slow_disk::slowed_reads("hdd-10k") >= 50, "the reload's reads waited for the EMULATED disk");
 }

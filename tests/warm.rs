@@ -7,8 +7,9 @@
 //! read from disk; writers during warms (a waffle connection of this process,
 //! a plain connection that bypasses the cache, and rolled-back transactions
 //! that spill uncommitted pages into the file) never lead to a stale or
-//! uncommitted read; closing during a warm returns promptly; a second warm is
-//! refused while one runs; an unknown name is an error naming it.
+//! uncommitted read; closing during a warm returns promptly and a second warm
+//! is refused while one runs (on an EMULATED slow disk, libwaffle_slowdisk.so,
+//! so that the warm is still running); an unknown name is an error naming it.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -19,6 +20,7 @@ use rusqlite::{params, Connection};
 use serde_json::Value;
 use waffle_testkit::db::{drop_pager_cache, flush, n, open_plain, open_waffle, stats};
 use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::wait::wait_for;
 
@@ -273,13 +275,21 @@ fn writers_during_warms_never_lead_to_a_stale_read_wal() {
     writers_during_warms("wal");
 }
 
+/// On an EMULATED cloud-block disk (libwaffle_slowdisk.so, 0.67 ms per 4 KiB
+/// read even in sequence), so the whole warm takes seconds and is still
+/// running when the second warm and the close come.
 #[test]
 fn closing_during_a_warm_returns_promptly_and_a_second_warm_is_refused() {
-    let dir = TempDir::new("warm-close");
+    const TEST: &str = "closing_during_a_warm_returns_promptly_and_a_second_warm_is_refused";
+    let Some(dir) = slow_disk::child_dir() else {
+        let dir = TempDir::new("warm-close");
+        load(&open_plain(&dir.join("w.db")), 5000, 3500);
+        slow_disk::run_again(TEST, "cloud-block", dir.path(), &[]);
+        return;
+    };
     let path = dir.join("w.db");
-    load(&open_plain(&path), 5000, 3500);
-    // cloud-block: 0.67 ms per 4 KiB read in sequence, so the whole warm takes seconds.
-    let conn = open_waffle(&path, &[("waffle_local", "64MiB"), ("waffle_device", "cloud-block")]);
+    slow_disk::drop_from_page_cache(&path);
+    let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
     let pages = count(&conn, "PRAGMA page_count");
     assert!(pages > 5000);
     warm(&conn, None).unwrap();
@@ -296,6 +306,7 @@ fn closing_during_a_warm_returns_promptly_and_a_second_warm_is_refused() {
     let again = open_waffle(&path, &[("waffle_local", "64MiB")]);
     assert_eq!(stats(&again)["warm"]["state"], "idle");
     assert_eq!(count(&again, "SELECT count(*) FROM t"), 5000);
+    assert!(slow_disk::slowed_reads("cloud-block") > 0, "the warm's reads waited for the EMULATED disk");
 }
 
 #[test]

@@ -629,13 +629,14 @@ fn format_ok(v: &[u8]) -> bool {
 
 // ------------------------------------------------------------------ configuration
 
-/// Target `config`: up to six lines, the values of waffle_grid, waffle_local,
-/// waffle_timeout_ms, waffle_push_queue, waffle_direct_io and waffle_device (a
-/// missing line: not given). Never a panic; an error names its parameter and
-/// the value exactly as given; an accepted value is within its bounds.
+/// Target `config`: up to five lines, the values of waffle_grid, waffle_local,
+/// waffle_timeout_ms, waffle_push_queue and waffle_direct_io (a missing line:
+/// not given; more lines are not read). Never a panic; an error names its
+/// parameter and the value exactly as given; an accepted value is within its
+/// bounds.
 pub fn config(data: &[u8]) {
-    const NAMES: [&str; 6] =
-        ["waffle_grid", "waffle_local", "waffle_timeout_ms", "waffle_push_queue", "waffle_direct_io", "waffle_device"];
+    const NAMES: [&str; 5] =
+        ["waffle_grid", "waffle_local", "waffle_timeout_ms", "waffle_push_queue", "waffle_direct_io"];
     let text = String::from_utf8_lossy(data);
     let values: Vec<&str> = text.split('\n').collect();
     let lookup = |name: &str| {

@@ -1,6 +1,6 @@
 //! Finding a file cargo builds apart from the test that uses it: the child programs of this crate,
-//! `libwaffle.so` and `libwaffle_preload.so`, the ones built for the profile the tests run under,
-//! not older than their sources.
+//! `libwaffle.so`, `libwaffle_preload.so` and `libwaffle_slowdisk.so`, the ones built for the
+//! profile the tests run under, not older than their sources.
 
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -34,10 +34,16 @@ fn known(file: &str) -> Known {
             package: "waffle-preload",
             sources: &["crates/waffle-preload", "crates/waffle-core"],
         },
+        "libwaffle_slowdisk.so" => Known {
+            file: "libwaffle_slowdisk.so",
+            env: Some("WAFFLE_SLOWDISK_SO"),
+            package: "waffle-slowdisk",
+            sources: &["crates/waffle-slowdisk", "crates/waffle-emulation"],
+        },
         _ => {
             let Some(bin) = BINARIES.iter().find(|b| **b == file) else {
                 panic!(
-                    "artefact({file:?}): not one this crate knows ({BINARIES:?}, libwaffle.so, libwaffle_preload.so)"
+                    "artefact({file:?}): not one this crate knows ({BINARIES:?}, libwaffle.so, libwaffle_preload.so, libwaffle_slowdisk.so)"
                 )
             };
             Known {
@@ -88,13 +94,14 @@ fn newest_source(crates: &[&str]) -> (SystemTime, PathBuf) {
     newest
 }
 
-/// A built binary of this crate (one of [`BINARIES`]), `libwaffle.so` or `libwaffle_preload.so`.
+/// A built binary of this crate (one of [`BINARIES`]), `libwaffle.so`, `libwaffle_preload.so` or
+/// `libwaffle_slowdisk.so`.
 ///
-/// The libraries' variables `WAFFLE_SO` and `WAFFLE_PRELOAD_SO` name the file to use. Otherwise it
-/// is the one built for the profile of the running test binary: in its `target/<profile>` (or in
-/// `deps/` there, where `cargo test` leaves a dependency's cdylib), never another profile's, so a
-/// test under `--profile checked` runs checked children. It must not be older than its sources.
-/// Missing or stale, the test fails and says what to build: `cargo test` builds a dependency's
+/// The libraries' variables `WAFFLE_SO`, `WAFFLE_PRELOAD_SO` and `WAFFLE_SLOWDISK_SO` name the file
+/// to use. Otherwise it is the one built for the profile of the running test binary: in its
+/// `target/<profile>` (or in `deps/` there, where `cargo test` leaves a dependency's cdylib), never
+/// another profile's, so a test under `--profile checked` runs checked children. It must not be
+/// older than its sources. Missing or stale, the test fails and says what to build: `cargo test` builds a dependency's
 /// library but not its binaries, so a run of one test file needs `cargo build --release` (or
 /// `-p waffle-testkit`) first; `cargo test --workspace` builds them (this crate's tests use them).
 #[track_caller]

@@ -90,7 +90,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     bad("waffle_timeout_ms", &["0", "fast", "60001", "-5", "1.5", "", "99999999999999999999999", "5ms"], &mut c);
     bad("waffle_push_queue", &["1.5MiB", "lots", "-1", "2TiB", "", "16 XiB", "1", "16MB"], &mut c);
     bad("waffle_direct_io", &["maybe", "2", "", "onn", "of"], &mut c);
-    bad("waffle_device", &["floppy", "HDD-10K", "ssd", "hdd_10k"], &mut c);
+    bad("waffle_hot_list", &["sometimes", "disk", "", "gird"], &mut c);
     let missing = key_dir.join("no-such.key");
     let short_key = key_dir.join("short.key");
     std::fs::write(&short_key, "00112233").unwrap();
@@ -105,6 +105,10 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
         c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
     }
+    // So are the benchmarks' emulation parameters, gone from the product (issue 22).
+    for name in ["waffle_device", "waffle_link"] {
+        c.push(Case { uri: uri(&[(name, "real")]), env: vec![], want: Refused("URI parameter", name) });
+    }
     // The environment is read when the URI does not say; its errors name the variable that was set.
     for (var, v) in [
         ("WAFFLE_LOCAL", "lots"),
@@ -113,7 +117,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         ("WAFFLE_GRID", "nohost"),
         ("WAFFLE_PUSH_QUEUE", "big"),
         ("WAFFLE_DIRECT_IO", "perhaps"),
-        ("WAFFLE_DEVICE", "tape"),
+        ("WAFFLE_COMPRESS", "gzip"),
     ] {
         c.push(Case { uri: vec![], env: vec![(var, v.to_string())], want: Refused(var, v) });
     }
@@ -132,7 +136,7 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         ("waffle_push_queue", "4KiB"),
         ("waffle_direct_io", "off"),
         ("waffle_direct_io", "ON"),
-        ("waffle_device", "real"),
+        ("waffle_hot_list", "off"),
         ("waffle_grid", ""),
         ("waffle_grid", "  "),
         ("waffle_grid_change", "on"),

@@ -17,7 +17,8 @@
 //! Python apsw peer).
 //! What a child program shares with its test: the crash workload, the warm-restart rows, the
 //! configuration cases, InnoDB pages. Throwaway MariaDB servers and sysbench ([`mariadb`]), for
-//! the MySQL tests and for `waffle bench mysql` (waffle-bench). And the plumbing: [`artefact`]
+//! the MySQL tests and for `waffle bench mysql` (waffle-bench). A test on an EMULATED slow disk
+//! runs again under `libwaffle_slowdisk.so` ([`slow_disk`]). And the plumbing: [`artefact`]
 //! finds a built binary or library of the profile the tests run under, [`wait_for`] polls a
 //! condition with a deadline instead of sleeping, [`soak`] scales fault tests under
 //! `scripts/soak`, [`pattern`] makes bytes a wrong page cannot hold by accident, and
@@ -40,6 +41,7 @@ pub mod nodes;
 mod pattern;
 pub mod process;
 pub mod raw_client;
+pub mod slow_disk;
 pub mod soak;
 pub mod temp_dir;
 mod test_cases;
