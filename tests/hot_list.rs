@@ -1,4 +1,4 @@
-//! The hot list (waffle_core::hot_list, waffle-sqlite's hot_reload.rs): a
+//! The hot list (waffle_core::warming, waffle-sqlite's hot_reload.rs): a
 //! clean close writes the pages the cache held, hottest first; the next open
 //! reloads them into L1 in the background, from the grid where the list is
 //! trusted, else from the disk. A list from another file, another identity,
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection};
 use serde_json::Value;
-use waffle_core::hot_list::{self, Trust};
+use waffle_core::warming::hot_list::{self, Trust};
 use waffle_testkit::artefact;
 use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, n, open_plain, open_waffle, stats};
 use waffle_testkit::nodes::{start_node, Node};

@@ -12,8 +12,8 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use waffle_core::hot_list;
 use waffle_core::sidecar::Sidecar;
+use waffle_core::warming::hot_list;
 use waffle_testkit::artefact;
 use waffle_testkit::process::run_with_input;
 use waffle_testkit::temp_dir::TempDir;

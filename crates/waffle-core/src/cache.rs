@@ -24,15 +24,13 @@ use crate::backing::{Backing, PageId};
 use crate::codec::{Codec, Stored};
 use crate::envelope::{self, Identity};
 use crate::grid::{Clock, Fetch, Grid, SystemClock};
-use crate::hot_list::HotListProgress;
 use crate::pool::{Ahead, Evicted, Pool};
 use crate::presence::{DiskReason, Fate, Presence, Verdict};
-use crate::pusher::{GridSlot, Pusher};
+use crate::pusher::{GridSlot, PushTally, Pusher};
 use crate::seal::SealKey;
 use crate::stats::{Stats, Tier};
 use crate::verify::{self, How, Served, Verifier};
 use crate::versions::{self, SavedVersions, Versions, MAX_PAGES, SEGMENT_BITS};
-use crate::warm::{Placed, WarmProgress};
 use crate::working_set::{self, WorkingSet};
 
 const STRIPES: usize = 256;
@@ -458,10 +456,6 @@ pub struct PageCache {
     fuse_reason: Mutex<Option<String>>,
     /// Distinct pages read or written lately (the stats' `working_set`).
     working_set: WorkingSet,
-    /// The last (or running) warm's progress (warm.rs).
-    warm: WarmProgress,
-    /// What the hot list of the last clean close did at this open (hot_list.rs).
-    hot_list: HotListProgress,
     /// Verify mode (verify.rs): off unless the adapter enables it.
     verifier: Verifier,
 }
@@ -469,7 +463,6 @@ pub struct PageCache {
 impl PageCache {
     pub fn new(opts: CacheOptions) -> PageCache {
         let stats = Arc::new(Stats::new());
-        let warm = WarmProgress::new(Arc::clone(&stats));
         let grid = Arc::new(GridSlot::new(opts.grid));
         let presence = Arc::new(Presence::new());
         // A warm start: the grid may hold any page the saved versions name.
@@ -501,8 +494,6 @@ impl PageCache {
             fused: AtomicBool::new(false),
             fuse_reason: Mutex::new(None),
             working_set: WorkingSet::new(),
-            warm,
-            hot_list: HotListProgress::default(),
             verifier: Verifier::default(),
         }
     }
@@ -745,7 +736,7 @@ impl PageCache {
             self.stats.record(Tier::L1, t0.elapsed());
             return Ok((buf.len(), Source::L1));
         }
-        if self.pusher.take_if_queued(page) {
+        if self.pusher.is_queued(page) {
             // Evicted a moment ago and not pushed yet: the ordinary path takes it back.
             ra.read_hit(page);
             return self.read_tiers(page, buf, file, false);
@@ -1082,8 +1073,6 @@ impl PageCache {
         m.insert("working_set".into(), working_set::to_json(pages, self.page_bytes() as u64, held_l1, grid_memory));
         let nodes = self.grid.get().map(|g| g.node_status()).unwrap_or_default();
         m.insert("nodes".into(), serde_json::to_value(nodes).expect("node status serializes"));
-        m.insert("warm".into(), self.warm.to_json());
-        m.insert("hot_list".into(), self.hot_list.to_json());
         m
     }
 
@@ -1292,22 +1281,32 @@ impl PageCache {
     }
 }
 
-/// What warming (warm.rs) needs of the tiers, kept apart from the read and write paths.
+/// What became of a page read beside the read path and handed to the cache
+/// ([`PageCache::place_if_room`], [`PageCache::place_or_push`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Placed {
+    /// Into L1's free room.
+    L1,
+    /// Queued for the grid (stored or not: the [`PushTally`] it was queued with says).
+    Queued,
+    /// Already there: L1 (a read brought it meanwhile) or the grid (presence `Held`).
+    Held,
+    /// A write changed the page after its version was captured: the read bytes were dropped.
+    Raced,
+    /// L1 full and no grid, or no room in the push queue in time.
+    NoRoom,
+}
+
+/// Pages read beside the read path, ahead of demand, by a caller above the
+/// cache: the narrow interface it has to the tiers, kept apart from the read
+/// and write paths. The read path's rule holds: a page's version is captured
+/// before it is read, and its bytes go in only if the version is unchanged,
+/// checked under the page's stripe lock.
 impl PageCache {
-    /// The last (or running) warm's progress.
-    pub fn warm_progress(&self) -> &WarmProgress {
-        &self.warm
-    }
-
-    /// What the hot list reload did (or does) at this open.
-    pub fn hot_list_progress(&self) -> &HotListProgress {
-        &self.hot_list
-    }
-
-    /// The version to capture before warming `page` reads it, or None when
-    /// the page needs no warming: L1 or the push queue has it already.
-    pub(crate) fn warm_version(&self, page: u64) -> Option<u64> {
-        if self.pool.contains(page) || self.pusher.take_if_queued(page) {
+    /// The version to capture before `page` is read beside the read path, or
+    /// None when it needs no reading: L1 or the push queue has it already.
+    pub(crate) fn capture_version(&self, page: u64) -> Option<u64> {
+        if self.pool.contains(page) || self.pusher.is_queued(page) {
             return None;
         }
         Some(self.versions.current(page))
@@ -1318,7 +1317,7 @@ impl PageCache {
     /// meanwhile) or `Raced` (a write since the capture wins, checked under
     /// the page's stripe lock as `fill` does); the bytes come back when the
     /// page's shard has no room.
-    pub(crate) fn warm_place_l1(&self, page: u64, version: u64, bytes: Box<[u8]>) -> Result<Placed, Box<[u8]>> {
+    pub(crate) fn place_if_room(&self, page: u64, version: u64, bytes: Box<[u8]>) -> Result<Placed, Box<[u8]>> {
         if self.is_fused() {
             return Ok(Placed::Raced);
         }
@@ -1392,21 +1391,23 @@ impl PageCache {
         got
     }
 
-    /// Places a page warming read at `version` (captured before the read):
-    /// into L1 while its shard has room (never evicting), else to the grid
-    /// through the pusher, waiting for room in its queue (`push_wait`, a
-    /// bounded wait that stops early when `cancel` is set) rather than
-    /// dropping anyone's page. A write since the capture wins: the bytes are
-    /// dropped (checked under the page's stripe lock, as `fill` does).
-    pub(crate) fn warm_place(
+    /// Places a page read at `version` (captured before the read): into L1
+    /// while its shard has room (never evicting), else to the grid through
+    /// the pusher, waiting for room in its queue (`push_wait`, a bounded wait
+    /// that stops early when `cancel` is set) rather than dropping anyone's
+    /// page; what the grid does with it is counted in `tally`. A write since
+    /// the capture wins: the bytes are dropped (checked under the page's
+    /// stripe lock, as `fill` does).
+    pub(crate) fn place_or_push(
         &self,
         page: u64,
         version: u64,
         bytes: Box<[u8]>,
         push_wait: Duration,
         cancel: &AtomicBool,
+        tally: &Arc<PushTally>,
     ) -> Placed {
-        let bytes = match self.warm_place_l1(page, version, bytes) {
+        let bytes = match self.place_if_room(page, version, bytes) {
             Ok(placed) => return placed,
             Err(bytes) => bytes,
         };
@@ -1435,7 +1436,7 @@ impl PageCache {
         if self.versions.current(page) != version {
             return Placed::Raced;
         }
-        self.pusher.push_warm(Evicted { page, version, bytes, scan: false });
+        self.pusher.push_tallied(Evicted { page, version, bytes, scan: false }, tally);
         Placed::Queued
     }
 }

@@ -15,10 +15,13 @@
 //!    versions.bump(page) (every older grid copy is now rejected) and L1 takes the bytes.
 //!
 //!  L1 eviction ──> pusher (bounded queue, drops oldest) ──> grid, pipelined `ms ... q`
-//!
-//!  warm (warm.rs): runs of pages, 1 MiB reads ──> L1's free room, then the pusher
-//!    (waiting for room, never dropping); version captured before each read
 //! ```
+//!
+//! Above the cache, one layer (warming/): warming and the hot list's reload
+//! read pages ahead of demand and hand them to the cache's narrow interface
+//! (L1's free room, then the pusher; a version captured before each read).
+//! Warming uses the cache; the cache knows nothing of warming: the adapter
+//! holds a [`warming::Warming`] beside each cache.
 //!
 //! The disk is the only source of truth. A grid value is served only when its
 //! envelope names this cache incarnation, this page and the version the file
@@ -35,7 +38,6 @@ pub mod config;
 pub mod config_file;
 pub mod envelope;
 pub mod grid;
-pub mod hot_list;
 pub mod log;
 pub mod page_table;
 pub mod pool;
@@ -50,7 +52,7 @@ pub mod stats_file;
 mod test_file;
 pub mod verify;
 pub mod versions;
-pub mod warm;
+pub mod warming;
 pub mod working_set;
 
 pub use cache::{CacheOptions, CloseReport, PageCache, PageCheck, ReadAhead, Source};

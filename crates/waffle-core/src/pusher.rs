@@ -10,9 +10,9 @@
 //! What becomes of each page is recorded in the presence set's fates (why a
 //! later disk read happened): pushed (its stamp), dropped by the queue or
 //! with nowhere to go ([`Fate::PushDropped`]), or not pushed because its node
-//! is backed off ([`Fate::Unpushed`]). Pages a warm queued ([`Pusher::push_warm`])
-//! are tallied apart ([`crate::warm::WarmPushes`]): a warm reports what the
-//! grid stored of them.
+//! is backed off ([`Fate::Unpushed`]). Pages queued with a [`PushTally`]
+//! ([`Pusher::push_tallied`]) are also counted there: a caller that queues
+//! pages of its own reports what the grid stored of them, not what it queued.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,7 +26,7 @@ use crate::grid::{Grid, ItemFate};
 use crate::pool::Evicted;
 use crate::presence::{Fate, Presence};
 use crate::seal::SealKey;
-use crate::stats::Stats;
+use crate::stats::{Counter, Stats};
 
 /// Pages per pipelined batch; one round trip per node per batch.
 pub const BATCH_PAGES: usize = 64;
@@ -38,8 +38,46 @@ const BEHIND_DIVISOR: u64 = 2;
 struct Pending {
     seq: u64,
     entry: Evicted,
-    /// Queued by a warm: what becomes of it is tallied for the warm.
-    warm: bool,
+    /// Where what becomes of it is also counted (None: the cache's stats only).
+    tally: Option<Arc<PushTally>>,
+}
+
+/// What became of the pages queued under one tally ([`Pusher::push_tallied`]).
+#[derive(Default)]
+pub struct PushTally {
+    /// By [`ItemFate`]: stored, not sent (node down), refused, lost.
+    fates: [Counter; ItemFate::ALL.len()],
+    /// Not sent: the node is backed off (its lookups cost more than the disk
+    /// reads they save, so the page would not be asked for there).
+    backed_off: Counter,
+    /// Pushed out of the full queue by newer evictions before it was sent.
+    dropped: Counter,
+    /// Not sent: no grid any more, or not sealable.
+    other: Counter,
+}
+
+impl PushTally {
+    /// Counts from 0 again.
+    pub fn reset(&self) {
+        self.fates.iter().chain([&self.backed_off, &self.dropped, &self.other]).for_each(|c| c.set(0));
+    }
+
+    pub fn stored(&self) -> u64 {
+        self.fates[ItemFate::Stored.index()].get()
+    }
+
+    /// (why, pages) of the tallied pages the grid did not store.
+    pub fn not_stored(&self) -> [(&'static str, u64); 6] {
+        let fate = |f: ItemFate| (f.name(), self.fates[f.index()].get());
+        [
+            fate(ItemFate::NodeDown),
+            fate(ItemFate::Refused),
+            fate(ItemFate::Lost),
+            ("backed_off", self.backed_off.get()),
+            ("dropped", self.dropped.get()),
+            ("other", self.other.get()),
+        ]
+    }
 }
 
 #[derive(Default)]
@@ -152,42 +190,42 @@ impl Pusher {
 
     /// Queues an evicted page. Never blocks on the network.
     pub fn push(&self, entry: Evicted) {
-        self.push_as(entry, false);
+        self.push_as(entry, None);
     }
 
-    /// Queues a page a warm read (its fate is tallied for the warm).
-    pub fn push_warm(&self, entry: Evicted) {
-        self.push_as(entry, true);
+    /// Queues a page whose fate is also counted in `tally`.
+    pub fn push_tallied(&self, entry: Evicted, tally: &Arc<PushTally>) {
+        self.push_as(entry, Some(Arc::clone(tally)));
     }
 
-    fn push_as(&self, entry: Evicted, warm: bool) {
+    fn push_as(&self, entry: Evicted, tally: Option<Arc<PushTally>>) {
         let len = entry.bytes.len() as u64;
         if len > self.shared.capacity_bytes {
-            self.note_dropped(entry.page, warm);
+            self.note_dropped(entry.page, tally.as_deref());
             return;
         }
         let mut q = self.shared.queue.lock().unwrap();
         q.remove(entry.page);
         while q.bytes + len > self.shared.capacity_bytes {
             let Some(dropped) = q.pop_oldest() else { break };
-            self.note_dropped(dropped.entry.page, dropped.warm);
+            self.note_dropped(dropped.entry.page, dropped.tally.as_deref());
         }
         let seq = q.next_seq;
         q.next_seq += 1;
         q.order.push_back((entry.page, seq));
         q.bytes += len;
-        q.pending.insert(entry.page, Pending { seq, entry, warm });
+        q.pending.insert(entry.page, Pending { seq, entry, tally });
         q.compact();
         debug_assert!(q.bytes <= self.shared.capacity_bytes);
         drop(q);
         self.shared.work.notify_one();
     }
 
-    fn note_dropped(&self, page: u64, warm: bool) {
+    fn note_dropped(&self, page: u64, tally: Option<&PushTally>) {
         self.shared.stats.l2_push_drops.incr();
         self.shared.presence.set_fate(page, Fate::PushDropped);
-        if warm {
-            self.shared.stats.warm_pushes.dropped.incr();
+        if let Some(t) = tally {
+            t.dropped.incr();
         }
     }
 
@@ -222,7 +260,7 @@ impl Pusher {
     }
 
     /// Waits (at most `timeout`) until `bytes` more fit in the queue without
-    /// dropping anything. Warming paces its pushes with this: its pages wait
+    /// dropping anything. A caller pushing pages of its own paces itself with this: its pages wait
     /// for room rather than push older pages (or each other) out.
     pub fn wait_room(&self, bytes: u64, timeout: Duration) -> bool {
         if bytes > self.shared.capacity_bytes {
@@ -262,7 +300,7 @@ impl Pusher {
     }
 
     /// Whether `page` waits in the queue (not the batch being sent).
-    pub fn take_if_queued(&self, page: u64) -> bool {
+    pub fn is_queued(&self, page: u64) -> bool {
         self.shared.queue.lock().unwrap().pending.contains_key(&page)
     }
 
@@ -316,7 +354,7 @@ impl Drop for Pusher {
 
 fn drain(shared: &Shared) {
     loop {
-        let (batch, warm, behind) = {
+        let (batch, tallies, behind) = {
             let mut q = shared.queue.lock().unwrap();
             q.in_flight = None;
             shared.idle.notify_all();
@@ -327,12 +365,12 @@ fn drain(shared: &Shared) {
                 return;
             }
             let mut batch = Vec::with_capacity(BATCH_PAGES);
-            let mut warm = Vec::with_capacity(BATCH_PAGES);
+            let mut tallies = Vec::with_capacity(BATCH_PAGES);
             while batch.len() < BATCH_PAGES {
                 match q.pop_oldest() {
                     Some(p) => {
                         batch.push(p.entry);
-                        warm.push(p.warm);
+                        tallies.push(p.tally);
                     }
                     None => break,
                 }
@@ -340,23 +378,23 @@ fn drain(shared: &Shared) {
             let behind = q.bytes > shared.capacity_bytes / BEHIND_DIVISOR;
             let batch = Arc::new(batch);
             q.in_flight = Some(Arc::clone(&batch));
-            (batch, warm, behind)
+            (batch, tallies, behind)
         };
-        send(shared, &batch, &warm, behind);
+        send(shared, &batch, &tallies, behind);
     }
 }
 
-/// Sends `batch` (`warm[i]`: page i was queued by a warm) and counts what
-/// became of every page.
-fn send(shared: &Shared, batch: &[Evicted], warm: &[bool], behind: bool) {
+/// Sends `batch` (`tallies[i]`: where page i's fate is also counted) and
+/// counts what became of every page.
+fn send(shared: &Shared, batch: &[Evicted], tallies: &[Option<Arc<PushTally>>], behind: bool) {
     let stats = &shared.stats;
     let Some(grid) = shared.grid.get() else {
         // The grid was removed while these waited: nowhere to push them.
         stats.push_not_sent(batch.len() as u64);
-        for (e, &w) in batch.iter().zip(warm) {
+        for (e, t) in batch.iter().zip(tallies) {
             shared.presence.set_fate(e.page, Fate::PushDropped);
-            if w {
-                stats.warm_pushes.other.incr();
+            if let Some(t) = t {
+                t.other.incr();
             }
         }
         return;
@@ -364,16 +402,16 @@ fn send(shared: &Shared, batch: &[Evicted], warm: &[bool], behind: bool) {
     // A node that costs more than the disk read it would save takes only a
     // sample of pages (grid::cost); the others are dropped, never marked. Not at a close.
     let closing = shared.closing.load(Ordering::Relaxed);
-    let batch: Vec<(&Evicted, bool)> = batch
+    let batch: Vec<(&Evicted, Option<&PushTally>)> = batch
         .iter()
-        .zip(warm.iter().copied())
-        .filter(|(e, w)| {
+        .zip(tallies.iter().map(Option::as_deref))
+        .filter(|(e, t)| {
             let admitted = closing || grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
             if !admitted {
                 stats.l2_push_cost_skips.incr();
                 shared.presence.set_fate(e.page, Fate::Unpushed);
-                if *w {
-                    stats.warm_pushes.backed_off.incr();
+                if let Some(t) = t {
+                    t.backed_off.incr();
                 }
             }
             admitted
@@ -386,37 +424,37 @@ fn send(shared: &Shared, batch: &[Evicted], warm: &[bool], behind: bool) {
     }
     // A page that cannot be sealed (no nonce) is not pushed: a failure, not a plain copy.
     let mut compressed = Vec::new();
-    let mut sent_warm = Vec::with_capacity(batch.len());
+    let mut sent_tallies = Vec::with_capacity(batch.len());
     let (keys, values): (Vec<String>, Vec<Vec<u8>>) = batch
         .iter()
-        .filter_map(|&(e, w)| {
+        .filter_map(|&(e, t)| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
             let stored = compress(shared, &e.bytes, &mut compressed, behind);
             let payload = if stored == Stored::Raw { &e.bytes[..] } else { &compressed[..] };
             let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
                 stats.push_not_sent(1);
-                if w {
-                    stats.warm_pushes.other.incr();
+                if let Some(t) = t {
+                    t.other.incr();
                 }
                 // Not sent: the stamp set above would send a read to the grid for nothing.
                 shared.presence.remove(e.page);
                 shared.presence.set_fate(e.page, Fate::PushDropped);
             } else {
-                sent_warm.push(w);
+                sent_tallies.push(t);
             }
             Some((envelope::key(shared.cache_id, e.page), value?))
         })
         .unzip();
     let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();
     let fates = grid.store_each(&items);
-    for (&fate, &w) in fates.iter().zip(&sent_warm) {
+    for (&fate, t) in fates.iter().zip(&sent_tallies) {
         if fate == ItemFate::Stored {
             stats.l2_pushes.incr();
         }
         stats.push_not_stored(fate);
-        if w {
-            stats.warm_pushes.fates[fate.index()].incr();
+        if let Some(t) = t {
+            t.fates[fate.index()].incr();
         }
     }
     // Bytes offered to the network, stored or not.

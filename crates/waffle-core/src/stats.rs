@@ -154,8 +154,6 @@ pub struct Stats {
     /// The rest of `l2_push_failures`: the grid was removed while the pages
     /// waited, or a page could not be sealed.
     pub l2_push_not_stored_other: Counter,
-    /// What the pusher did with the pages the running warm queued (warm.rs).
-    pub warm_pushes: crate::warm::WarmPushes,
     pub l2_push_bytes: Counter,
     pub l2_fetch_bytes: Counter,
     /// L1 misses answered from the push queue (evicted, not yet pushed).
@@ -254,7 +252,6 @@ impl Stats {
             l2_push_failures: Counter::default(),
             l2_push_not_stored: Default::default(),
             l2_push_not_stored_other: Counter::default(),
-            warm_pushes: Default::default(),
             l2_push_bytes: Counter::default(),
             l2_fetch_bytes: Counter::default(),
             push_queue_hits: Counter::default(),

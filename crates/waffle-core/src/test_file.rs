@@ -1,4 +1,4 @@
-//! For the core's unit tests of background readers (warm.rs, hot_list.rs): an
+//! For the core's unit tests of background readers (warming/): an
 //! in-memory file whose reads can run a hook first (a write landing while the
 //! reader's read is in flight), and a cache over it with no grid.
 

@@ -2,7 +2,7 @@
 //! stats file, the tablespace pages the cache held, hottest first, preloaded
 //! from the disk into L1's free room at the next server start.
 //!
-//! Unlike SQLite's (waffle_core::hot_list), this list is page numbers only,
+//! Unlike SQLite's (waffle_core::warming::hot_list), this list is page numbers only,
 //! always: every server start is cold (a new cache identity, so no grid copy
 //! of an earlier run is ever asked for), and the cache names a page by a
 //! segment that means nothing to the next run, so the list names the
@@ -48,10 +48,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use waffle_core::config::HotListMode;
-use waffle_core::hot_list::{ReloadFrom, MAX_LISTED};
 use waffle_core::side_file;
 use waffle_core::versions::{join, split, MAX_PAGES};
-use waffle_core::warm::{Budget, Finish, PUSH_WAIT};
+use waffle_core::warming::hot_list::MAX_LISTED;
+use waffle_core::warming::reload::ReloadFrom;
+use waffle_core::warming::run::{Budget, Finish};
+use waffle_core::warming::warm::PUSH_WAIT;
 
 use crate::runtime::{beside_data, write_beside_data, LentFiles, Pinned, Runtime};
 use crate::{guard, log, state};
@@ -162,7 +164,7 @@ pub fn tick(rt: &'static Runtime) {
                 Ok(Err(e)) => Finish::Failed(e),
                 Err(_) => Finish::Failed("internal error".into()),
             };
-            rt.cache.hot_list_progress().finish(how);
+            rt.warming.hot_list_progress().finish(how);
             if let Some(st) = lock().as_mut() {
                 st.pending.clear();
                 st.reloading = false;
@@ -170,7 +172,7 @@ pub fn tick(rt: &'static Runtime) {
             }
         });
         if let Err(e) = spawned {
-            rt.cache.hot_list_progress().finish(Finish::Failed(format!("cannot start the reload thread: {e}")));
+            rt.warming.hot_list_progress().finish(Finish::Failed(format!("cannot start the reload thread: {e}")));
             st.pending.clear();
             st.reloading = false;
         }
@@ -202,7 +204,7 @@ fn load(rt: &Runtime) -> State {
         started: now,
         reloading: false,
     };
-    let progress = rt.cache.hot_list_progress();
+    let progress = rt.warming.hot_list_progress();
     if !(rt.config.hot_list != Some(HotListMode::Off)) {
         progress.off();
         return st;
@@ -264,7 +266,7 @@ fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
 
 /// The reload thread: each LOOK_EVERY, the listed tablespaces InnoDB has open.
 fn reload(rt: &Runtime) -> Result<(), String> {
-    rt.cache.hot_list_progress().begin();
+    rt.warming.hot_list_progress().begin();
     let started = lock().as_ref().map_or_else(Instant::now, |s| s.started);
     loop {
         if !state::active() {
@@ -321,8 +323,8 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
         let done = rt
-            .cache
-            .hot_reload(&pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
+            .warming
+            .hot_reload(&rt.cache, &pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
             .map_err(|e| e.to_string())?;
         if done {
             // Over before the list's end: L1 is full.

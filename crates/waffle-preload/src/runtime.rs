@@ -40,6 +40,7 @@ use waffle_core::grid::Grid;
 use waffle_core::side_file::{self, Beside};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
+use waffle_core::warming::Warming;
 use waffle_core::{CacheOptions, Config, PageCache, Source};
 
 use crate::filter::Filter;
@@ -160,6 +161,8 @@ pub struct Counters {
 
 pub struct Runtime {
     pub cache: PageCache,
+    /// The warm's and the hot list reload's progress (the layer above the cache).
+    pub warming: Warming,
     pub page_bytes: u64,
     pub page_bytes_from: &'static str,
     pub config: Config,
@@ -398,6 +401,7 @@ impl Runtime {
         let stats_path = stats_path();
         let rt = Runtime {
             cache,
+            warming: Warming::default(),
             page_bytes,
             page_bytes_from,
             filter,
@@ -842,6 +846,7 @@ impl Runtime {
     /// and the preload's, with a table per tablespace.
     pub fn stats_json(&self, final_write: bool) -> Value {
         let mut m = self.cache.stats_json();
+        self.warming.add_to_stats(&mut m);
         header(&mut m, final_write);
         if self.switch.is_off() && state::get() == state::ACTIVE {
             m.insert("state".into(), json!("off"));

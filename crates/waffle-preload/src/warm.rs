@@ -11,7 +11,7 @@
 //! them), and the stats thread that writes the progress already ticks.
 //!
 //! Each tablespace that is open and cached is held (its segment cannot be
-//! reused while the warm reads) and read in large reads (waffle_core::warm)
+//! reused while the warm reads) and read in large reads (waffle_core::warming::warm)
 //! through the server's own descriptors, lent for one read at a time
 //! (`Runtime::lend`): never a descriptor of the warm's own, whose close would
 //! drop every POSIX lock the server holds on the file. Nothing else is needed for
@@ -38,7 +38,8 @@ use std::time::{Duration, Instant};
 
 use waffle_core::side_file;
 use waffle_core::versions::join;
-use waffle_core::warm::{Budget, Finish, PUSH_WAIT, SETTLE_WAIT};
+use waffle_core::warming::run::{Budget, Finish};
+use waffle_core::warming::warm::{PUSH_WAIT, SETTLE_WAIT};
 
 use crate::filter::Filter;
 use crate::runtime::{beside_data, LentFiles, Pinned, Runtime};
@@ -113,7 +114,7 @@ pub fn poll(rt: &'static Runtime) {
         names.push("*".into());
     }
     let target = format!("request {id}: {}", names.join(","));
-    if let Err(e) = rt.cache.warm_progress().begin(&target) {
+    if let Err(e) = rt.warming.warm_progress().begin(&target) {
         log::note(&format!("warm {target} refused: {e}"));
         return;
     }
@@ -126,10 +127,10 @@ pub fn poll(rt: &'static Runtime) {
             Ok(Err(e)) => Finish::Failed(e),
             Err(_) => Finish::Failed("internal error".into()),
         };
-        rt.cache.warm_finish(how, SETTLE_WAIT);
+        rt.warming.warm_finish(&rt.cache, how, SETTLE_WAIT);
     });
     if let Err(e) = spawned {
-        rt.cache.warm_progress().finish(Finish::Failed(format!("cannot start the warm thread: {e}")));
+        rt.warming.warm_progress().finish(Finish::Failed(format!("cannot start the warm thread: {e}")));
     }
 }
 
@@ -138,7 +139,7 @@ fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
     let held: HashSet<&str> = pinned.iter().map(|p| p.name.as_str()).collect();
     let closed = on_disk(&rt.datadir, |name| rt.filter.matches(name) && which.matches(name) && !held.contains(name));
     for name in &closed {
-        rt.cache.warm_progress().skip_target(name, NOT_OPENED);
+        rt.warming.warm_progress().skip_target(name, NOT_OPENED);
     }
     if pinned.is_empty() && closed.is_empty() {
         return Err(format!(
@@ -158,12 +159,12 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     let what = |e: std::io::Error| format!("{}: {e}", p.name);
     let Some(file_bytes) = rt.lend(p.segment).map(|l| l.file_bytes) else {
         rt.counters.closed_file_skips.incr();
-        rt.cache.warm_progress().skip_target(&p.name, CLOSED);
+        rt.warming.warm_progress().skip_target(&p.name, CLOSED);
         return Ok(());
     };
     let file = LentFiles { rt };
     let pages = file_bytes / rt.page_bytes;
-    let progress = rt.cache.warm_progress();
+    let progress = rt.warming.warm_progress();
     progress.plan(pages);
     let stop = AtomicBool::new(false);
     let first = join(p.segment as u64, 0);
@@ -174,7 +175,7 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
-        let n = rt.cache.warm_run(first + done, pages - done, &file, &mut budget, None).map_err(what)?;
+        let n = rt.warming.warm_run(&rt.cache, first + done, pages - done, &file, &mut budget, None).map_err(what)?;
         done += n;
     }
     Ok(())

@@ -1,4 +1,4 @@
-//! The hot list's reload at open (waffle_core::hot_list): a background
+//! The hot list's reload at open (waffle_core::warming::reload): a background
 //! thread loads the pages the last clean close held into L1's free room,
 //! hottest first, from the grid where the list is trusted, else the disk.
 //!
@@ -20,8 +20,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use waffle_core::backing::Backing;
-use waffle_core::hot_list::{self, HotList, ReloadFrom};
-use waffle_core::warm::Finish;
+use waffle_core::warming::hot_list::HotList;
+use waffle_core::warming::reload::{self, ReloadFrom};
+use waffle_core::warming::run::Finish;
 
 use crate::connection::Conn;
 use crate::descriptor::NoFile;
@@ -31,7 +32,7 @@ use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock};
 /// Starts the reload of `list` for `db` (just opened, registered), unless a
 /// warm runs already, from where `from` says.
 pub fn start(db: &Arc<OpenDb>, list: HotList, from: ReloadFrom) {
-    let progress = db.cache.hot_list_progress();
+    let progress = db.warming.hot_list_progress();
     if !db.warm.begin() {
         progress.refuse("a warm was running".into());
         return;
@@ -76,7 +77,7 @@ fn grid_thread(db: Arc<OpenDb>, list: HotList) {
     let job = Arc::clone(&db.warm);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid_only(&db, &list)))
         .unwrap_or_else(|_| Err("internal error".into()));
-    db.cache.hot_list_progress().finish(finish_of(outcome, &job.stop));
+    db.warming.hot_list_progress().finish(finish_of(outcome, &job.stop));
     // Gone before the job ends: the last close waits for the job, then takes the database whole.
     drop(db);
     job.end();
@@ -86,7 +87,7 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
     let stop = &db.warm.stop;
     let page_bytes = db.cache.page_bytes() as u64;
     if page_bytes != list.page_bytes {
-        db.cache
+        db.warming
             .hot_list_progress()
             .distrust(format!("the cache's pages are {page_bytes} bytes, the list's {}", list.page_bytes));
         return Ok(());
@@ -97,16 +98,24 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
             return Err("stopped".into());
         }
         if db.cache.stats().foreign_resets.get() > 0 {
-            db.cache
+            db.warming
                 .hot_list_progress()
                 .distrust("the file changed since the clean close (found under the first lock)".into());
             return Ok(());
         }
         // No connection, so no descriptor: the grid only, within the file's length as last seen.
         let file_bytes = db.len_seen.load(Ordering::Acquire);
-        let in_file = hot_list::in_file_of(file_bytes, page_bytes);
+        let in_file = reload::in_file_of(file_bytes, page_bytes);
         let mut budget = piece_budget(stop);
-        let done = db.cache.hot_reload(&list.pages, &mut at, ReloadFrom::GridOnly, &in_file, &NoFile, &mut budget);
+        let done = db.warming.hot_reload(
+            &db.cache,
+            &list.pages,
+            &mut at,
+            ReloadFrom::GridOnly,
+            &in_file,
+            &NoFile,
+            &mut budget,
+        );
         if done.map_err(|e| e.to_string())? {
             return Ok(());
         }
@@ -121,7 +130,7 @@ fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool) {
         db,
         true,
         |db, conn, fd| run(db, conn, fd, &list, trusted),
-        |db, outcome| db.cache.hot_list_progress().finish(finish_of(outcome, &job.stop)),
+        |db, outcome| db.warming.hot_list_progress().finish(finish_of(outcome, &job.stop)),
     );
     job.end();
 }
@@ -129,7 +138,7 @@ fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool) {
 fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -> Result<(), String> {
     conn.busy_timeout(0);
     let (stop, gate) = (&db.warm.stop, &db.warm.gate);
-    let progress = db.cache.hot_list_progress();
+    let progress = db.warming.hot_list_progress();
     let mut at = 0;
     loop {
         if stop.load(Ordering::Acquire) {
@@ -147,11 +156,11 @@ fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -
             trusted = false;
             progress.distrust("the file changed since the clean close (found under the first lock)".into());
         }
-        let in_file = hot_list::in_file_of(page_count as u64 * page_bytes, page_bytes);
+        let in_file = reload::in_file_of(page_count as u64 * page_bytes, page_bytes);
         let mut budget = piece_budget(stop);
         let piece = db.with_backing(fd, |f: &dyn Backing| {
             let from = if trusted { ReloadFrom::GridThenDisk } else { ReloadFrom::DiskOnly };
-            db.cache.hot_reload(&list.pages, &mut at, from, &in_file, f, &mut budget)
+            db.warming.hot_reload(&db.cache, &list.pages, &mut at, from, &in_file, f, &mut budget)
         });
         let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
         drop(marked);

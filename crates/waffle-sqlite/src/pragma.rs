@@ -86,6 +86,7 @@ pub fn stats(db: &OpenDb) -> String {
 /// What [`stats`] says, as a map (the stats file adds its own fields).
 pub fn stats_map(db: &OpenDb) -> Map<String, Value> {
     let mut m = db.cache.stats_json();
+    db.warming.add_to_stats(&mut m);
     m.insert("file".into(), json!(db.path.display().to_string()));
     m.insert(
         "config".into(),

@@ -19,8 +19,10 @@ use std::sync::{Arc, Mutex};
 use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::grid::{Grid, NodeSpec};
-use waffle_core::hot_list::{self, HotList, ReloadFrom, Trust};
 use waffle_core::sidecar::{DbIdentity, Sidecar};
+use waffle_core::warming::hot_list::{self, HotList, Trust};
+use waffle_core::warming::reload::ReloadFrom;
+use waffle_core::warming::Warming;
 use waffle_core::{CacheOptions, Config, PageCache};
 
 use crate::coherence::{Coherence, FileSig};
@@ -28,6 +30,8 @@ use crate::descriptor::SqliteFd;
 
 pub struct OpenDb {
     pub cache: PageCache,
+    /// The warm's and the hot list reload's progress (the layer above the cache).
+    pub warming: Warming,
     /// The database file's device and inode, from SQLite's own descriptor
     /// (descriptor.rs): waffle holds no descriptor of its own on it.
     pub key: Key,
@@ -189,7 +193,8 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
         page_check: None,
     });
     // The last clean close's hot list: reloaded in the background once registered (attach).
-    let progress = cache.hot_list_progress();
+    let warming = Warming::default();
+    let progress = warming.hot_list_progress();
     // `grid` unless told (docs/design.md, "Hot list": why not `on` by default).
     let mode = config.hot_list.unwrap_or(HotListMode::Grid);
     let hot = if mode == HotListMode::Off {
@@ -229,6 +234,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
     }
     Ok(OpenDb {
         cache,
+        warming,
         key: key_of(meta),
         len_seen: AtomicU64::new(meta.len()),
         path: path.to_path_buf(),
@@ -316,7 +322,7 @@ fn close(mut db: OpenDb) {
     let meta = db_meta(&db);
     // Listed before the close empties L1 into the grid.
     let hot = if db.config.hot_list != Some(HotListMode::Off) {
-        meta.as_ref().and_then(|m| db.cache.hot_list(DbIdentity::from_metadata(m)))
+        meta.as_ref().and_then(|m| HotList::of(&db.cache, DbIdentity::from_metadata(m)))
     } else {
         None
     };

@@ -1,7 +1,7 @@
 //! `PRAGMA waffle_warm` (the whole database) and `PRAGMA waffle_warm='name'`
 //! (a table with its indexes, or one index): a background thread reads the
 //! pages in large sequential reads and places them in L1's free room and past
-//! it in the grid (waffle_core::warm). The PRAGMA returns once the names are
+//! it in the grid (waffle_core::warming::warm). The PRAGMA returns once the names are
 //! looked up; progress shows in `PRAGMA waffle_stats` under "warm".
 //!
 //! Locking. The thread reads the file behind SQLite's back, so it reads only
@@ -46,7 +46,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use waffle_core::backing::{Backing, PageId};
-use waffle_core::warm::{Budget, Finish, SETTLE_WAIT};
+use waffle_core::warming::run::{Budget, Finish};
+use waffle_core::warming::warm::SETTLE_WAIT;
 
 use crate::btree::{self, Header};
 use crate::connection::{Conn, SqlError};
@@ -228,12 +229,12 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
     }
     // The job is busy with the hot list's reload (hot_reload.rs): an explicit warm replaces it.
     let began = db.warm.begin()
-        || (!db.cache.warm_progress().is_running() && {
+        || (!db.warming.warm_progress().is_running() && {
             db.warm.stop_and_wait();
             db.warm.begin()
         });
     if !began {
-        let running = db.cache.warm_progress().to_json();
+        let running = db.warming.warm_progress().to_json();
         return (
             SQLITE_ERROR,
             Some(format!(
@@ -242,12 +243,12 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
             )),
         );
     }
-    if let Err(e) = db.cache.warm_progress().begin(&label) {
+    if let Err(e) = db.warming.warm_progress().begin(&label) {
         db.warm.end();
         return (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm refused: {e}")));
     }
     let give_up = |why: String| {
-        db.cache.warm_progress().finish(Finish::Failed(why.clone()));
+        db.warming.warm_progress().finish(Finish::Failed(why.clone()));
         db.warm.end();
         (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm: {why}")))
     };
@@ -290,7 +291,7 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
                 failed = Some(e.clone());
             }
             // A warm that is done reports what the grid stored: it waits for its pushes first.
-            db.cache.warm_finish(finish, SETTLE_WAIT);
+            db.warming.warm_finish(&db.cache, finish, SETTLE_WAIT);
         },
     );
     job.end();
@@ -399,7 +400,7 @@ fn run(
 ) -> Result<(), String> {
     conn.busy_timeout(0);
     let (stop, gate) = (&db.warm.stop, &db.warm.gate);
-    let progress = db.cache.warm_progress();
+    let progress = db.warming.warm_progress();
     // The plan, in a first read transaction.
     let (mut page_count, first) = read_lock(conn, stop, gate)?;
     let planned = plan(db, conn, fd, &target, page_count);
@@ -528,7 +529,7 @@ fn piece(
     header: Header,
     page_count: u32,
 ) -> Result<bool, String> {
-    let progress = db.cache.warm_progress();
+    let progress = db.warming.warm_progress();
     while !budget.spent() {
         if *at == runs.len() {
             let Some(w) = walk.as_deref_mut() else { return Ok(true) };
@@ -541,7 +542,9 @@ fn piece(
         }
         let (first, count) = runs[*at];
         let done = match walk.as_deref_mut() {
-            None => db.with_backing(fd, |f: &dyn Backing| db.cache.warm_run(first, count, f, budget, None)),
+            None => {
+                db.with_backing(fd, |f: &dyn Backing| db.warming.warm_run(&db.cache, first, count, f, budget, None))
+            }
             Some(w) => {
                 let Walk { kinds, next, .. } = w;
                 let mut visit = |page: u64, bytes: &[u8]| {
@@ -557,7 +560,9 @@ fn piece(
                     }
                     true
                 };
-                db.with_backing(fd, |f: &dyn Backing| db.cache.warm_run(first, count, f, budget, Some(&mut visit)))
+                db.with_backing(fd, |f: &dyn Backing| {
+                    db.warming.warm_run(&db.cache, first, count, f, budget, Some(&mut visit))
+                })
             }
         }
         .map_err(|e| e.to_string())?;

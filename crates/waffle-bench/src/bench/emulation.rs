@@ -193,7 +193,7 @@ fn drop_cached_pages(file: &Path) -> Result<(), String> {
 /// the next, as it did when the device was a URI parameter of one path.
 pub fn carry_cache_state(file: &Path, seen: &Path) -> Result<(), String> {
     let companions: [fn(&Path) -> PathBuf; 2] =
-        [waffle_core::sidecar::Sidecar::path_for, waffle_core::hot_list::path_for];
+        [waffle_core::sidecar::Sidecar::path_for, waffle_core::warming::hot_list::path_for];
     for path_for in companions {
         let (from, to) = (path_for(file), path_for(seen));
         if from == to {

@@ -76,7 +76,7 @@ pub fn run_config(
     // Every configuration starts cold: what an earlier one's clean close saved
     // (a sidecar naming nodes that are gone, a hot list) would preload it.
     let _ = std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&path));
-    let _ = std::fs::remove_file(waffle_core::hot_list::path_for(&path));
+    let _ = std::fs::remove_file(waffle_core::warming::hot_list::path_for(&path));
     let nodes: Vec<Node> = (0..plan.nodes)
         .map(|_| Node::start_for_pages(plan.node_mib, opts.page_bytes))
         .collect::<Result<_, _>>()

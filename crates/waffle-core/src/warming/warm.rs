@@ -2,10 +2,10 @@
 //! while it has free room and past it into the grid.
 //!
 //! The adapter names runs of pages (a whole file, or the sorted pages of a
-//! table's b-tree) and calls [`PageCache::warm_run`] in bounded pieces
-//! ([`Budget`]): between pieces it lets writers in (SQLite: the piece runs
-//! inside a read transaction, see waffle-sqlite's warm.rs). Each read covers
-//! up to [`WARM_READ_BYTES`] of the run.
+//! table's b-tree) and calls [`Warming::warm_run`](super::Warming::warm_run)
+//! in bounded pieces ([`Budget`]): between pieces it lets writers in (SQLite:
+//! the piece runs inside a read transaction, see waffle-sqlite's warm.rs).
+//! Each read covers up to [`WARM_READ_BYTES`] of the run.
 //!
 //! The rule of every read below L1 holds here too: a page's version is
 //! captured before the read, and the bytes are installed (or queued for the
@@ -21,21 +21,21 @@
 //!
 //! What is reported is what was stored, not what was tried: a page queued
 //! for the grid counts as pushed only once its node acknowledged it. The
-//! pusher tallies what became of the warm's pages ([`WarmPushes`], in the
-//! cache's stats), and a warm that is done waits (at most [`SETTLE_WAIT`])
-//! for the push queue to empty before it says so ([`PageCache::warm_finish`]).
+//! pusher tallies what became of the warm's pages (the progress's
+//! [`PushTally`]), and a warm that is done waits (at most [`SETTLE_WAIT`])
+//! for the push queue to empty before it says so ([`finish`]).
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::run::{Budget, Finish};
 use crate::backing::{Backing, PageId};
-use crate::cache::PageCache;
-use crate::grid::ItemFate;
-use crate::stats::{Counter, Stats};
+use crate::cache::{PageCache, Placed};
+use crate::pusher::PushTally;
+use crate::stats::Counter;
 use crate::versions::{split, MAX_PAGES};
 
 /// Most bytes one warming read asks the backing for.
@@ -52,44 +52,6 @@ pub const SETTLE_WAIT: Duration = Duration::from_secs(10);
 /// it: a walk reads the small gaps between its pages rather than split a read.
 pub type Visit<'a> = dyn FnMut(u64, &[u8]) -> bool + 'a;
 
-/// What became of one warmed page.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Placed {
-    /// Into L1's free room.
-    L1,
-    /// Queued for the grid (stored or not: [`WarmPushes`] says).
-    Queued,
-    /// Already there: L1 (a read brought it meanwhile) or the grid (presence `Held`).
-    Held,
-    /// A write changed the page after its version was captured: the read bytes were dropped.
-    Raced,
-    /// L1 full and no grid, or no room in the push queue in time.
-    NoRoom,
-}
-
-/// Where one piece of warming stops: `bytes` read, `deadline` passed, or `cancel` set.
-pub struct Budget<'a> {
-    pub bytes: u64,
-    pub deadline: Instant,
-    pub cancel: &'a AtomicBool,
-    /// How long one page may wait for room in the push queue (then it counts as dropped).
-    pub push_wait: Duration,
-}
-
-impl Budget<'_> {
-    pub fn spent(&self) -> bool {
-        self.bytes == 0 || Instant::now() >= self.deadline || self.cancel.load(Ordering::Relaxed)
-    }
-}
-
-/// How the last warm ended.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Finish {
-    Done,
-    Cancelled,
-    Failed(String),
-}
-
 /// Targets a warm names in its report, at most (the count goes on).
 pub const MAX_SKIPPED_TARGETS: usize = 100;
 
@@ -105,44 +67,6 @@ struct State {
     skipped_targets_count: u64,
 }
 
-/// What the pusher did with the pages a warm queued (kept in the cache's
-/// [`Stats`], which the pusher holds; from 0 at each warm's start).
-#[derive(Default)]
-pub struct WarmPushes {
-    /// By [`ItemFate`]: stored, not sent (node down), refused, lost.
-    pub fates: [Counter; ItemFate::ALL.len()],
-    /// Not sent: the node is backed off (its lookups cost more than the disk
-    /// reads they save, so the page would not be asked for there).
-    pub backed_off: Counter,
-    /// Pushed out of the full queue by newer evictions before it was sent.
-    pub dropped: Counter,
-    /// Not sent: no grid any more, or not sealable.
-    pub other: Counter,
-}
-
-impl WarmPushes {
-    fn reset(&self) {
-        self.fates.iter().chain([&self.backed_off, &self.dropped, &self.other]).for_each(|c| c.set(0));
-    }
-
-    pub fn stored(&self) -> u64 {
-        self.fates[ItemFate::Stored.index()].get()
-    }
-
-    /// (why, pages) of the warm's pages the grid did not store.
-    fn not_stored(&self) -> [(&'static str, u64); 6] {
-        let fate = |f: ItemFate| (f.name(), self.fates[f.index()].get());
-        [
-            fate(ItemFate::NodeDown),
-            fate(ItemFate::Refused),
-            fate(ItemFate::Lost),
-            ("backed_off", self.backed_off.get()),
-            ("dropped", self.dropped.get()),
-            ("other", self.other.get()),
-        ]
-    }
-}
-
 /// A warm's progress, shown in the stats under "warm". One warm runs at a time.
 #[derive(Default)]
 pub struct WarmProgress {
@@ -155,16 +79,11 @@ pub struct WarmProgress {
     dropped: Counter,
     bytes: Counter,
     reads: Counter,
-    /// The cache's stats: the pusher tallies the warm's pages there.
-    stats: std::sync::Arc<Stats>,
+    /// What the pusher did with the pages this warm queued (from 0 at each warm's start).
+    pushes: Arc<PushTally>,
 }
 
 impl WarmProgress {
-    /// The progress of a cache whose counters are `stats`.
-    pub fn new(stats: std::sync::Arc<Stats>) -> WarmProgress {
-        WarmProgress { stats, ..WarmProgress::default() }
-    }
-
     /// Starts a warm of `target` (counters from 0); refused while one runs.
     pub fn begin(&self, target: &str) -> Result<(), String> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -176,7 +95,7 @@ impl WarmProgress {
         {
             c.set(0);
         }
-        self.stats.warm_pushes.reset();
+        self.pushes.reset();
         *s = State { running: true, target: target.to_string(), started: Some(Instant::now()), ..State::default() };
         Ok(())
     }
@@ -228,7 +147,7 @@ impl WarmProgress {
         };
         let elapsed = if s.running { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
         let get = Counter::get;
-        let pushes = &self.stats.warm_pushes;
+        let pushes = &self.pushes;
         let not_stored = pushes.not_stored();
         let not_stored_pages: u64 = not_stored.iter().map(|(_, n)| n).sum();
         // Queued and neither stored nor refused: in the queue or on the way
@@ -258,93 +177,103 @@ impl WarmProgress {
     }
 }
 
-impl PageCache {
-    /// Ends the running warm: a warm that is done first waits (at most
-    /// `settle`) until what it queued for the grid was stored or refused, so
-    /// that its report counts what the grid holds, not what it was sent.
-    pub fn warm_finish(&self, how: Finish, settle: Duration) {
-        let p = self.warm_progress();
-        if how == Finish::Done && p.queued.get() > 0 {
-            self.flush_pushes(settle);
-        }
-        p.finish(how);
+/// Ends the running warm `p` of `cache`: a warm that is done first waits (at
+/// most `settle`) until what it queued for the grid was stored or refused, so
+/// that its report counts what the grid holds, not what it was sent.
+pub(super) fn finish(cache: &PageCache, p: &WarmProgress, how: Finish, settle: Duration) {
+    if how == Finish::Done && p.queued.get() > 0 {
+        cache.flush_pushes(settle);
     }
+    p.finish(how);
 }
 
-impl PageCache {
-    /// Warms pages `first..first + count` of one file (the run may not leave
-    /// `first`'s segment) with reads of up to [`WARM_READ_BYTES`], until the
-    /// run is done or `budget` is spent. Pages L1 or the push queue hold are
-    /// skipped (not read, unless `visit` wants every page). `visit` sees
-    /// each page read (the adapter walks its b-trees with it) and picks the
-    /// pages to warm; without it, every page is. Returns how
-    /// many pages of the run are done: all of them once the end of the file
-    /// is reached.
-    pub fn warm_run(
-        &self,
-        first: u64,
-        count: u64,
-        file: &dyn Backing,
-        budget: &mut Budget<'_>,
-        mut visit: Option<&mut Visit<'_>>,
-    ) -> io::Result<u64> {
-        let page_bytes = self.page_bytes();
-        if page_bytes == 0 {
-            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the page size is not known yet"));
-        }
-        let (_, index) = split(first);
-        let count = count.min(MAX_PAGES - index as u64);
-        let per_read = (WARM_READ_BYTES / page_bytes).max(1) as u64;
-        let p = self.warm_progress();
-        let mut done = 0;
-        while done < count && !budget.spent() {
-            if self.is_fused() {
-                return Err(io::Error::other("the cache turned itself off (see \"fused\")"));
-            }
-            let start = first + done;
-            let n = per_read.min(count - done);
-            // Captured before the read: None where L1 or the push queue has the page.
-            let versions: Vec<Option<u64>> = (start..start + n).map(|pg| self.warm_version(pg)).collect();
-            // The span read: from the first to the last page to warm (all of them for a visitor).
-            let (lo, hi) = if visit.is_some() {
-                (0, n as usize)
-            } else {
-                match versions.iter().position(Option::is_some) {
-                    Some(lo) => (lo, versions.iter().rposition(Option::is_some).expect("one is some") + 1),
-                    None => (0, 0),
-                }
-            };
-            p.skipped.add((n as usize - (hi - lo)) as u64);
-            if hi > lo {
-                let mut span = vec![0u8; (hi - lo) * page_bytes];
-                let got = file.read_pages(PageId::of(start + lo as u64), page_bytes, &mut span)?;
-                p.reads.add(1);
-                p.bytes.add(got as u64);
-                budget.bytes = budget.bytes.saturating_sub(got as u64);
-                let whole = got / page_bytes;
-                for (k, chunk) in span.chunks_exact(page_bytes).take(whole).enumerate() {
-                    let page = start + (lo + k) as u64;
-                    if let Some(v) = visit.as_deref_mut() {
-                        if !v(page, chunk) {
-                            continue;
-                        }
-                    }
-                    match versions[lo + k] {
-                        Some(version) => {
-                            p.read.add(1);
-                            p.count(self.warm_place(page, version, Box::from(chunk), budget.push_wait, budget.cancel));
-                        }
-                        None => p.skipped.add(1),
-                    }
-                }
-                if whole < hi - lo {
-                    return Ok(count); // the end of the file: nothing after it exists
-                }
-            }
-            done += n;
-        }
-        Ok(done)
+/// Warms pages `first..first + count` of one file (the run may not leave
+/// `first`'s segment) into `cache` with reads of up to [`WARM_READ_BYTES`],
+/// until the run is done or `budget` is spent, counting in `p`. Pages L1 or
+/// the push queue hold are skipped (not read, unless `visit` wants every
+/// page). `visit` sees each page read (the adapter walks its b-trees with it)
+/// and picks the pages to warm; without it, every page is. Returns how many
+/// pages of the run are done: all of them once the end of the file is reached.
+pub(super) fn run(
+    cache: &PageCache,
+    p: &WarmProgress,
+    first: u64,
+    count: u64,
+    file: &dyn Backing,
+    budget: &mut Budget<'_>,
+    mut visit: Option<&mut Visit<'_>>,
+) -> io::Result<u64> {
+    let page_bytes = cache.page_bytes();
+    if page_bytes == 0 {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "the page size is not known yet"));
     }
+    let (_, index) = split(first);
+    let count = count.min(MAX_PAGES - index as u64);
+    let per_read = (WARM_READ_BYTES / page_bytes).max(1) as u64;
+    let mut done = 0;
+    while done < count && !budget.spent() {
+        if cache.is_fused() {
+            return Err(io::Error::other("the cache turned itself off (see \"fused\")"));
+        }
+        let n = per_read.min(count - done);
+        if run_read(cache, p, first + done, n, file, budget, visit.as_deref_mut())? {
+            return Ok(count); // the end of the file: nothing after it exists
+        }
+        done += n;
+    }
+    Ok(done)
+}
+
+/// Warms pages `start..start + n` with one read at most; true when the file
+/// ended inside them.
+fn run_read(
+    cache: &PageCache,
+    p: &WarmProgress,
+    start: u64,
+    n: u64,
+    file: &dyn Backing,
+    budget: &mut Budget<'_>,
+    mut visit: Option<&mut Visit<'_>>,
+) -> io::Result<bool> {
+    let page_bytes = cache.page_bytes();
+    // Captured before the read: None where L1 or the push queue has the page.
+    let versions: Vec<Option<u64>> = (start..start + n).map(|pg| cache.capture_version(pg)).collect();
+    // The span read: from the first to the last page to warm (all of them for a visitor).
+    let (lo, hi) = if visit.is_some() {
+        (0, n as usize)
+    } else {
+        match versions.iter().position(Option::is_some) {
+            Some(lo) => (lo, versions.iter().rposition(Option::is_some).expect("one is some") + 1),
+            None => (0, 0),
+        }
+    };
+    p.skipped.add((n as usize - (hi - lo)) as u64);
+    if hi == lo {
+        return Ok(false);
+    }
+    let mut span = vec![0u8; (hi - lo) * page_bytes];
+    let got = file.read_pages(PageId::of(start + lo as u64), page_bytes, &mut span)?;
+    p.reads.add(1);
+    p.bytes.add(got as u64);
+    budget.bytes = budget.bytes.saturating_sub(got as u64);
+    let whole = got / page_bytes;
+    for (k, chunk) in span.chunks_exact(page_bytes).take(whole).enumerate() {
+        let page = start + (lo + k) as u64;
+        if let Some(v) = visit.as_deref_mut() {
+            if !v(page, chunk) {
+                continue;
+            }
+        }
+        match versions[lo + k] {
+            Some(version) => {
+                p.read.add(1);
+                let bytes = Box::from(chunk);
+                p.count(cache.place_or_push(page, version, bytes, budget.push_wait, budget.cancel, &p.pushes));
+            }
+            None => p.skipped.add(1),
+        }
+    }
+    Ok(whole < hi - lo)
 }
 
 #[cfg(test)]
@@ -352,6 +281,8 @@ mod tests {
     use super::*;
     use crate::cache::Source;
     use crate::test_file::{numbered_file_and_cache, HookedFile};
+    use crate::warming::Warming;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     const PAGE: usize = 512;
@@ -365,18 +296,19 @@ mod tests {
         Budget { bytes: u64::MAX, deadline: Instant::now() + Duration::from_secs(60), cancel, push_wait: PUSH_WAIT }
     }
 
-    fn counts(c: &PageCache) -> Value {
-        c.warm_progress().to_json()
+    fn counts(w: &Warming) -> Value {
+        w.warm_progress().to_json()
     }
 
     #[test]
     fn a_warm_fills_l1_with_large_reads_and_stops_at_the_end_of_the_file() {
+        let w = Warming::default();
         let (_, mem, c) = setup(40, 64);
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("all").unwrap();
-        let done = c.warm_run(0, 1000, &mem, &mut budget(&cancel), None).unwrap();
+        w.warm_progress().begin("all").unwrap();
+        let done = w.warm_run(&c, 0, 1000, &mem, &mut budget(&cancel), None).unwrap();
         assert_eq!(done, 1000, "the end of the file ends the run");
-        let j = counts(&c);
+        let j = counts(&w);
         assert_eq!((j["read_pages"].as_u64(), j["l1_pages"].as_u64()), (Some(40), Some(40)));
         assert_eq!(j["disk_reads"], 1, "one read for 40 pages of 512 bytes: {j}");
         let mut buf = vec![0u8; PAGE];
@@ -387,13 +319,14 @@ mod tests {
 
     #[test]
     fn a_warm_never_evicts_and_skips_what_l1_has() {
+        let w = Warming::default();
         let (_, mem, c) = setup(64, 8);
         let mut buf = vec![0u8; PAGE];
         c.read(3, &mut buf, &mem).unwrap(); // a hot page, in L1 before the warm
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("all").unwrap();
-        c.warm_run(0, 64, &mem, &mut budget(&cancel), None).unwrap();
-        let j = counts(&c);
+        w.warm_progress().begin("all").unwrap();
+        w.warm_run(&c, 0, 64, &mem, &mut budget(&cancel), None).unwrap();
+        let j = counts(&w);
         assert!(c.stats_json()["l1"]["pages"].as_u64().unwrap() <= 8);
         assert_eq!(c.read(3, &mut buf, &mem).unwrap().1, Source::L1, "the hot page stayed: {j}");
         let l1 = j["l1_pages"].as_u64().unwrap();
@@ -404,15 +337,16 @@ mod tests {
 
     #[test]
     fn a_write_during_the_read_wins() {
+        let w = Warming::default();
         let (_, mem, c) = setup(8, 64);
         // The database writes page 5 (the file first, then the cache) while warming's read is in flight.
         mem.write_during_the_first_read(&c, 5, 0xEE);
         // The warm's versions were captured before the hook ran: the read sees 0xEE, yet it is the
         // older capture that decides, so warming's copy is dropped and the write's stays.
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("all").unwrap();
-        c.warm_run(0, 8, &mem, &mut budget(&cancel), None).unwrap();
-        let j = counts(&c);
+        w.warm_progress().begin("all").unwrap();
+        w.warm_run(&c, 0, 8, &mem, &mut budget(&cancel), None).unwrap();
+        let j = counts(&w);
         assert_eq!(j["skipped_pages"], 1, "page 5 raced a write: {j}");
         assert_eq!(j["l1_pages"], 7, "{j}");
         let mut buf = vec![0u8; PAGE];
@@ -422,23 +356,24 @@ mod tests {
 
     #[test]
     fn a_budget_bounds_a_piece_and_cancel_stops_it() {
+        let w = Warming::default();
         let (_, mem, c) = setup(4096, 8192);
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("all").unwrap();
+        w.warm_progress().begin("all").unwrap();
         let mut b = Budget {
             bytes: 1,
             deadline: Instant::now() + Duration::from_secs(60),
             cancel: &cancel,
             push_wait: PUSH_WAIT,
         };
-        let done = c.warm_run(0, 4096, &mem, &mut b, None).unwrap();
+        let done = w.warm_run(&c, 0, 4096, &mem, &mut b, None).unwrap();
         assert_eq!(done, (WARM_READ_BYTES / PAGE) as u64, "one read, then the byte budget is spent");
         cancel.store(true, Ordering::Relaxed);
-        assert_eq!(c.warm_run(done, 4096 - done, &mem, &mut budget(&cancel), None).unwrap(), 0);
-        assert!(c.warm_progress().begin("again").is_err(), "one warm at a time");
-        c.warm_progress().finish(Finish::Cancelled);
-        assert_eq!(counts(&c)["state"], "cancelled");
-        c.warm_progress().begin("again").unwrap();
+        assert_eq!(w.warm_run(&c, done, 4096 - done, &mem, &mut budget(&cancel), None).unwrap(), 0);
+        assert!(w.warm_progress().begin("again").is_err(), "one warm at a time");
+        w.warm_progress().finish(Finish::Cancelled);
+        assert_eq!(counts(&w)["state"], "cancelled");
+        w.warm_progress().begin("again").unwrap();
     }
 
     /// A cache of `l1_pages` with a push queue of 64 pages and a grid whose only node refuses connections.
@@ -460,13 +395,14 @@ mod tests {
 
     #[test]
     fn a_warm_reports_what_the_grid_stored_not_what_it_queued() {
+        let w = Warming::default();
         let c = cache_with_a_dead_grid(4);
         let mem = crate::backing::MemoryFile(Arc::new(Mutex::new((0..40u8).flat_map(|i| [i; PAGE]).collect())));
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("all").unwrap();
-        c.warm_run(0, 40, &mem, &mut budget(&cancel), None).unwrap();
-        c.warm_finish(Finish::Done, SETTLE_WAIT);
-        let j = counts(&c);
+        w.warm_progress().begin("all").unwrap();
+        w.warm_run(&c, 0, 40, &mem, &mut budget(&cancel), None).unwrap();
+        w.warm_finish(&c, Finish::Done, SETTLE_WAIT);
+        let j = counts(&w);
         assert_eq!(j["state"], "done");
         assert_eq!((j["l1_pages"].as_u64(), j["queued_pages"].as_u64()), (Some(4), Some(36)), "{j}");
         assert_eq!(j["pushed_pages"], 0, "a dead node stored nothing: {j}");
@@ -482,25 +418,26 @@ mod tests {
         assert_eq!(s["l2_push_failures"], 36, "{s:?}");
         assert_eq!(s["l2_push_not_stored"]["node_down"], n["node_down"]);
         // The next warm counts from 0.
-        c.warm_progress().begin("again").unwrap();
-        assert_eq!(counts(&c)["not_stored_pages"], 0);
+        w.warm_progress().begin("again").unwrap();
+        assert_eq!(counts(&w)["not_stored_pages"], 0);
     }
 
     #[test]
     fn a_visitor_sees_every_page_even_those_l1_has() {
+        let w = Warming::default();
         let (_, mem, c) = setup(10, 64);
         let mut buf = vec![0u8; PAGE];
         c.read(2, &mut buf, &mem).unwrap();
         let cancel = AtomicBool::new(false);
-        c.warm_progress().begin("t").unwrap();
+        w.warm_progress().begin("t").unwrap();
         let mut seen = Vec::new();
         let mut visit = |page: u64, bytes: &[u8]| {
             seen.push((page, bytes[0]));
             page != 4 // a gap page the walk reads through but does not want
         };
-        c.warm_run(1, 4, &mem, &mut budget(&cancel), Some(&mut visit)).unwrap();
+        w.warm_run(&c, 1, 4, &mem, &mut budget(&cancel), Some(&mut visit)).unwrap();
         assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4)]);
-        let j = counts(&c);
+        let j = counts(&w);
         assert_eq!((j["l1_pages"].as_u64(), j["skipped_pages"].as_u64()), (Some(2), Some(1)), "{j}");
         assert_eq!(c.stats_json()["l1"]["pages"], 3, "page 2 read before, pages 1 and 3 warmed");
     }
