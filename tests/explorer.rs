@@ -61,6 +61,19 @@ test_cases! { run;
     found_model_backup_is_no_snapshot_delete: 37270088;
 }
 
+/// Found by the soak on fde495e under a load of ~10 on 2 cores (waffle only): at step 61 `PRAGMA
+/// journal_mode = DELETE`, right after an open whose hot-list reload was still running, got
+/// SQLITE_BUSY where the control switched: the reload's connection held SHARED (WAL mode keeps it
+/// while a connection is open) and leaving WAL mode asks EXCLUSIVE once. It needs the reload to be
+/// slow, so it fails only under load; `lifecycle::leaving_wal_mode_while_a_warm_runs_...` is the
+/// test that fails without the fix every time (on an EMULATED slow disk).
+#[test]
+fn found_reload_refused_leaving_wal() {
+    if let Err(why) = explore(45782153, 70) {
+        panic!("{why}");
+    }
+}
+
 /// The explorer's own model, found by the soak (both runs failed alike, 600 steps): at step 450
 /// a connection whose cache predated three WAL commits left WAL mode (step 445) and wrote; its
 /// write lost those commits, plain SQLite too. SQLite's own doing (the next test); the worker

@@ -9,6 +9,10 @@
 //!    A close that checkpointed as the last user stays warm.
 //! 3. The path renamed over while a waffle connection opens: the cache reads
 //!    the file SQLite opened, not the one the path names by then.
+//! 4. Leaving WAL mode while waffle's own background reader (a warm) runs
+//!    succeeds as it does with nobody else connected: the reader holds no lock
+//!    of the database between its pieces (on an EMULATED slow disk, so that the
+//!    warm is still running).
 //!
 //! Each runs beside its control without waffle (or with a plain connection in
 //! waffle's place), which must give the same answers.
@@ -23,6 +27,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use waffle_testkit::db::{cache_id, open_plain, open_waffle};
 use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::writers::sqlite3_shell;
 
@@ -231,4 +236,50 @@ fn a_path_renamed_over_during_the_open_reads_the_file_sqlite_opened() {
         assert_eq!((x, y), (ROWS, 0), "waffle {through_waffle}: the rows of the file SQLite opened");
         drop(c);
     }
+}
+
+/// Case 4 (explorer seed 45782153, a soak under load): `PRAGMA journal_mode = DELETE` right
+/// after an open whose warm (there: the hot list's reload) was still running got SQLITE_BUSY,
+/// where plain SQLite, alone on the file, switches. In WAL mode a connection keeps its SHARED lock
+/// on the database file for as long as it is open, and leaving WAL mode takes EXCLUSIVE once,
+/// without the busy handler, so the warm's connection refused it between two pieces.
+#[test]
+fn leaving_wal_mode_while_a_warm_runs_switches_as_without_waffle() {
+    const TEST: &str = "leaving_wal_mode_while_a_warm_runs_switches_as_without_waffle";
+    let Some(dir) = slow_disk::child_dir() else {
+        let dir = TempDir::new("leave-wal-warm");
+        for name in ["w.db", "control.db"] {
+            let c = open_plain(&dir.join(name));
+            c.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0)).unwrap();
+            c.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, pad BLOB)").unwrap();
+            c.execute(
+                "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000)
+                 INSERT INTO t SELECT i, randomblob(3500) FROM n",
+                [],
+            )
+            .unwrap();
+        }
+        // The control: plain SQLite, alone on the file, leaves WAL mode.
+        let control = open_plain(&dir.join("control.db"));
+        let mode: String = control.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0)).unwrap();
+        assert_eq!(mode, "delete");
+        slow_disk::run_again(TEST, "cloud-block", dir.path(), &[]);
+        return;
+    };
+    let path = dir.join("w.db");
+    slow_disk::drop_from_page_cache(&path);
+    let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
+    let started: String = conn.query_row("PRAGMA waffle_warm", [], |r| r.get(0)).unwrap();
+    assert!(started.starts_with("started"), "{started}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while waffle_testkit::db::n(&waffle_testkit::db::stats(&conn), "warm.read_pages") == 0 {
+        assert!(Instant::now() < deadline, "the warm read nothing in 20 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(waffle_testkit::db::stats(&conn)["warm"]["state"], "running");
+    let mode: Result<String, _> = conn.query_row("PRAGMA journal_mode = DELETE", [], |r| r.get(0));
+    assert_eq!(mode.map_err(|e| e.to_string()), Ok("delete".to_string()), "leaving WAL mode during a warm");
+    let rows: i64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(rows, 5000);
+    assert!(slow_disk::slowed_reads("cloud-block") > 0, "the warm's reads waited for the EMULATED disk");
 }

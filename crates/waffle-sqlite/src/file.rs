@@ -390,6 +390,19 @@ unsafe fn wal_view(f: *mut sqlite3_file) -> Option<wal_index::WalView> {
 
 unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) -> c_int {
     let wf = f as *mut WaffleFile;
+    // SAFETY: f is ours.
+    if unsafe { level == SQLITE_LOCK_EXCLUSIVE && (*wf).lock_level == SQLITE_LOCK_SHARED && !(*wf).warmer } {
+        // SHARED straight to EXCLUSIVE: SQLite wants the file alone (leaving WAL mode, a last
+        // close's checkpoint, locking_mode=EXCLUSIVE, a hot journal's rollback) and asks once,
+        // without the busy handler. In WAL mode a connection keeps SHARED for as long as it is
+        // open, so a warm's or reload's connection, open between its pieces, would refuse what
+        // plain SQLite, alone on the file, grants: the job gives way first (it stops, its
+        // connection closed; a warm's state says cancelled). Explorer seed 45782153.
+        // SAFETY: f is ours.
+        if let Some(db) = unsafe { db(f) } {
+            db.warm.stop_and_wait();
+        }
+    }
     // A writer of this process first lets a warm's or reload's read transaction end (warm.rs,
     // PieceGate): it never meets one as SQLITE_BUSY. The warm's own connections never write.
     // SAFETY: f is ours.
