@@ -1282,7 +1282,7 @@ impl PageCache {
 }
 
 /// What became of a page read beside the read path and handed to the cache
-/// ([`PageCache::place_if_room`], [`PageCache::place_or_push`]).
+/// (`PageCache::place_if_room`, `PageCache::place_or_push`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Placed {
     /// Into L1's free room.

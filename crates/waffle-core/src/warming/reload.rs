@@ -8,7 +8,7 @@
 //! (the stripe lock, as for every read below L1). At most L1's free room is
 //! taken per step, so a step read in page order never fills L1 with colder
 //! pages before hotter ones. The reload stops when the list ends, when L1 has
-//! less than a page free, or after [`NO_ROOM_STREAK`] listed pages in a row
+//! less than a page free, or after `NO_ROOM_STREAK` (256) listed pages in a row
 //! found their shard full.
 
 use std::io;

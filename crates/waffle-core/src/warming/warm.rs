@@ -23,7 +23,8 @@
 //! for the grid counts as pushed only once its node acknowledged it. The
 //! pusher tallies what became of the warm's pages (the progress's
 //! [`PushTally`]), and a warm that is done waits (at most [`SETTLE_WAIT`])
-//! for the push queue to empty before it says so ([`finish`]).
+//! for the push queue to empty before it says so
+//! ([`Warming::warm_finish`](super::Warming::warm_finish)).
 
 use std::io;
 use std::sync::{Arc, Mutex};
