@@ -30,7 +30,7 @@ use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t,
 
 use crate::errno::Saved;
 use crate::guard::{self, Guard};
-use crate::{fds, innodb, log, real, runtime, state};
+use crate::{fds, innodb, log, real, runtime, state, ticker};
 
 /// Runs the library's own work for a hook: guarded, errno kept, panics caught.
 #[inline]
@@ -72,7 +72,7 @@ unsafe fn opened(fd: c_int, path: *const c_char, flags: c_int) {
         return;
     }
     work(|| {
-        if let Some(rt) = runtime::get_or_start(fd) {
+        if let Some(rt) = ticker::get_or_start(fd) {
             if state::get() == state::ACTIVE {
                 rt.track_open(fd, &String::from_utf8_lossy(bytes), flags);
             }

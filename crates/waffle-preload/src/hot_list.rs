@@ -16,7 +16,7 @@
 //! write during shutdown, or while a table is closed, loses nothing; the
 //! list after a crash is the last one written. Nothing is written while the
 //! reload of a start runs (L1 would list what the reload put there).
-//! Written and read as the stats file ([`crate::runtime::beside_data`]): a
+//! Written and read as the stats file ([`crate::beside::beside_data`]): a
 //! list that is a symlink, another user's, a hard link, longer than any
 //! list or garbage is ignored (one warning; a cold start), never followed.
 //!
@@ -55,7 +55,9 @@ use waffle_core::warming::reload::ReloadFrom;
 use waffle_core::warming::run::{Budget, Finish};
 use waffle_core::warming::warm::PUSH_WAIT;
 
-use crate::runtime::{beside_data, write_beside_data, LentFiles, Pinned, Runtime};
+use crate::beside::{beside_data, write_beside_data};
+use crate::runtime::Runtime;
+use crate::segments::Pinned;
 use crate::{guard, log, state};
 
 pub const LIST_FILE: &str = "waffle-hot.list";
@@ -304,7 +306,7 @@ fn reload(rt: &Runtime) -> Result<(), String> {
 
 /// Reloads `wanted` (rank, cache page) of the `pinned` files; true when L1 is full.
 fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Result<bool, String> {
-    let files = LentFiles { rt };
+    let files = rt.lent_files();
     // The files' sizes now; one the server closed since the pin is skipped (closed_file_skips).
     let sized = pinned.iter().filter_map(|p| rt.lend(p.segment).map(|l| (p.segment, l.file_bytes / rt.page_bytes)));
     let pages_of: HashMap<u32, u64> = sized.collect();
@@ -336,8 +338,8 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::tests::{datadir, fingerprint};
-    use crate::runtime::write_beside_data;
+    use crate::beside::tests::{datadir, fingerprint};
+    use crate::beside::write_beside_data;
 
     #[test]
     fn a_symlinked_oversized_garbage_or_foreign_list_is_ignored() {

@@ -29,6 +29,7 @@
 // The hooks are left out of unit tests (they would interpose the test binary), so much looks unused there.
 #![cfg_attr(test, allow(dead_code))]
 
+mod beside;
 mod errno;
 mod fds;
 mod filter;
@@ -41,5 +42,9 @@ mod log;
 mod off_switch;
 mod real;
 mod runtime;
+mod segments;
+mod server_fd;
 mod state;
+#[cfg(not(test))]
+mod ticker;
 mod warm;

@@ -25,27 +25,26 @@
 //! file at the name, or a directory it cannot write, means that file is not
 //! written (one warning in the server's log), never a write elsewhere.
 
-use std::collections::HashMap;
-use std::io;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::time::Duration;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Map, Value};
-use waffle_core::backing::{with_bounce, Backing, PageId, DIRECT_ALIGN};
+use waffle_core::backing::DIRECT_ALIGN;
 use waffle_core::config_file::{Check, ConfigFile, Setting};
 use waffle_core::grid::Grid;
-use waffle_core::side_file::{self, Beside};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
 use waffle_core::warming::Warming;
 use waffle_core::{CacheOptions, Config, PageCache, Source};
 
+use crate::beside::beside_data;
 use crate::filter::Filter;
 use crate::innodb::{self, Mismatch};
-use crate::off_switch::{OffSwitch, Pass};
+use crate::off_switch::OffSwitch;
+use crate::segments::{Loan, Opened, Pinned, SegInfo, Segments, NO_SPACE};
+use crate::server_fd::{LentFiles, ServerFd};
 use crate::{fds, guard, log, real, state};
 
 /// Page size when neither `WAFFLE_PAGE_SIZE`, the first tablespace nor the command line says.
@@ -53,83 +52,7 @@ pub const DEFAULT_PAGE_BYTES: u64 = 16384;
 /// How often the stats file is rewritten, unless `WAFFLE_STATS_INTERVAL_MS` says.
 pub const DEFAULT_STATS_INTERVAL_MS: u64 = 1000;
 /// The stats interval's bounds (`WAFFLE_STATS_INTERVAL_MS`).
-const STATS_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
-/// Distinct tablespace names with their own counters; later ones share "(other)".
-const MAX_NAMES: usize = 10_000;
-const NO_SPACE: u64 = u64::MAX;
-
-/// Counters of one tablespace name (kept across its files and segments).
-#[derive(Default)]
-pub struct NameStats {
-    pub cached: AtomicBool,
-    /// The segment its file had when last opened (its pages' high bits in the cache).
-    pub segment: AtomicU64,
-    pub opens: Counter,
-    pub l1_hits: Counter,
-    pub push_queue_hits: Counter,
-    pub l2_hits: Counter,
-    pub disk_reads: Counter,
-    pub short_reads: Counter,
-    pub page_writes: Counter,
-    pub invalidations: Counter,
-    pub innodb_rejects: Counter,
-}
-
-/// What the hot path needs about a segment; one per segment number, reused.
-struct SegInfo {
-    stats: AtomicPtr<NameStats>,
-    /// The tablespace id its pages carry, once a consistent page was seen.
-    space_id: AtomicU64,
-}
-
-struct Slot {
-    refs: u32,
-    file: (u64, u64),
-    cached: bool,
-    /// The tablespace's name (as the stats file and the hot list name it).
-    name: String,
-    /// The server's readable descriptors of the file: a warm or the hot
-    /// list's reload reads through one of them ([`Runtime::lend`]).
-    fds: Vec<i32>,
-}
-
-/// A cached tablespace file held for a warm or a reload (its segment cannot
-/// be reused meanwhile); give it back with [`Runtime::unpin`].
-pub struct Pinned {
-    pub segment: u32,
-    pub name: String,
-}
-
-#[derive(Default)]
-struct Segments {
-    by_file: HashMap<(u64, u64), u32>,
-    slots: Vec<Option<Slot>>,
-    free: Vec<u32>,
-    /// Server descriptors lent for a read right now (once per loan): their close waits.
-    lent: Vec<i32>,
-}
-
-/// A server descriptor of a tablespace file, lent for one read of a warm or
-/// a reload: the server's close of it waits until the loan is dropped.
-pub struct Loan<'a> {
-    rt: &'a Runtime,
-    pub fd: i32,
-    /// The file's size when lent.
-    pub file_bytes: u64,
-    /// A read through a loan fills the cache: not while the switch is off.
-    _pass: Pass<'a>,
-}
-
-impl Drop for Loan<'_> {
-    fn drop(&mut self) {
-        let mut segs = self.rt.segs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = segs.lent.iter().position(|&fd| fd == self.fd) {
-            segs.lent.swap_remove(i);
-        }
-        drop(segs);
-        self.rt.returned.notify_all();
-    }
-}
+pub const STATS_INTERVAL_MS: std::ops::RangeInclusive<u64> = 10..=3_600_000;
 
 /// The preload's own counters (the cache's are in `PageCache::stats_json`).
 #[derive(Default)]
@@ -176,11 +99,7 @@ pub struct Runtime {
     pub config_file: Option<PathBuf>,
     /// `waffle-off` beside the stats file: off, the cache is not used (off_switch.rs).
     pub switch: OffSwitch,
-    segs: Mutex<Segments>,
-    /// Signalled when a [`Loan`] ends (a close of the lent descriptor waits for it).
-    returned: Condvar,
-    seg_info: Box<[AtomicPtr<SegInfo>]>,
-    names: Mutex<HashMap<String, &'static NameStats>>,
+    segs: Segments,
     buffered_warned: AtomicBool,
 }
 
@@ -263,7 +182,7 @@ fn config_file() -> Result<Option<&'static ConfigFile>, &'static str> {
 }
 
 /// A setting of the preload's own: the environment's, else the configuration file's (blank: unset).
-fn env(name: &str) -> Option<String> {
+pub fn env(name: &str) -> Option<String> {
     let file = || config_file().ok().flatten()?.get(name).map(str::to_string);
     std::env::var(name).ok().or_else(file).filter(|v| !v.trim().is_empty())
 }
@@ -346,7 +265,7 @@ fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), Stri
 }
 
 /// The grid `config` names (None: L1 only).
-fn make_grid(config: &Config) -> Option<Arc<Grid>> {
+pub fn make_grid(config: &Config) -> Option<Arc<Grid>> {
     if config.grid.is_empty() {
         return None;
     }
@@ -411,10 +330,7 @@ impl Runtime {
             stats_mode,
             config_file,
             datadir,
-            segs: Mutex::new(Segments::default()),
-            returned: Condvar::new(),
-            seg_info: (0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
-            names: Mutex::new(HashMap::new()),
+            segs: Segments::default(),
             buffered_warned: AtomicBool::new(false),
             config,
         };
@@ -451,7 +367,6 @@ impl Runtime {
         }
         // Off from the start if the control file is there: before any read.
         rt.switch.start(&rt.cache);
-        start_stats_thread();
         // SAFETY: registering a plain extern "C" function.
         unsafe {
             libc::atexit(at_exit);
@@ -462,10 +377,9 @@ impl Runtime {
     /// The InnoDB check of a grid copy (see [`InnodbCheck`]).
     fn accepts_grid_copy(&self, page: u64, bytes: &[u8]) -> bool {
         let (segment, index) = waffle_core::versions::split(page);
-        if self.seg_info.get(segment).is_none_or(|p| p.load(Ordering::Acquire).is_null()) {
+        let Some(info) = self.segs.try_seg(segment) else {
             return false; // no such tablespace open: nothing to vouch for it
-        }
-        let info = self.seg(segment as u32);
+        };
         let space = info.space_id.load(Ordering::Acquire);
         let space = (space != NO_SPACE).then_some(space as u32);
         match innodb::check_page(bytes, index as u32, space) {
@@ -484,19 +398,7 @@ impl Runtime {
     }
 
     fn seg(&self, segment: u32) -> &SegInfo {
-        let p = self.seg_info[segment as usize].load(Ordering::Acquire);
-        debug_assert!(!p.is_null());
-        // SAFETY: SegInfos are leaked, never freed; set before any slot names the segment.
-        unsafe { &*p }
-    }
-
-    fn name_stats(&self, name: &str) -> &'static NameStats {
-        let mut names = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = names.get(name) {
-            return s;
-        }
-        let key = if names.len() >= MAX_NAMES { "(other)" } else { name };
-        names.entry(key.to_string()).or_insert_with(|| Box::leak(Box::default()))
+        self.segs.seg(segment)
     }
 
     /// `fd` was just opened on the tablespace at `path`.
@@ -525,59 +427,13 @@ impl Runtime {
                 "{path} is open without O_DIRECT (innodb_flush_method): the kernel's page cache holds its pages too"
             ));
         }
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        let (segment, cached) = match segs.by_file.get(&file).copied() {
-            Some(segment) => {
-                let slot = segs.slots[segment as usize].as_mut().expect("a mapped segment has a slot");
-                slot.refs += 1;
-                slot.fds.extend(readable(fd, flags));
-                let cached = slot.cached;
-                if cached && flags & libc::O_TRUNC != 0 {
-                    self.cache.truncated(join(segment as u64, 0));
-                }
-                (segment, cached)
-            }
-            None => {
-                let segment = match segs.free.pop() {
-                    Some(s) => s,
-                    None if (segs.slots.len() as u64) < MAX_SEGMENTS => {
-                        segs.slots.push(None);
-                        (segs.slots.len() - 1) as u32
-                    }
-                    None => {
-                        drop(segs);
-                        self.turn_off(format!("more than {MAX_SEGMENTS} tablespace files open at once"));
-                        return;
-                    }
-                };
-                let cached = self.filter.matches(&name);
-                let stats = self.name_stats(&name);
-                stats.cached.store(cached, Ordering::Relaxed);
-                stats.segment.store(segment as u64, Ordering::Relaxed);
-                let info = &self.seg_info[segment as usize];
-                let p = info.load(Ordering::Acquire);
-                let info = if p.is_null() {
-                    let fresh: &'static SegInfo = Box::leak(Box::new(SegInfo {
-                        stats: AtomicPtr::new(std::ptr::null_mut()),
-                        space_id: AtomicU64::new(NO_SPACE),
-                    }));
-                    info.store(fresh as *const SegInfo as *mut SegInfo, Ordering::Release);
-                    fresh
-                } else {
-                    // SAFETY: leaked, never freed.
-                    unsafe { &*p }
-                };
-                info.stats.store(stats as *const NameStats as *mut NameStats, Ordering::Release);
-                info.space_id.store(NO_SPACE, Ordering::Release);
-                let fds = readable(fd, flags).into_iter().collect();
-                segs.slots[segment as usize] = Some(Slot { refs: 1, file, cached, name: name.clone(), fds });
-                segs.by_file.insert(file, segment);
-                (segment, cached)
-            }
+        let opened = self.segs.open(&self.cache, fd, flags, file, &name, |name| self.filter.matches(name));
+        let Opened::Segment { segment, cached } = opened else {
+            self.turn_off(format!("more than {MAX_SEGMENTS} tablespace files open at once"));
+            return;
         };
         self.seg(segment).stats().opens.incr();
         if !fds::set(fd, fds::encode(segment, cached)) {
-            drop(segs);
             self.turn_off(format!(
                 "descriptor {fd} of {path} is beyond the {} descriptors the preload tracks",
                 fds::MAX_FD
@@ -587,47 +443,25 @@ impl Runtime {
 
     /// Another descriptor `fd` (`dup` of `old`) of the file `slot` names.
     pub fn share(&self, old: i32, fd: i32, slot: u32) {
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
-            s.refs += 1;
-            if s.fds.contains(&old) {
-                s.fds.push(fd);
-            }
-        }
-        drop(segs);
+        self.segs.share(old, fd, slot);
         if !fds::set(fd, slot) {
             self.turn_off(format!("descriptor {fd} is beyond the {} descriptors the preload tracks", fds::MAX_FD));
         }
     }
 
-    /// Holds every open, cached tablespace file whose name `which` matches
-    /// (one reference each, as a descriptor would): a warm reads them.
+    /// Holds every open, cached tablespace file whose name `which` matches: a warm reads them.
     pub fn pin_cached(&self, which: &Filter) -> Vec<Pinned> {
-        self.pin_where(|name| which.matches(name))
+        self.segs.pin_cached(which)
     }
 
     /// As [`Runtime::pin_cached`], for the tablespaces named in `names` (the hot list's reload).
-    pub fn pin_names(&self, names: &std::collections::HashSet<String>) -> Vec<Pinned> {
-        self.pin_where(|name| names.contains(name))
+    pub fn pin_names(&self, names: &HashSet<String>) -> Vec<Pinned> {
+        self.segs.pin_names(names)
     }
 
     /// The open, cached tablespaces by segment (the hot list names pages by tablespace).
     pub fn cached_names(&self) -> HashMap<u32, String> {
-        let segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        let named = segs.slots.iter().enumerate();
-        named.filter_map(|(i, s)| s.as_ref().filter(|s| s.cached).map(|s| (i as u32, s.name.clone()))).collect()
-    }
-
-    fn pin_where(&self, pick: impl Fn(&str) -> bool) -> Vec<Pinned> {
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        let mut pinned = Vec::new();
-        for (segment, slot) in segs.slots.iter_mut().enumerate() {
-            if let Some(s) = slot.as_mut().filter(|s| s.cached && pick(&s.name)) {
-                s.refs += 1;
-                pinned.push(Pinned { segment: segment as u32, name: s.name.clone() });
-            }
-        }
-        pinned
+        self.segs.cached_names()
     }
 
     /// Gives back a reference [`Runtime::pin_cached`] took.
@@ -635,71 +469,31 @@ impl Runtime {
         self.release(fds::encode(p.segment, true));
     }
 
-    /// The server is about to close `fd` (or dup2 over it), a descriptor of
-    /// the file `slot` names: it is lent no more, and a loan of it in
-    /// progress ends first (one read), so no read goes through a closed or
-    /// reused descriptor number.
+    /// The server is about to close `fd` (or dup2 over it): see [`Segments::forget`].
     pub fn forget(&self, slot: u32, fd: i32) {
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
-            s.fds.retain(|&f| f != fd);
-        }
-        drop(self.returned.wait_while(segs, |s| s.lent.contains(&fd)).unwrap_or_else(|p| p.into_inner()));
+        self.segs.forget(slot, fd);
     }
 
     /// `fd`, forgotten for a dup2 over it that failed, is lendable again.
     pub fn remember(&self, slot: u32, fd: i32) {
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(s) = segs.slots.get_mut(fds::segment(slot) as usize).and_then(Option::as_mut) {
-            s.fds.push(fd);
-        }
+        self.segs.remember(slot, fd);
     }
 
-    /// One of the server's descriptors of `segment`'s file, lent for one
-    /// read: a warm and the hot list's reload read through it, never through
-    /// a descriptor of their own (closing that would drop every POSIX lock
-    /// the server holds on the file: InnoDB locks ibdata1 so). None: the
-    /// server has no descriptor of the file open now.
+    /// One of the server's descriptors of `segment`'s file, lent for one read ([`Segments::lend`]).
     pub fn lend(&self, segment: u32) -> Option<Loan<'_>> {
-        if state::get() != state::ACTIVE {
-            return None; // the close hook no longer waits for loans
-        }
-        let pass = self.switch.enter()?;
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        let slot = segs.slots.get(segment as usize)?.as_ref()?;
-        let (fd, file) = (*slot.fds.last()?, slot.file);
-        segs.lent.push(fd);
-        drop(segs);
-        let mut loan = Loan { rt: self, fd, file_bytes: 0, _pass: pass };
-        // SAFETY: fstat into a zeroed struct we own; the loan keeps fd open.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        let ok = unsafe { libc::fstat(fd, &mut st) } == 0 && (st.st_dev, st.st_ino) == file;
-        loan.file_bytes = st.st_size.max(0) as u64;
-        // Another file: a descriptor number closed and reused behind the hooks' back (close_range).
-        ok.then_some(loan)
+        self.segs.lend(segment, &self.switch)
+    }
+
+    /// The cache's view of the disk for a warm or a reload: the server's descriptors, lent.
+    pub fn lent_files(&self) -> LentFiles<'_> {
+        LentFiles { segs: &self.segs, switch: &self.switch, closed_file_skips: &self.counters.closed_file_skips }
     }
 
     /// A descriptor of the file `slot` names was closed.
     pub fn release(&self, slot: u32) {
-        let segment = fds::segment(slot);
-        let mut segs = self.segs.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(s) = segs.slots.get_mut(segment as usize).and_then(Option::as_mut) else {
-            return;
-        };
-        s.refs -= 1;
-        if s.refs > 0 {
-            return;
+        if self.segs.release(&self.cache, slot) {
+            self.counters.segments_dropped.incr();
         }
-        let s = segs.slots[segment as usize].take().expect("checked above");
-        segs.by_file.remove(&s.file);
-        if s.cached {
-            // Every page of the file leaves every tier (versions bumped), so
-            // the segment number can serve another file.
-            self.cache.truncated(join(segment as u64, 0));
-        }
-        segs.free.push(segment);
-        self.counters.segments_dropped.incr();
     }
 
     /// Serves a whole-page read of a cached tablespace. None: the caller
@@ -866,7 +660,7 @@ impl Runtime {
         for why in Mismatch::ALL {
             rejects.insert(why.name().into(), json!(c.innodb_rejects[why.index()].get()));
         }
-        let open = self.segs.lock().map(|s| s.by_file.len()).unwrap_or(0);
+        let open = self.segs.open_files();
         m.insert(
             "preload".into(),
             json!({
@@ -887,11 +681,8 @@ impl Runtime {
                 "innodb_rejects": Value::Object(rejects),
             }),
         );
-        let names = self.names.lock().unwrap_or_else(|p| p.into_inner());
         let mut spaces = Map::new();
-        let mut sorted: Vec<_> = names.iter().collect();
-        sorted.sort_by(|a, b| a.0.cmp(b.0));
-        for (name, s) in sorted {
+        for (name, s) in self.segs.names() {
             let (l1, pq, l2, disk) = (s.l1_hits.get(), s.push_queue_hits.get(), s.l2_hits.get(), s.disk_reads.get());
             let reads = l1 + pq + l2 + disk + s.short_reads.get();
             let ratio = |n: u64, d: u64| {
@@ -902,7 +693,7 @@ impl Runtime {
                 }
             };
             spaces.insert(
-                name.clone(),
+                name,
                 json!({
                     "cached": s.cached.load(Ordering::Relaxed),
                     "segment": s.segment.load(Ordering::Relaxed),
@@ -925,13 +716,6 @@ impl Runtime {
     }
 }
 
-impl SegInfo {
-    fn stats(&self) -> &'static NameStats {
-        // SAFETY: NameStats are leaked; set before the segment is used.
-        unsafe { &*self.stats.load(Ordering::Acquire) }
-    }
-}
-
 fn node_text(n: &waffle_core::grid::NodeSpec) -> String {
     format!("{}:{}", n.host, n.port)
 }
@@ -942,35 +726,6 @@ fn header(m: &mut Map<String, Value>, final_write: bool) {
     if let Some(r) = state::reason() {
         m.insert("disabled_reason".into(), json!(r));
     }
-}
-
-/// How the preload makes its files beside the server's data (the stats file
-/// and the hot list) and whose an existing one may be, as SQLite makes its
-/// journals (waffle_core::side_file): the permission bits of the server's
-/// system tablespace `ibdata1` (mariadbd makes its data files 0660: the
-/// server's user and group, so a monitoring user reads the stats file as a
-/// member of the server's group; without an ibdata1, the datadir's bits
-/// without execute) and, when running as root, the datadir's owner and group.
-pub(crate) fn beside_data(datadir: &Path) -> Beside {
-    let dir = std::fs::metadata(datadir).ok();
-    let ibdata = std::fs::symlink_metadata(datadir.join("ibdata1")).ok().filter(|m| m.file_type().is_file());
-    let mode = match (&ibdata, &dir) {
-        (Some(m), _) => m.mode() & 0o777,
-        (None, Some(d)) => d.mode() & 0o666,
-        (None, None) => 0o600,
-    };
-    // SAFETY: getegid cannot fail.
-    let (uid, gid) = dir.map_or_else(|| (side_file::euid(), unsafe { libc::getegid() }), |d| (d.uid(), d.gid()));
-    Beside { mode, uid, gid }
-}
-
-/// Replaces the file `path` beside the server's data with `bytes` (a
-/// temporary file of a random name, made O_EXCL|O_NOFOLLOW as
-/// [`beside_data`] says, synced, renamed over it): a reader sees the old
-/// file or the new one. A symlink or another user's file at `path` is left
-/// alone (an error); a leftover temporary file never is written through.
-pub(crate) fn write_beside_data(path: &Path, datadir: &Path, bytes: &[u8]) -> io::Result<()> {
-    side_file::replace_beside(path, &beside_data(datadir), bytes)
 }
 
 /// Writes the stats file now (the stats thread, exit, and when turning off).
@@ -1000,138 +755,8 @@ pub fn write_disabled_stats() {
     write_stats(false);
 }
 
-fn start_stats_thread() {
-    let interval = env("WAFFLE_STATS_INTERVAL_MS")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|ms| STATS_INTERVAL_MS.contains(ms))
-        .unwrap_or(DEFAULT_STATS_INTERVAL_MS);
-    let spawned = std::thread::Builder::new().name("waffle-stats".into()).spawn(move || {
-        guard::enter_forever();
-        loop {
-            std::thread::sleep(Duration::from_millis(interval));
-            if state::get() == state::FORKED {
-                return;
-            }
-            // The switch first: the stats written next show where it stands.
-            if let Some(rt) = get() {
-                let new_grid = || make_grid(&rt.config);
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache, &new_grid)));
-            }
-            let _ = std::panic::catch_unwind(|| write_stats(false));
-            // Off: a warm request waits, and the hot list keeps what it listed while on.
-            if let Some(rt) = get().filter(|rt| !rt.switch.is_off()) {
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::warm::poll(rt)));
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| crate::hot_list::tick(rt)));
-            }
-        }
-    });
-    if let Err(e) = spawned {
-        log::error(&format!("cannot start the stats thread ({e}); no stats file"));
-    }
-}
-
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| write_stats(true));
-}
-
-/// The cache's view of the disk for one read: pages of the segment's file,
-/// read through the descriptor the server is reading with (no descriptor of
-/// our own; O_DIRECT when the server's is). Made for each call and never kept:
-/// the server's descriptor is only known valid while its read is in progress
-/// (or while it is lent: [`LentFiles`]).
-/// Reads go straight into the caller's buffer when it is aligned, else
-/// through the thread's aligned bounce buffer (`backing::with_bounce`).
-struct ServerFd {
-    segment: u32,
-    fd: i32,
-}
-
-impl Backing for ServerFd {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-        if first.segment != self.segment {
-            return Err(io::Error::other(format!(
-                "page {} of segment {} asked of segment {}'s descriptor",
-                first.index, first.segment, self.segment
-            )));
-        }
-        let file_offset = first.byte_offset(page_bytes);
-        let aligned = (buf.as_ptr() as usize).is_multiple_of(DIRECT_ALIGN)
-            && buf.len().is_multiple_of(DIRECT_ALIGN)
-            && file_offset.is_multiple_of(DIRECT_ALIGN as u64);
-        if aligned {
-            return pread_full(self.fd, buf, file_offset);
-        }
-        let span = buf.len().div_ceil(DIRECT_ALIGN) * DIRECT_ALIGN;
-        // The thread's bounce buffer, kept between reads (no allocation per read).
-        with_bounce(span, |bounce| {
-            pread_full(self.fd, bounce, file_offset).map(|n| {
-                let n = n.min(buf.len());
-                buf[..n].copy_from_slice(&bounce[..n]);
-                n
-            })
-        })
-    }
-
-    fn is_direct(&self) -> bool {
-        true
-    }
-}
-
-/// The cache's view of the disk for a warm or the hot list's reload: pages
-/// of any segment, each read through a server descriptor of its file lent
-/// for that read ([`Runtime::lend`]). A file the server closed meanwhile
-/// reads as empty: its pages are skipped.
-pub struct LentFiles<'a> {
-    pub rt: &'a Runtime,
-}
-
-impl Backing for LentFiles<'_> {
-    fn read_pages(&self, first: PageId, page_bytes: usize, buf: &mut [u8]) -> io::Result<usize> {
-        let Some(loan) = self.rt.lend(first.segment) else {
-            self.rt.counters.closed_file_skips.incr();
-            return Ok(0);
-        };
-        ServerFd { segment: first.segment, fd: loan.fd }.read_pages(first, page_bytes, buf)
-    }
-
-    fn is_direct(&self) -> bool {
-        true
-    }
-}
-
-/// `fd` if the server's open of it with `flags` can be read through (not write-only).
-fn readable(fd: i32, flags: i32) -> Option<i32> {
-    (flags & libc::O_ACCMODE != libc::O_WRONLY).then_some(fd)
-}
-
-fn pread_full(fd: i32, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: the range is inside buf.
-        let n = unsafe {
-            real::pread64(
-                fd,
-                buf[got..].as_mut_ptr() as *mut libc::c_void,
-                buf.len() - got,
-                (offset + got as u64) as i64,
-            )
-        };
-        match n {
-            0 => break,
-            n if n > 0 => got += n as usize,
-            _ => {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-        }
-        if got % DIRECT_ALIGN != 0 {
-            break; // a short read at EOF; O_DIRECT could not continue unaligned anyway
-        }
-    }
-    Ok(got)
 }
 
 /// Grid copies are checked as InnoDB pages (page number, space id, checksum,
@@ -1149,89 +774,7 @@ impl waffle_core::PageCheck for InnodbCheck {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    /// A fresh directory standing for a datadir, with an `ibdata1` of `mode` (None: no ibdata1).
-    pub(crate) fn datadir(name: &str, ibdata_mode: Option<u32>) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("waffle-preload-{}-{name}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        if let Some(mode) = ibdata_mode {
-            std::fs::write(dir.join("ibdata1"), b"").unwrap();
-            std::fs::set_permissions(dir.join("ibdata1"), std::fs::Permissions::from_mode(mode)).unwrap();
-        }
-        dir
-    }
-
-    /// A file's bytes, inode and mtime: whether anything wrote it.
-    pub(crate) fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64) {
-        let m = std::fs::metadata(path).unwrap();
-        (std::fs::read(path).unwrap(), m.ino(), m.mtime(), m.mtime_nsec())
-    }
-
-    fn names(dir: &Path) -> Vec<String> {
-        let mut v: Vec<String> =
-            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
-        v.sort();
-        v
-    }
-
-    #[test]
-    fn the_stats_file_gets_the_data_files_mode_and_as_root_the_datadirs_owner() {
-        let dir = datadir("stats-mode", Some(0o640));
-        let path = dir.join("waffle-stats.json");
-        write_beside_data(&path, &dir, b"{}\n").unwrap();
-        write_beside_data(&path, &dir, b"{\"a\": 1}\n").unwrap();
-        let m = std::fs::symlink_metadata(&path).unwrap();
-        assert_eq!(m.mode() & 0o777, 0o640, "ibdata1's mode, past the umask");
-        assert_eq!(std::fs::read(&path).unwrap(), b"{\"a\": 1}\n");
-        assert_eq!(names(&dir), ["ibdata1", "waffle-stats.json"], "no temporary file left");
-        // No ibdata1: the datadir's bits without execute.
-        let bare = datadir("stats-mode-bare", None);
-        std::fs::set_permissions(&bare, std::fs::Permissions::from_mode(0o750)).unwrap();
-        write_beside_data(&bare.join("s.json"), &bare, b"{}").unwrap();
-        assert_eq!(std::fs::metadata(bare.join("s.json")).unwrap().mode() & 0o777, 0o640);
-        if side_file::euid() != 0 {
-            eprintln!("not root: the owner case is not run");
-            return;
-        }
-        std::os::unix::fs::chown(&dir, Some(65534), Some(65534)).unwrap();
-        write_beside_data(&path, &dir, b"{}").unwrap();
-        let m = std::fs::metadata(&path).unwrap();
-        assert_eq!((m.uid(), m.gid()), (65534, 65534), "as root: the datadir's owner");
-        write_beside_data(&path, &dir, b"{}").unwrap(); // and replaced again
-                                                        // A file of a third user at the name is left alone.
-        std::os::unix::fs::chown(&path, Some(4242), Some(4242)).unwrap();
-        let err = write_beside_data(&path, &dir, b"{}").unwrap_err();
-        assert!(err.to_string().contains("another user"), "{err}");
-        assert_eq!(std::fs::metadata(&path).unwrap().uid(), 4242);
-    }
-
-    #[test]
-    fn a_symlink_at_the_stats_file_or_at_a_predictable_temporary_name_is_never_followed() {
-        let dir = datadir("stats-symlink", Some(0o660));
-        let victim = dir.join("victim");
-        std::fs::write(&victim, b"the victim's bytes").unwrap();
-        let before = fingerprint(&victim);
-        std::thread::sleep(Duration::from_millis(20)); // an mtime a write would change
-        let path = dir.join("waffle-stats.json");
-        // The names the stats file was once written through: `<path>.tmp<pid>`.
-        for tmp in [format!("waffle-stats.json.tmp{}", std::process::id()), "waffle-stats.json.tmp".into()] {
-            std::os::unix::fs::symlink(&victim, dir.join(tmp)).unwrap();
-        }
-        write_beside_data(&path, &dir, b"{}").unwrap();
-        assert_eq!(fingerprint(&victim), before, "a temporary name's symlink is never written through");
-        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_file());
-        // A symlink at the stats file itself: left alone, its target unwritten, an error (one warning).
-        std::fs::remove_file(&path).unwrap();
-        std::os::unix::fs::symlink(&victim, &path).unwrap();
-        let err = write_beside_data(&path, &dir, b"{}").unwrap_err();
-        assert!(err.to_string().contains("symlink"), "{err}");
-        assert_eq!(fingerprint(&victim), before, "the stats file's symlink is never written through");
-        assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "and left alone");
-        let left: Vec<String> = names(&dir).into_iter().filter(|n| n.ends_with(".tmp")).collect();
-        assert!(left.len() <= 1, "no temporary file of ours left: {left:?}"); // the planted ".tmp" link
-    }
+    use std::path::Path;
 
     #[test]
     fn the_preloads_own_settings_are_checked_in_a_configuration_file() {

@@ -41,8 +41,10 @@ use waffle_core::versions::join;
 use waffle_core::warming::run::{Budget, Finish};
 use waffle_core::warming::warm::{PUSH_WAIT, SETTLE_WAIT};
 
+use crate::beside::beside_data;
 use crate::filter::Filter;
-use crate::runtime::{beside_data, LentFiles, Pinned, Runtime};
+use crate::runtime::Runtime;
+use crate::segments::Pinned;
 use crate::{guard, innodb, log, state};
 
 pub const REQUEST_FILE: &str = "waffle-warm.request";
@@ -162,7 +164,7 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         rt.warming.warm_progress().skip_target(&p.name, CLOSED);
         return Ok(());
     };
-    let file = LentFiles { rt };
+    let file = rt.lent_files();
     let pages = file_bytes / rt.page_bytes;
     let progress = rt.warming.warm_progress();
     progress.plan(pages);
@@ -222,7 +224,7 @@ fn entries(dir: &Path, budget: &mut usize) -> Vec<std::path::PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::tests::{datadir, fingerprint};
+    use crate::beside::tests::{datadir, fingerprint};
 
     #[test]
     fn the_tablespaces_on_disk_are_found_by_name() {
