@@ -167,6 +167,25 @@ pub fn emit(level: Level, key: &str, args: fmt::Arguments<'_>) {
     }
 }
 
+/// Says now what the limiter held back under keys whose window is over. A
+/// summary otherwise waits for the next line of any key, which may never come
+/// (a node flapped, then settled): the grid's prober thread calls this every
+/// tick, so it comes at most a tick after its window.
+pub fn flush_held() {
+    let lines = {
+        let mut limiter = LIMITER.lock().unwrap_or_else(|e| e.into_inner());
+        match limiter.as_mut() {
+            Some(l) => l.flush(Instant::now(), None),
+            None => return,
+        }
+    };
+    for (level, line) in lines {
+        if enabled(level) {
+            write(level, &line);
+        }
+    }
+}
+
 /// Writes one line to the sink as it is: no level check, no limiter (a trace
 /// asked for by name, `WAFFLE_TRACE=coherence`).
 pub fn write(level: Level, msg: &str) {

@@ -58,7 +58,8 @@ impl Grid {
 }
 
 /// The prober thread of one grid: every tick (a third of the idle time, at
-/// most 1 s) it probes each node idle that long. Stopped and joined when the
+/// most 1 s) it probes each node idle that long, and has the log say what it
+/// held back ([`crate::log::flush_held`]). Stopped and joined when the
 /// grid drops; a probe in flight ends by its deadline.
 struct Prober {
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -101,6 +102,8 @@ fn probe_loop(nodes: &[Node], idle: Duration, stop: &(Mutex<bool>, Condvar)) {
             }
             node.probe_if_idle(idle);
         }
+        // Summaries of lines held back (a node that flapped) need no later line to be said.
+        crate::log::flush_held();
     }
 }
 
