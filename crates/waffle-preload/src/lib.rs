@@ -38,6 +38,7 @@ mod guard;
 mod hooks;
 mod hot_list;
 mod innodb;
+mod innodb_check;
 mod log;
 mod off_switch;
 mod real;

@@ -42,6 +42,7 @@ use waffle_core::{CacheOptions, Config, PageCache, Source};
 use crate::beside::beside_data;
 use crate::filter::Filter;
 use crate::innodb::{self, Mismatch};
+use crate::innodb_check::{InnodbCheck, Rejects};
 use crate::off_switch::OffSwitch;
 use crate::segments::{Loan, Opened, Pinned, SegInfo, Segments, NO_SPACE};
 use crate::server_fd::{LentFiles, ServerFd};
@@ -79,7 +80,7 @@ pub struct Counters {
     /// Reads of a warm or a reload skipped: the server had closed every descriptor of the file.
     pub closed_file_skips: Counter,
     /// Grid copies refused by the InnoDB page check, by reason (`innodb::Mismatch`).
-    pub innodb_rejects: [Counter; 4],
+    pub innodb_rejects: Arc<Rejects>,
 }
 
 pub struct Runtime {
@@ -301,6 +302,7 @@ impl Runtime {
         let filter = env("WAFFLE_TABLES").map(|s| Filter::parse(&s)).unwrap_or_else(Filter::all);
         let grid = make_grid(&config);
         let cache_id = waffle_core::random_cache_id();
+        let (segs, counters) = (Segments::default(), Counters::default());
         let cache = PageCache::new(CacheOptions {
             cache_id,
             saved: None,
@@ -310,7 +312,7 @@ impl Runtime {
             grid,
             seal_key: config.seal_key.clone(),
             codec: config.compress,
-            page_check: Some(Box::new(InnodbCheck)),
+            page_check: Some(Box::new(InnodbCheck::new(segs.infos(), Arc::clone(&counters.innodb_rejects)))),
         });
         let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         if config.verify {
@@ -324,13 +326,13 @@ impl Runtime {
             page_bytes,
             page_bytes_from,
             filter,
-            counters: Counters::default(),
+            counters,
             switch: OffSwitch::new(&stats_path),
             stats_path,
             stats_mode,
             config_file,
             datadir,
-            segs: Segments::default(),
+            segs,
             buffered_warned: AtomicBool::new(false),
             config,
         };
@@ -372,29 +374,6 @@ impl Runtime {
             libc::atexit(at_exit);
         }
         Ok(rt)
-    }
-
-    /// The InnoDB check of a grid copy (see [`InnodbCheck`]).
-    fn accepts_grid_copy(&self, page: u64, bytes: &[u8]) -> bool {
-        let (segment, index) = waffle_core::versions::split(page);
-        let Some(info) = self.segs.try_seg(segment) else {
-            return false; // no such tablespace open: nothing to vouch for it
-        };
-        let space = info.space_id.load(Ordering::Acquire);
-        let space = (space != NO_SPACE).then_some(space as u32);
-        match innodb::check_page(bytes, index as u32, space) {
-            Ok(()) => true,
-            Err(why) => {
-                // Second line of defence: the envelope matched, the InnoDB page does not.
-                self.counters.innodb_rejects[why.index()].incr();
-                info.stats().innodb_rejects.incr();
-                log::rate_limited_error(&format!(
-                    "a grid copy of page {index} of segment {segment} is not a consistent InnoDB page ({}); read from disk instead",
-                    why.name()
-                ));
-                false
-            }
-        }
     }
 
     fn seg(&self, segment: u32) -> &SegInfo {
@@ -525,7 +504,7 @@ impl Runtime {
         match source {
             Source::L1 => stats.l1_hits.incr(),
             Source::PushQueue => stats.push_queue_hits.incr(),
-            // Checked as an InnoDB page before it reached L1 (InnodbCheck).
+            // Checked as an InnoDB page before it reached L1 (innodb_check.rs).
             Source::L2 | Source::ReadAhead => stats.l2_hits.incr(),
             Source::Disk => {
                 stats.disk_reads.incr();
@@ -658,7 +637,7 @@ impl Runtime {
         let c = &self.counters;
         let mut rejects = Map::new();
         for why in Mismatch::ALL {
-            rejects.insert(why.name().into(), json!(c.innodb_rejects[why.index()].get()));
+            rejects.insert(why.name().into(), json!(c.innodb_rejects.get(why).get()));
         }
         let open = self.segs.open_files();
         m.insert(
@@ -757,18 +736,6 @@ pub fn write_disabled_stats() {
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| write_stats(true));
-}
-
-/// Grid copies are checked as InnoDB pages (page number, space id, checksum,
-/// LSN) inside the cache, before they reach L1: a concurrent reader never
-/// hits an unchecked copy.
-struct InnodbCheck;
-
-impl waffle_core::PageCheck for InnodbCheck {
-    fn accepts(&self, page: u64, bytes: &[u8]) -> bool {
-        // No runtime yet (it is being built): nothing has been read, refuse.
-        get().is_some_and(|rt| rt.accepts_grid_copy(page, bytes))
-    }
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_SEGMENTS};
@@ -118,23 +118,56 @@ pub enum Opened {
     Full,
 }
 
+/// Every segment number's [`SegInfo`], read without a lock (the hot path
+/// and the InnoDB check of grid copies share it).
+pub struct SegInfos(Box<[AtomicPtr<SegInfo>]>);
+
+impl Default for SegInfos {
+    fn default() -> SegInfos {
+        SegInfos((0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect())
+    }
+}
+
+impl SegInfos {
+    /// The segment's info; None if no file ever had the segment.
+    pub fn get(&self, segment: usize) -> Option<&SegInfo> {
+        let p = self.0.get(segment)?.load(Ordering::Acquire);
+        // SAFETY: SegInfos are leaked, never freed.
+        (!p.is_null()).then(|| unsafe { &*p })
+    }
+
+    /// The info of a segment a file has now.
+    pub fn seg(&self, segment: u32) -> &SegInfo {
+        let p = self.0[segment as usize].load(Ordering::Acquire);
+        debug_assert!(!p.is_null());
+        // SAFETY: SegInfos are leaked, never freed; set before any slot names the segment.
+        unsafe { &*p }
+    }
+
+    /// The segment's info, made at its first use.
+    fn get_or_make(&self, segment: u32) -> &'static SegInfo {
+        let info = &self.0[segment as usize];
+        let p = info.load(Ordering::Acquire);
+        if !p.is_null() {
+            // SAFETY: leaked, never freed.
+            return unsafe { &*p };
+        }
+        let fresh: &'static SegInfo = Box::leak(Box::new(SegInfo {
+            stats: AtomicPtr::new(std::ptr::null_mut()),
+            space_id: AtomicU64::new(NO_SPACE),
+        }));
+        info.store(fresh as *const SegInfo as *mut SegInfo, Ordering::Release);
+        fresh
+    }
+}
+
+#[derive(Default)]
 pub struct Segments {
     table: Mutex<Table>,
     /// Signalled when a [`Loan`] ends (a close of the lent descriptor waits for it).
     returned: Condvar,
-    info: Box<[AtomicPtr<SegInfo>]>,
+    info: Arc<SegInfos>,
     names: Mutex<HashMap<String, &'static NameStats>>,
-}
-
-impl Default for Segments {
-    fn default() -> Segments {
-        Segments {
-            table: Mutex::default(),
-            returned: Condvar::new(),
-            info: (0..MAX_SEGMENTS).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
-            names: Mutex::default(),
-        }
-    }
 }
 
 /// `fd` if the server's open of it with `flags` can be read through (not write-only).
@@ -147,18 +180,13 @@ impl Segments {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The segment's hot-path info; None if no file ever had the segment.
-    pub fn try_seg(&self, segment: usize) -> Option<&SegInfo> {
-        let p = self.info.get(segment)?.load(Ordering::Acquire);
-        // SAFETY: SegInfos are leaked, never freed.
-        (!p.is_null()).then(|| unsafe { &*p })
+    /// Every segment's info, shared (the InnoDB check holds it).
+    pub fn infos(&self) -> Arc<SegInfos> {
+        Arc::clone(&self.info)
     }
 
     pub fn seg(&self, segment: u32) -> &SegInfo {
-        let p = self.info[segment as usize].load(Ordering::Acquire);
-        debug_assert!(!p.is_null());
-        // SAFETY: SegInfos are leaked, never freed; set before any slot names the segment.
-        unsafe { &*p }
+        self.info.seg(segment)
     }
 
     fn name_stats(&self, name: &str) -> &'static NameStats {
@@ -218,29 +246,13 @@ impl Segments {
         let stats = self.name_stats(name);
         stats.cached.store(cached, Ordering::Relaxed);
         stats.segment.store(segment as u64, Ordering::Relaxed);
-        let info = self.info_of(segment);
+        let info = self.info.get_or_make(segment);
         info.stats.store(stats as *const NameStats as *mut NameStats, Ordering::Release);
         info.space_id.store(NO_SPACE, Ordering::Release);
         let fds = readable(fd, flags).into_iter().collect();
         table.slots[segment as usize] = Some(Slot { refs: 1, file, cached, name: name.to_string(), fds });
         table.by_file.insert(file, segment);
         Opened::Segment { segment, cached }
-    }
-
-    /// The segment's info, made at its first use.
-    fn info_of(&self, segment: u32) -> &'static SegInfo {
-        let info = &self.info[segment as usize];
-        let p = info.load(Ordering::Acquire);
-        if !p.is_null() {
-            // SAFETY: leaked, never freed.
-            return unsafe { &*p };
-        }
-        let fresh: &'static SegInfo = Box::leak(Box::new(SegInfo {
-            stats: AtomicPtr::new(std::ptr::null_mut()),
-            space_id: AtomicU64::new(NO_SPACE),
-        }));
-        info.store(fresh as *const SegInfo as *mut SegInfo, Ordering::Release);
-        fresh
     }
 
     /// Another descriptor `fd` (`dup` of `old`) of the file `slot` names.
