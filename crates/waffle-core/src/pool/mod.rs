@@ -54,6 +54,7 @@
 //!   shard resets it to empty instead of propagating the panic: the cache
 //!   may lose data, never fail the database.
 
+mod entry;
 mod ghost;
 mod hash;
 mod s3fifo;
@@ -64,41 +65,12 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+pub use entry::{Ahead, Evicted};
 use s3fifo::S3Fifo;
 
 /// Smallest budget worth a shard of its own.
 const SHARD_MIN_BYTES: u64 = 4 << 20;
 const MAX_SHARD_BITS: u32 = 6;
-
-/// An entry leaving the pool by eviction (or `drain`), to be pushed down a tier.
-pub struct Evicted {
-    pub page: u64,
-    pub version: u64,
-    pub bytes: Box<[u8]>,
-    /// Inserted by a sequential scan ([`Pool::insert_scan`]) and never read
-    /// since: its bytes are still on disk (or in the grid), and pushing them
-    /// would only displace pages someone reads again.
-    pub scan: bool,
-}
-
-/// Where a page a read-ahead window brought in ahead of its reader came from
-/// (an index into per-source counters).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Ahead {
-    Disk = 0,
-    Grid = 1,
-}
-
-impl fmt::Debug for Evicted {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Evicted")
-            .field("page", &self.page)
-            .field("version", &self.version)
-            .field("len", &self.bytes.len())
-            .field("scan", &self.scan)
-            .finish()
-    }
-}
 
 pub struct Pool {
     shards: Box<[Shard]>,

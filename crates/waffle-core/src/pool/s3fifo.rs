@@ -25,9 +25,9 @@
 
 use std::mem;
 
+use super::entry::{Ahead, Evicted};
 use super::ghost::Ghost;
 use super::hash::PageMap;
-use super::{Ahead, Evicted};
 
 const NIL: u32 = u32::MAX;
 const MAX_FREQ: u8 = 3;

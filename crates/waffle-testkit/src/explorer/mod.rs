@@ -28,12 +28,7 @@ use driver::{Outcome, Record};
 use schedule::Schedule;
 use tally::Tally;
 
-/// Busy timeout of every connection and shell. Locks held across steps (an
-/// open transaction) make a competitor wait this long and fail the same way
-/// in both runs; what waffle adds in the background (the hot list's reload
-/// holds read locks for pieces of about 100 ms, as any reader may) is waited
-/// out, as an application with a busy timeout would.
-pub const BUSY_TIMEOUT_MS: u32 = 400;
+pub use protocol::BUSY_TIMEOUT_MS;
 
 /// Steps of a schedule unless `WAFFLE_EXPLORE_STEPS` says otherwise.
 pub const DEFAULT_STEPS: usize = 400;

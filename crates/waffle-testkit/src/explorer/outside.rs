@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::driver::{changes_of, Record, Run, L1};
 use super::model::{rows_text, ConnId};
-use super::protocol::{rows_sql, WriteOp};
+use super::protocol::{rows_sql, WriteOp, BUSY_TIMEOUT_MS};
 use super::schedule::Step;
 use crate::artefact;
 use crate::db::{open_plain, waffle_uri};
@@ -41,7 +41,7 @@ impl Run<'_> {
         };
         let stats =
             if through_waffle { format!("SELECT '{STATS_MARKER}';\nPRAGMA waffle_stats;\n") } else { String::new() };
-        let run = shell(&self.db, &open, super::BUSY_TIMEOUT_MS, &format!("PRAGMA cache_size = 8;\n{sql}{stats}"));
+        let run = shell(&self.db, &open, BUSY_TIMEOUT_MS, &format!("PRAGMA cache_size = 8;\n{sql}{stats}"));
         if let Some(line) = run.stderr.lines().find(|l| l.contains("waffle verify:")) {
             return Err(format!("the shell logged: {line}"));
         }

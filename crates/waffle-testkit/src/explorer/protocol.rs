@@ -6,6 +6,16 @@ use std::fmt;
 
 use crate::pattern;
 
+/// Busy timeout of every connection and shell. Locks held across steps (an
+/// open transaction) make a competitor wait this long and fail the same way
+/// in both runs; what waffle adds in the background (the hot list's reload
+/// holds read locks for pieces of about 100 ms, as any reader may) is waited
+/// out, as an application with a busy timeout would.
+pub const BUSY_TIMEOUT_MS: u32 = 400;
+
+/// Connection slots of a worker process.
+pub const SLOTS: usize = 3;
+
 /// The table every schedule works on: padded rows, so it spans many pages.
 pub const CREATE_SQL: &str = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL, pad BLOB NOT NULL)";
 

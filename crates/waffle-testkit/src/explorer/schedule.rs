@@ -9,7 +9,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use super::protocol::WriteOp;
-use super::worker::SLOTS;
+use super::protocol::SLOTS;
 
 pub const INITIAL_ROWS: i64 = 300;
 pub const INITIAL_PAD_BYTES: u32 = 500;

@@ -14,12 +14,11 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::protocol::{rows_sql, Answer, WriteOp};
+use super::protocol::{rows_sql, Answer, WriteOp, BUSY_TIMEOUT_MS, SLOTS};
 use crate::db::{stats, try_open_waffle};
 
 /// SQLite's own cache per connection, in pages: small, so reads reach the VFS.
 const SQLITE_CACHE_PAGES: u32 = 8;
-pub const SLOTS: usize = 3;
 
 /// What every waffle open of a worker shares (its command line).
 #[derive(Clone)]
@@ -130,7 +129,7 @@ fn open(setup: &Setup, conn: &mut Option<Connection>, waffle: bool, hot_list: &s
     }
     let opened = if waffle { open_waffle(setup, hot_list) } else { open_plain(setup) };
     let opened = opened.and_then(|c| {
-        c.busy_timeout(Duration::from_millis(super::BUSY_TIMEOUT_MS.into()))?;
+        c.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS.into()))?;
         c.execute_batch(&format!("PRAGMA cache_size = {SQLITE_CACHE_PAGES}"))?;
         Ok(c)
     });
