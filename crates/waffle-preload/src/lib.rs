@@ -45,6 +45,7 @@ mod real;
 mod runtime;
 mod segments;
 mod server_fd;
+mod settings;
 mod state;
 #[cfg(not(test))]
 mod ticker;

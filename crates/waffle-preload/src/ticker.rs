@@ -6,7 +6,8 @@
 use std::sync::Once;
 use std::time::Duration;
 
-use crate::runtime::{self, Runtime, DEFAULT_STATS_INTERVAL_MS, STATS_INTERVAL_MS};
+use crate::runtime::{self, Runtime};
+use crate::settings::{self, DEFAULT_STATS_INTERVAL_MS, STATS_INTERVAL_MS};
 use crate::{guard, hot_list, log, state, warm};
 
 /// Starts the runtime at the first tracked open (`first_fd`), and with it
@@ -19,7 +20,7 @@ pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
 }
 
 fn start() {
-    let interval = runtime::env("WAFFLE_STATS_INTERVAL_MS")
+    let interval = settings::env("WAFFLE_STATS_INTERVAL_MS")
         .and_then(|v| v.trim().parse::<u64>().ok())
         .filter(|ms| STATS_INTERVAL_MS.contains(ms))
         .unwrap_or(DEFAULT_STATS_INTERVAL_MS);
@@ -32,7 +33,7 @@ fn start() {
             }
             // The switch first: the stats written next show where it stands.
             if let Some(rt) = runtime::get() {
-                let new_grid = || runtime::make_grid(&rt.config);
+                let new_grid = || settings::make_grid(&rt.config);
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache, &new_grid)));
             }
             let _ = std::panic::catch_unwind(|| runtime::write_stats(false));
