@@ -45,7 +45,7 @@ fn work<T>(f: impl FnOnce() -> T) -> Option<T> {
 /// its fuse (pass-through from then on).
 fn update(rt: &runtime::Runtime, what: &str, f: impl FnOnce()) {
     if work(f).is_none() {
-        work(|| rt.cache.trip(&format!("internal error updating the cache after {what}")));
+        work(|| rt.cache().trip(&format!("internal error updating the cache after {what}")));
     }
 }
 
@@ -294,8 +294,8 @@ unsafe fn cached_read(fd: c_int, buf: *mut c_void, count: size_t, offset: i64) -
     if !fds::is_cached(slot) {
         return None;
     }
-    if count as u64 != rt.page_bytes || offset < 0 || !(offset as u64).is_multiple_of(rt.page_bytes) {
-        rt.counters.passthrough_reads.incr();
+    if count as u64 != rt.page_bytes() || offset < 0 || !(offset as u64).is_multiple_of(rt.page_bytes()) {
+        rt.counters().passthrough_reads.incr();
         return None;
     }
     // SAFETY: buf is not null, so count writable bytes that are the caller's, for this call.
@@ -383,7 +383,7 @@ unsafe fn after_vectored(fd: c_int, iov: *const iovec, cnt: c_int, offset: i64) 
         let iovs = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
         let total: u64 = iovs.iter().map(|v| v.iov_len as u64).sum();
         let n = rt.invalidate_range(segment, offset, total);
-        rt.counters.partial_writes.add(n);
+        rt.counters().partial_writes.add(n);
     });
 }
 

@@ -127,7 +127,7 @@ fn decode(text: &str) -> Result<(u64, Entries), &'static str> {
 }
 
 fn list_path(rt: &Runtime) -> std::path::PathBuf {
-    rt.stats_path.with_file_name(LIST_FILE)
+    rt.stats_path().with_file_name(LIST_FILE)
 }
 
 /// The list at `path` (beside the data of `datadir`), decoded; None if there
@@ -153,7 +153,7 @@ fn lock() -> std::sync::MutexGuard<'static, Option<State>> {
 pub fn tick(rt: &'static Runtime) {
     let mut guard = lock();
     let st = guard.get_or_insert_with(|| load(rt));
-    if !(rt.config.hot_list != Some(HotListMode::Off)) {
+    if !(rt.config().hot_list != Some(HotListMode::Off)) {
         return;
     }
     if !st.pending.is_empty() && !st.reloading {
@@ -166,7 +166,7 @@ pub fn tick(rt: &'static Runtime) {
                 Ok(Err(e)) => Finish::Failed(e),
                 Err(_) => Finish::Failed("internal error".into()),
             };
-            rt.warming.hot_list_progress().finish(how);
+            rt.warming().hot_list_progress().finish(how);
             if let Some(st) = lock().as_mut() {
                 st.pending.clear();
                 st.reloading = false;
@@ -174,7 +174,7 @@ pub fn tick(rt: &'static Runtime) {
             }
         });
         if let Err(e) = spawned {
-            rt.warming.hot_list_progress().finish(Finish::Failed(format!("cannot start the reload thread: {e}")));
+            rt.warming().hot_list_progress().finish(Finish::Failed(format!("cannot start the reload thread: {e}")));
             st.pending.clear();
             st.reloading = false;
         }
@@ -184,7 +184,7 @@ pub fn tick(rt: &'static Runtime) {
         st.last_write = Instant::now();
         let entries = listed(rt, &st.last);
         let path = list_path(rt);
-        match write_beside_data(&path, &rt.datadir, encode(rt.page_bytes, &entries).as_bytes()) {
+        match write_beside_data(&path, rt.datadir(), encode(rt.page_bytes(), &entries).as_bytes()) {
             Ok(()) => st.last = entries,
             Err(e) => log::warn_once(&format!("cannot write the hot list {}: {e}; not written", path.display())),
         }
@@ -206,18 +206,18 @@ fn load(rt: &Runtime) -> State {
         started: now,
         reloading: false,
     };
-    let progress = rt.warming.hot_list_progress();
-    if !(rt.config.hot_list != Some(HotListMode::Off)) {
+    let progress = rt.warming().hot_list_progress();
+    if !(rt.config().hot_list != Some(HotListMode::Off)) {
         progress.off();
         return st;
     }
     let path = list_path(rt);
-    let why = match read_list(&path, &rt.datadir) {
+    let why = match read_list(&path, rt.datadir()) {
         Ok(None) => "no hot list".to_string(),
         Err(e) => warned(format!("cannot use the hot list {}: {e}; starting without it", path.display())),
         Ok(Some(Err(why))) => warned(format!("{} is not a valid hot list: {why}; starting without it", path.display())),
-        Ok(Some(Ok((page_bytes, _)))) if page_bytes != rt.page_bytes => {
-            format!("the list's pages are {page_bytes} bytes, the server's {}", rt.page_bytes)
+        Ok(Some(Ok((page_bytes, _)))) if page_bytes != rt.page_bytes() => {
+            format!("the list's pages are {page_bytes} bytes, the server's {}", rt.page_bytes())
         }
         Ok(Some(Ok((_, entries)))) => {
             for (rank, (name, page)) in entries.iter().enumerate() {
@@ -237,7 +237,7 @@ fn load(rt: &Runtime) -> State {
 /// then the entries of `before` for tablespaces not open now whose file is still there.
 fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
     let open = rt.cached_names();
-    let (pages, _) = rt.cache.hot_pages(MAX_LISTED);
+    let (pages, _) = rt.cache().hot_pages(MAX_LISTED);
     let mut out: Vec<(String, u64)> = pages
         .into_iter()
         .filter_map(|p| {
@@ -257,7 +257,7 @@ fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
         }
         let there = *exists
             .entry(name)
-            .or_insert_with(|| rt.datadir.join(format!("{name}.ibd")).is_file() || rt.datadir.join(name).is_file());
+            .or_insert_with(|| rt.datadir().join(format!("{name}.ibd")).is_file() || rt.datadir().join(name).is_file());
         if there {
             out.push((name.clone(), *page));
         }
@@ -268,7 +268,7 @@ fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
 
 /// The reload thread: each LOOK_EVERY, the listed tablespaces InnoDB has open.
 fn reload(rt: &Runtime) -> Result<(), String> {
-    rt.warming.hot_list_progress().begin();
+    rt.warming().hot_list_progress().begin();
     let started = lock().as_ref().map_or_else(Instant::now, |s| s.started);
     loop {
         if !state::active() {
@@ -308,9 +308,9 @@ fn reload(rt: &Runtime) -> Result<(), String> {
 fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Result<bool, String> {
     let files = rt.lent_files();
     // The files' sizes now; one the server closed since the pin is skipped (closed_file_skips).
-    let sized = pinned.iter().filter_map(|p| rt.lend(p.segment).map(|l| (p.segment, l.file_bytes / rt.page_bytes)));
+    let sized = pinned.iter().filter_map(|p| rt.lend(p.segment).map(|l| (p.segment, l.file_bytes / rt.page_bytes())));
     let pages_of: HashMap<u32, u64> = sized.collect();
-    rt.counters.closed_file_skips.add((pinned.len() - pages_of.len()) as u64);
+    rt.counters().closed_file_skips.add((pinned.len() - pages_of.len()) as u64);
     let pages: Vec<u64> = wanted.iter().map(|&(_, p)| p).collect();
     let in_file = |page: u64| {
         let (segment, index) = split(page);
@@ -325,12 +325,12 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
         let done = rt
-            .warming
-            .hot_reload(&rt.cache, &pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
+            .warming()
+            .hot_reload(rt.cache(), &pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
             .map_err(|e| e.to_string())?;
         if done {
             // Over before the list's end: L1 is full.
-            return Ok(at < pages.len() || rt.cache.l1_free_bytes() < rt.page_bytes);
+            return Ok(at < pages.len() || rt.cache().l1_free_bytes() < rt.page_bytes());
         }
     }
 }

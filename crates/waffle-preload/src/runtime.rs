@@ -25,7 +25,7 @@
 //! written (one warning in the server's log), never a write elsewhere.
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
@@ -74,22 +74,22 @@ pub struct Counters {
 }
 
 pub struct Runtime {
-    pub cache: PageCache,
+    cache: PageCache,
     /// The warm's and the hot list reload's progress (the layer above the cache).
-    pub warming: Warming,
-    pub page_bytes: u64,
-    pub page_bytes_from: &'static str,
-    pub config: Config,
-    pub filter: Filter,
-    pub counters: Counters,
-    pub stats_path: PathBuf,
+    warming: Warming,
+    page_bytes: u64,
+    page_bytes_from: &'static str,
+    config: Config,
+    filter: Filter,
+    counters: Counters,
+    stats_path: PathBuf,
     /// `WAFFLE_STATS_MODE`; None: ibdata1's mode, as the hot list's.
     stats_mode: Option<u32>,
-    pub datadir: PathBuf,
+    datadir: PathBuf,
     /// The configuration file read at the start, if `WAFFLE_CONFIG` named one.
-    pub config_file: Option<PathBuf>,
+    config_file: Option<PathBuf>,
     /// `waffle-off` beside the stats file: off, the cache is not used (off_switch.rs).
-    pub switch: OffSwitch,
+    switch: OffSwitch,
     segs: Segments,
     buffered_warned: AtomicBool,
 }
@@ -203,6 +203,45 @@ impl Runtime {
             libc::atexit(at_exit);
         }
         Ok(rt)
+    }
+
+    pub fn cache(&self) -> &PageCache {
+        &self.cache
+    }
+
+    /// The warm's and the hot list reload's progress.
+    pub fn warming(&self) -> &Warming {
+        &self.warming
+    }
+
+    pub fn page_bytes(&self) -> u64 {
+        self.page_bytes
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Which tablespaces are cached (`WAFFLE_TABLES`).
+    pub fn filter(&self) -> &Filter {
+        &self.filter
+    }
+
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The stats file; the off switch, the warm request and the hot list sit beside it.
+    pub fn stats_path(&self) -> &Path {
+        &self.stats_path
+    }
+
+    pub fn datadir(&self) -> &Path {
+        &self.datadir
+    }
+
+    pub fn switch(&self) -> &OffSwitch {
+        &self.switch
     }
 
     fn seg(&self, segment: u32) -> &SegInfo {

@@ -33,12 +33,13 @@ fn start() {
             }
             // The switch first: the stats written next show where it stands.
             if let Some(rt) = runtime::get() {
-                let new_grid = || settings::make_grid(&rt.config);
-                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch.poll(&rt.cache, &new_grid)));
+                let new_grid = || settings::make_grid(rt.config());
+                let _ =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch().poll(rt.cache(), &new_grid)));
             }
             let _ = std::panic::catch_unwind(|| runtime::write_stats(false));
             // Off: a warm request waits, and the hot list keeps what it listed while on.
-            if let Some(rt) = runtime::get().filter(|rt| !rt.switch.is_off()) {
+            if let Some(rt) = runtime::get().filter(|rt| !rt.switch().is_off()) {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warm::poll(rt)));
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| hot_list::tick(rt)));
             }

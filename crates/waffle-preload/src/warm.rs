@@ -102,8 +102,8 @@ fn take_request(path: &Path, datadir: &Path) -> Option<String> {
 
 /// The stats thread's tick: takes a request, if there is one, and starts its warm.
 pub fn poll(rt: &'static Runtime) {
-    let path = rt.stats_path.with_file_name(REQUEST_FILE);
-    let Some(text) = take_request(&path, &rt.datadir) else { return };
+    let path = rt.stats_path().with_file_name(REQUEST_FILE);
+    let Some(text) = take_request(&path, rt.datadir()) else { return };
     let mut id = String::from("-");
     let mut names = Vec::new();
     for line in text.lines().map(str::trim).filter(|l| !l.is_empty()).take(MAX_NAMES) {
@@ -116,7 +116,7 @@ pub fn poll(rt: &'static Runtime) {
         names.push("*".into());
     }
     let target = format!("request {id}: {}", names.join(","));
-    if let Err(e) = rt.warming.warm_progress().begin(&target) {
+    if let Err(e) = rt.warming().warm_progress().begin(&target) {
         log::note(&format!("warm {target} refused: {e}"));
         return;
     }
@@ -129,25 +129,25 @@ pub fn poll(rt: &'static Runtime) {
             Ok(Err(e)) => Finish::Failed(e),
             Err(_) => Finish::Failed("internal error".into()),
         };
-        rt.warming.warm_finish(&rt.cache, how, SETTLE_WAIT);
+        rt.warming().warm_finish(rt.cache(), how, SETTLE_WAIT);
     });
     if let Err(e) = spawned {
-        rt.warming.warm_progress().finish(Finish::Failed(format!("cannot start the warm thread: {e}")));
+        rt.warming().warm_progress().finish(Finish::Failed(format!("cannot start the warm thread: {e}")));
     }
 }
 
 fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
     let pinned = rt.pin_cached(which);
     let held: HashSet<&str> = pinned.iter().map(|p| p.name.as_str()).collect();
-    let closed = on_disk(&rt.datadir, |name| rt.filter.matches(name) && which.matches(name) && !held.contains(name));
+    let closed = on_disk(rt.datadir(), |name| rt.filter().matches(name) && which.matches(name) && !held.contains(name));
     for name in &closed {
-        rt.warming.warm_progress().skip_target(name, NOT_OPENED);
+        rt.warming().warm_progress().skip_target(name, NOT_OPENED);
     }
     if pinned.is_empty() && closed.is_empty() {
         return Err(format!(
             "no cached tablespace matches {} (none is open, none is in {})",
             which.patterns().join(","),
-            rt.datadir.display()
+            rt.datadir().display()
         ));
     }
     let result = pinned.iter().try_for_each(|p| warm_one(rt, p));
@@ -160,13 +160,13 @@ fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
 fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     let what = |e: std::io::Error| format!("{}: {e}", p.name);
     let Some(file_bytes) = rt.lend(p.segment).map(|l| l.file_bytes) else {
-        rt.counters.closed_file_skips.incr();
-        rt.warming.warm_progress().skip_target(&p.name, CLOSED);
+        rt.counters().closed_file_skips.incr();
+        rt.warming().warm_progress().skip_target(&p.name, CLOSED);
         return Ok(());
     };
     let file = rt.lent_files();
-    let pages = file_bytes / rt.page_bytes;
-    let progress = rt.warming.warm_progress();
+    let pages = file_bytes / rt.page_bytes();
+    let progress = rt.warming().warm_progress();
     progress.plan(pages);
     let stop = AtomicBool::new(false);
     let first = join(p.segment as u64, 0);
@@ -177,7 +177,8 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
-        let n = rt.warming.warm_run(&rt.cache, first + done, pages - done, &file, &mut budget, None).map_err(what)?;
+        let n =
+            rt.warming().warm_run(rt.cache(), first + done, pages - done, &file, &mut budget, None).map_err(what)?;
         done += n;
     }
     Ok(())
