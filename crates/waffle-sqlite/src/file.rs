@@ -19,8 +19,9 @@ use waffle_core::backing::Backing;
 use crate::coherence::{FileSig, Forget, Frames};
 use crate::descriptor;
 use crate::ffi::*;
+use crate::open_db::OpenDb;
 use crate::pass_through::*;
-use crate::registry::{self, OpenDb};
+use crate::registry;
 use crate::wal_index;
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.

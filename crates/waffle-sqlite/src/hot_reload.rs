@@ -26,12 +26,12 @@ use waffle_core::warming::run::Finish;
 
 use crate::connection::Conn;
 use crate::descriptor::NoFile;
-use crate::registry::{self, OpenDb};
+use crate::open_db::{OpenDb, Warmers};
 use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock};
 
 /// Starts the reload of `list` for `db` (just opened, registered), unless a
 /// warm runs already, from where `from` says.
-pub fn start(db: &Arc<OpenDb>, list: HotList, from: ReloadFrom) {
+pub fn start(db: &Arc<OpenDb>, list: HotList, from: ReloadFrom, warmers: Warmers) {
     let progress = db.warming.hot_list_progress();
     if !db.warm.begin() {
         progress.refuse("a warm was running".into());
@@ -49,18 +49,19 @@ pub fn start(db: &Arc<OpenDb>, list: HotList, from: ReloadFrom) {
         return;
     }
     let trusted = from == ReloadFrom::GridThenDisk;
-    let Some(ticket) = registry::reserve_warmer(db) else {
+    let Some(ticket) = (warmers.reserve)(db) else {
         progress.refuse("the database is not open".into());
         db.warm.end();
         return;
     };
     progress.begin();
     let handed = Arc::clone(&ticket);
-    let spawned =
-        std::thread::Builder::new().name("waffle-hot-list".into()).spawn(move || thread_main(handed, list, trusted));
+    let spawned = std::thread::Builder::new()
+        .name("waffle-hot-list".into())
+        .spawn(move || thread_main(handed, list, trusted, warmers));
     if let Err(e) = spawned {
         progress.finish(Finish::Failed(format!("cannot start the reload thread: {e}")));
-        registry::detach(ticket, true);
+        (warmers.release)(ticket);
         db.warm.end();
     }
 }
@@ -122,13 +123,14 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
     }
 }
 
-fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool) {
+fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool, warmers: Warmers) {
     let job = Arc::clone(&db.warm);
     // Read-only: the reload never writes, and its close (which may be the database's last)
     // must not checkpoint or delete a WAL that the user's connections would have left alone.
     on_own_connection(
         db,
         true,
+        warmers,
         |db, conn, fd| run(db, conn, fd, &list, trusted),
         |db, outcome| db.warming.hot_list_progress().finish(finish_of(outcome, &job.stop)),
     );

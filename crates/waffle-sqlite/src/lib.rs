@@ -43,17 +43,21 @@ mod ffi;
 mod file;
 mod host_log;
 mod hot_reload;
+mod job;
+mod open_db;
 mod pass_through;
 mod pragma;
 mod registry;
 mod stats_file;
+mod stats_map;
 #[cfg(test)]
 mod test_faults;
 mod vfs;
+mod vfs_name;
 mod wal_index;
 mod warm;
 
-pub use vfs::VFS_NAME;
+pub use vfs_name::VFS_NAME;
 
 /// Entry point of the loadable extension: registers the `waffle` VFS and
 /// keeps the library loaded for the life of the process.

@@ -7,7 +7,7 @@
 use std::os::raw::{c_int, c_void};
 
 use crate::ffi::*;
-use crate::registry::OpenDb;
+use crate::open_db::OpenDb;
 
 #[repr(C)]
 pub struct WaffleFile {

@@ -12,11 +12,13 @@
 use std::os::raw::c_int;
 use std::time::Duration;
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 use waffle_core::grid::NodeSpec;
 
 use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
-use crate::registry::{self, OpenDb};
+use crate::open_db::OpenDb;
+use crate::registry;
+use crate::stats_map::{grid_nodes, stats_map};
 
 /// How long `PRAGMA waffle_flush` waits for the push queue to empty.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -60,14 +62,9 @@ pub fn handle(db: &OpenDb, name: &str, value: Option<&str>) -> Option<(c_int, Op
             (SQLITE_OK, Some(if done { "ok" } else { "timeout" }.to_string()))
         })),
         // Starts a background warm of the database or of one table or index (warm.rs).
-        "waffle_warm" => Some(crate::warm::start(db, value)),
+        "waffle_warm" => Some(crate::warm::start(db, value, registry::WARMERS)),
         _ => None,
     }
-}
-
-/// The nodes of the grid in use (empty: L1 only).
-fn grid_nodes(db: &OpenDb) -> Vec<String> {
-    db.cache.grid().map(|g| g.node_status().into_iter().map(|n| n.addr).collect()).unwrap_or_default()
 }
 
 fn current_grid(db: &OpenDb) -> String {
@@ -81,25 +78,4 @@ fn read_only(name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)>
 /// One JSON object: the cache's counters, latencies, nodes and settings.
 pub fn stats(db: &OpenDb) -> String {
     Value::Object(stats_map(db)).to_string()
-}
-
-/// What [`stats`] says, as a map (the stats file adds its own fields).
-pub fn stats_map(db: &OpenDb) -> Map<String, Value> {
-    let mut m = db.cache.stats_json();
-    db.warming.add_to_stats(&mut m);
-    m.insert("file".into(), json!(db.path.display().to_string()));
-    m.insert(
-        "config".into(),
-        json!({
-            "grid": grid_nodes(db),
-            "sealed": db.config.seal_key.is_some(),
-            "local_bytes": db.config.local_bytes,
-            "timeout_ms": db.config.timeout_ms,
-            "push_queue_bytes": db.config.push_queue_bytes,
-            "direct_io": db.config.direct_io,
-            "grid_change": db.config.grid_change,
-            "grid_backoff": db.config.grid_backoff,
-        }),
-    );
-    m
 }

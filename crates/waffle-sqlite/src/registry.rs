@@ -10,13 +10,10 @@
 
 use std::collections::HashMap;
 use std::fs::Metadata;
-use std::os::unix::fs::MetadataExt;
-use std::os::unix::io::RawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use waffle_core::backing::Backing;
 use waffle_core::config::HotListMode;
 use waffle_core::grid::{Grid, NodeSpec};
 use waffle_core::sidecar::{DbIdentity, Sidecar};
@@ -26,59 +23,7 @@ use waffle_core::warming::Warming;
 use waffle_core::{CacheOptions, Config, PageCache};
 
 use crate::coherence::{Coherence, FileSig};
-use crate::descriptor::SqliteFd;
-
-pub struct OpenDb {
-    pub cache: PageCache,
-    /// The warm's and the hot list reload's progress (the layer above the cache).
-    pub warming: Warming,
-    /// The database file's device and inode, from SQLite's own descriptor
-    /// (descriptor.rs): waffle holds no descriptor of its own on it.
-    pub key: Key,
-    /// The file's length as last seen under a lock (for work without a connection).
-    pub len_seen: AtomicU64,
-    pub path: PathBuf,
-    pub config: Config,
-    /// What the cache knows of other writers (file signature, WAL position).
-    pub coherence: Mutex<Coherence>,
-    /// The database's WAL file (`<db>-wal`), read for the page numbers of checkpointed frames.
-    pub wal_path: PathBuf,
-    /// Writes to the WAL file by this process's waffle connections: a new WAL
-    /// generation that appears while one of them holds the write lock is its
-    /// own only if it wrote frames meanwhile.
-    pub wal_writes: Arc<AtomicU64>,
-    /// Region 0 of the wal-index as this process maps it (the unix VFS maps it
-    /// once per process and database, for every connection): read by a handle
-    /// of ours that has not mapped it yet (file.rs, `main_lock`).
-    pub shm: Mutex<SharedRegion>,
-    /// Bytes 24..40 of page 1 as the cache last saw them (read or written
-    /// through it): what SQLite's pager compares at its next SHARED lock.
-    pub header_seen: Mutex<Option<[u8; 16]>>,
-    /// The background warm of this database (`PRAGMA waffle_warm`), if one
-    /// runs, or the hot list's reload (hot_reload.rs).
-    pub warm: Arc<crate::warm::Job>,
-    /// The hot list this open found, until its reload starts, and where it reloads from.
-    hot: Mutex<Option<(HotList, ReloadFrom)>>,
-    /// None: a read-only open, or a sidecar that cannot be used (a cold open, nothing saved).
-    sidecar: Option<Sidecar>,
-}
-
-impl OpenDb {
-    /// Calls `read` with what the cache reads from: the file through SQLite's
-    /// descriptor `fd` of the asking connection.
-    pub fn with_backing<R>(&self, fd: RawFd, read: impl FnOnce(&dyn Backing) -> R) -> R {
-        read(&SqliteFd { fd, drop_cache: self.config.direct_io })
-    }
-}
-
-/// The wal-index mapping while handles of ours hold it: the address stays
-/// valid while `handles` > 0 (the VFS unmaps only after the last one lets go,
-/// and a handle leaves the count before it lets go, under this lock).
-#[derive(Default)]
-pub struct SharedRegion {
-    pub handles: usize,
-    pub region0: usize,
-}
+use crate::open_db::{key_of, Key, OpenDb, Warmers};
 
 struct Entry {
     db: Arc<OpenDb>,
@@ -88,19 +33,12 @@ struct Entry {
     warmers: usize,
 }
 
-/// A database file's device and inode.
-pub type Key = (u64, u64);
-
 /// The process's open databases. Held only for map operations: never across
 /// the sidecar's lock wait, name resolution or a closing database's flush.
 static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 /// One gate per database file: serializes that file's open and close (a
 /// reopen waits for the close to save the sidecar), and nothing else.
 static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
-
-pub fn key_of(m: &Metadata) -> Key {
-    (m.dev(), m.ino())
-}
 
 fn gate(key: Key) -> Arc<Mutex<()>> {
     let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
@@ -132,10 +70,13 @@ pub fn wal_writes_of(wal: &Path) -> Option<Arc<AtomicU64>> {
     open.as_ref()?.get(&key).map(|e| Arc::clone(&e.db.wal_writes))
 }
 
+/// What a job is handed to count its connection as a warmer (open_db.rs).
+pub const WARMERS: Warmers = Warmers { reserve: reserve_warmer, release: release_warmer };
+
 /// A reference for a warm thread's connection to `db` (counted as a warmer),
 /// taken while a connection of the caller holds the database open. None if
 /// `db` is not open (it always is when a PRAGMA asks).
-pub fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
+fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
     let e = open.get_or_insert_with(HashMap::new).values_mut().find(|e| std::ptr::eq(&*e.db, db))?;
     e.refs += 1;
@@ -163,7 +104,7 @@ pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> 
         .insert(key, Entry { db: Arc::clone(&db), refs: 1, warmers: 0 });
     let hot = db.hot.lock().unwrap_or_else(|e| e.into_inner()).take();
     if let Some((list, from)) = hot {
-        crate::hot_reload::start(&db, list, from);
+        crate::hot_reload::start(&db, list, from, WARMERS);
     }
     Ok(db)
 }
@@ -253,6 +194,11 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
 /// A grid client for `nodes` with the database's request settings.
 pub fn grid_for(config: &Config, nodes: Vec<NodeSpec>) -> Arc<Grid> {
     Arc::new(Grid::new(nodes, config.grid_options()))
+}
+
+/// A warm thread's connection leaves the cache (see [`detach`]).
+fn release_warmer(db: Arc<OpenDb>) {
+    detach(db, true);
 }
 
 /// Leaves the cache; the last one out closes it cleanly, holding the file's

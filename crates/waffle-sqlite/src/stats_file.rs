@@ -30,7 +30,7 @@ use serde_json::{json, Value};
 use waffle_core::side_file::Beside;
 use waffle_core::stats_file::{self, INTERVAL_MS, STATS_FILE};
 
-use crate::registry::OpenDb;
+use crate::open_db::OpenDb;
 
 /// The stats file the opener named (URI parameter, else the environment), if any, made absolute.
 ///
@@ -87,7 +87,7 @@ struct Target {
 
 impl Target {
     fn write(&self, db: &OpenDb, final_write: bool) {
-        let mut m = crate::pragma::stats_map(db);
+        let mut m = crate::stats_map::stats_map(db);
         m.insert("state".into(), json!(if final_write { "closed" } else { "active" }));
         stats_file::stamp(&mut m, "sqlite", final_write);
         match stats_file::write(&self.path, &self.like, &Value::Object(m)) {

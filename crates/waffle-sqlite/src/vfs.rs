@@ -14,10 +14,11 @@ use crate::api::Api;
 use crate::descriptor;
 use crate::ffi::*;
 use crate::file::{self, MAIN_METHODS};
+use crate::open_db::key_of;
 use crate::pass_through::{self, WaffleFile, PASS_METHODS, REAL_OFFSET};
 use crate::registry;
+use crate::vfs_name::VFS_NAME;
 
-pub const VFS_NAME: &CStr = c"waffle";
 /// URI parameters looked at, at most (SQLite's URIs hold a handful).
 const MAX_URI_PARAMS: c_int = 1024;
 
@@ -226,7 +227,7 @@ unsafe fn open(
     if warming {
         if let Some(db) = crate::warm::take_joining() {
             // The warm's connection must have opened the very file it warms (not one renamed over it).
-            let same = fd.and_then(|fd| descriptor::metadata(fd).ok()).is_some_and(|m| registry::key_of(&m) == db.key);
+            let same = fd.and_then(|fd| descriptor::metadata(fd).ok()).is_some_and(|m| key_of(&m) == db.key);
             if !same {
                 registry::detach(db, true);
                 // SAFETY: real is the base VFS's file, open.

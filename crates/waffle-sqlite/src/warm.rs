@@ -42,7 +42,7 @@ use std::os::raw::c_int;
 use std::os::unix::io::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use waffle_core::backing::{Backing, PageId};
@@ -52,7 +52,9 @@ use waffle_core::warming::warm::SETTLE_WAIT;
 use crate::btree::{self, Header};
 use crate::connection::{Conn, SqlError};
 use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
-use crate::registry::{self, OpenDb};
+use crate::job::{Piece, PieceGate, LOCK_RETRY};
+use crate::open_db::{OpenDb, Warmers};
+use crate::vfs_name::VFS_NAME;
 
 /// Most bytes read in one read transaction.
 pub(crate) const PIECE_BYTES: u64 = 4 << 20;
@@ -68,126 +70,6 @@ const MERGE_GAP_PAGES: u64 = 16;
 const LOCK_WAIT: Duration = Duration::from_secs(30);
 /// How long the PRAGMA waits for the warm to look its names up.
 const LOOKUP_WAIT: Duration = Duration::from_secs(2);
-/// How long a closing database waits for its warm to stop.
-const STOP_WAIT: Duration = Duration::from_secs(15);
-
-/// The warm thread of one database: at most one at a time.
-#[derive(Default)]
-pub struct Job {
-    pub(crate) stop: AtomicBool,
-    running: Mutex<bool>,
-    ended: Condvar,
-    /// Keeps this process's writers from meeting the job's read transactions (see [`PieceGate`]).
-    pub gate: PieceGate,
-}
-
-/// The job's read transactions and this process's writers take turns, so a
-/// writer of this process (whose busy timeout may be none, SQLite's default)
-/// never gets SQLITE_BUSY because of a reader it did not open: a connection
-/// that asks for PENDING or EXCLUSIVE first waits (at most WRITER_WAIT) for
-/// the running piece to end, and no piece starts while such a writer waits.
-/// A piece is marked before its lock is asked for, and one lock attempt is
-/// made at a time, so a writer never waits longer than one piece.
-#[derive(Default)]
-pub struct PieceGate {
-    state: Mutex<GateState>,
-    changed: Condvar,
-}
-
-#[derive(Default)]
-struct GateState {
-    in_piece: bool,
-    writers: u32,
-}
-
-/// How long a writer waits for a piece to end (a piece is about PIECE_TIME).
-const WRITER_WAIT: Duration = Duration::from_secs(2);
-/// A piece's lock attempt that met a writer waits this long before the next.
-const LOCK_RETRY: Duration = Duration::from_millis(10);
-
-impl PieceGate {
-    fn lock(&self) -> std::sync::MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Before a piece asks for its read lock: waits while writers of this process wait.
-    fn enter_piece(&self, stop: &AtomicBool) {
-        let mut g = self.lock();
-        while g.writers > 0 && !stop.load(Ordering::Acquire) {
-            g = self.changed.wait_timeout(g, LOCK_RETRY).unwrap_or_else(|e| e.into_inner()).0;
-        }
-        g.in_piece = true;
-    }
-
-    /// The piece's read transaction ended (or its lock was not granted).
-    pub(crate) fn leave_piece(&self) {
-        self.lock().in_piece = false;
-        self.changed.notify_all();
-    }
-
-    /// A connection of this process is about to ask for PENDING or EXCLUSIVE.
-    pub fn writer_enter(&self) {
-        let mut g = self.lock();
-        g.writers += 1;
-        let deadline = Instant::now() + WRITER_WAIT;
-        while g.in_piece {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            g = self.changed.wait_timeout(g, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-
-    /// That connection's lock call returned.
-    pub fn writer_leave(&self) {
-        let mut g = self.lock();
-        g.writers = g.writers.saturating_sub(1);
-        drop(g);
-        self.changed.notify_all();
-    }
-}
-
-/// A piece's read transaction, marked in the gate until dropped (after its COMMIT).
-pub(crate) struct Piece<'a>(&'a PieceGate);
-
-impl Drop for Piece<'_> {
-    fn drop(&mut self) {
-        self.0.leave_piece();
-    }
-}
-
-impl Job {
-    pub(crate) fn begin(&self) -> bool {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if *running {
-            return false;
-        }
-        *running = true;
-        self.stop.store(false, Ordering::Release);
-        true
-    }
-
-    pub(crate) fn end(&self) {
-        *self.running.lock().unwrap_or_else(|e| e.into_inner()) = false;
-        self.ended.notify_all();
-    }
-
-    /// Tells a running warm to stop and waits (at most STOP_WAIT) for its thread to end.
-    pub fn stop_and_wait(&self) {
-        self.stop.store(true, Ordering::Release);
-        let deadline = Instant::now() + STOP_WAIT;
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        while *running {
-            let now = Instant::now();
-            if now >= deadline {
-                waffle_core::warn!("a warm did not stop within {STOP_WAIT:?} of its database's close");
-                return;
-            }
-            running = self.ended.wait_timeout(running, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
-        }
-    }
-}
 
 thread_local! {
     /// Set by a warm thread around its sqlite3_open_v2: the database its connection joins.
@@ -218,7 +100,7 @@ enum Target {
 
 /// Answers `PRAGMA waffle_warm[='name']`: starts the warm, waits (at most
 /// LOOKUP_WAIT) for its plan, and says what it warms.
-pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
+pub fn start(db: &OpenDb, value: Option<&str>, warmers: Warmers) -> (c_int, Option<String>) {
     let (target, label) = match value.map(str::trim) {
         None => (Target::All, "the whole database".to_string()),
         Some("") => return (SQLITE_ERROR, Some("PRAGMA waffle_warm takes a table or index name, or no value".into())),
@@ -252,14 +134,15 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
         db.warm.end();
         (SQLITE_ERROR, Some(format!("PRAGMA waffle_warm: {why}")))
     };
-    let Some(ticket) = registry::reserve_warmer(db) else {
+    let Some(ticket) = (warmers.reserve)(db) else {
         return give_up("the database is not open".into());
     };
     let (tx, rx) = mpsc::channel();
     let handed = Arc::clone(&ticket);
-    let spawned = std::thread::Builder::new().name("waffle-warm".into()).spawn(move || thread_main(handed, target, tx));
+    let spawned =
+        std::thread::Builder::new().name("waffle-warm".into()).spawn(move || thread_main(handed, target, tx, warmers));
     if let Err(e) = spawned {
-        registry::detach(ticket, true);
+        (warmers.release)(ticket);
         return give_up(format!("cannot start the warm thread: {e}"));
     }
     drop(ticket);
@@ -277,13 +160,14 @@ pub fn start(db: &OpenDb, value: Option<&str>) -> (c_int, Option<String>) {
 }
 
 /// The warm thread: opens its connection (joining `db`), warms, and closes it.
-fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>) {
+fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>, warmers: Warmers) {
     let job = Arc::clone(&db.warm);
     let mut reply = Some(reply);
     let mut failed = None;
     on_own_connection(
         db,
         false,
+        warmers,
         |db, conn, fd| run(db, conn, fd, target, &mut reply),
         |db, outcome| {
             let finish = finish_of(outcome, &job.stop);
@@ -302,7 +186,7 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
 }
 
 /// Opens a connection of this thread's own that joins `db` (a warmer, see
-/// registry::reserve_warmer), runs `body` with it, hands the outcome to
+/// open_db.rs's Warmers: `db` is a reference `warmers` reserved), runs `body` with it, hands the outcome to
 /// `finish` while `db` is still open, and closes the connection: that close
 /// may be the database's last, which closes the cache.
 /// One piece's budget (the warm's and the hot-list reload's): PIECE_BYTES of reads or
@@ -323,6 +207,7 @@ pub(crate) fn finish_of(outcome: Result<(), String>, stop: &AtomicBool) -> Finis
 pub(crate) fn on_own_connection(
     db: Arc<OpenDb>,
     read_only: bool,
+    warmers: Warmers,
     body: impl FnOnce(&OpenDb, &Conn, RawFd) -> Result<(), String>,
     finish: impl FnOnce(&OpenDb, Result<(), String>),
 ) {
@@ -331,7 +216,7 @@ pub(crate) fn on_own_connection(
     // opening the file: closing a descriptor of it would drop every POSIX lock SQLite holds on it.
     let read_only = read_only || !writable(&db.path);
     JOINED_FD.with(|j| j.set(None));
-    let conn = Conn::open(&db.path, crate::VFS_NAME, read_only);
+    let conn = Conn::open(&db.path, VFS_NAME, read_only);
     // Still here: SQLite never reached our xOpen for the main file.
     let unused = take_joining();
     let fd = JOINED_FD.with(|j| j.take());
@@ -346,7 +231,7 @@ pub(crate) fn on_own_connection(
     drop(db);
     drop(conn);
     if let Some(ticket) = unused {
-        registry::detach(ticket, true);
+        (warmers.release)(ticket);
     }
 }
 
@@ -490,8 +375,7 @@ pub(crate) fn read_lock<'a>(conn: &Conn, stop: &AtomicBool, gate: &'a PieceGate)
     let deadline = Instant::now() + LOCK_WAIT;
     conn.exec("BEGIN").map_err(|e| e.to_string())?;
     loop {
-        gate.enter_piece(stop);
-        let piece = Piece(gate);
+        let piece = gate.enter_piece(stop);
         let mut pages = 0;
         match conn.query("PRAGMA page_count", &[], |row| pages = row.int64(0).clamp(0, u32::MAX as i64) as u32) {
             Ok(()) => return Ok((pages, piece)),
