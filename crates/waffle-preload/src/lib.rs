@@ -47,6 +47,7 @@ mod segments;
 mod server_fd;
 mod settings;
 mod state;
+mod stats_file;
 #[cfg(not(test))]
 mod ticker;
 mod warm;

@@ -1,49 +1,41 @@
-//! The process-wide cache and what it knows about the server's tablespaces.
+//! The process-wide cache and the server's page reads and writes through it.
 //!
 //! One [`PageCache`] serves every tablespace file, so one L1 budget covers
-//! them all. Each open tablespace file (by device and inode) gets a segment:
-//! its page `i` is the cache's page `versions::join(segment, i)`. Every
-//! descriptor of the file maps to the segment (see `fds`), reference counted;
-//! when the last one closes, the segment's pages are dropped from every tier
-//! (their versions bumped) and the segment number is free for another file.
-//! So a file deleted and another created on the same inode never meet.
+//! them all; each open file is a segment of it (segments.rs). The hooks call
+//! the runtime: an open or a dup maps the descriptor to its file's segment,
+//! a whole-page read goes through the cache (a miss reads through the
+//! server's own descriptor, server_fd.rs), a write reaches the file first,
+//! then the cache; anything else drops the pages it touches.
 //!
 //! Started at the first tracked open (no thread or socket before): the cache
 //! with a fresh random identity (so no grid copy of an earlier server run is
-//! ever asked for), its pusher thread, and a thread that writes the stats
-//! file every second.
+//! ever asked for), its pusher thread, and the InnoDB check of grid copies
+//! (innodb_check.rs). Settings are read once at the start (settings.rs); a
+//! refused configuration file keeps the preload off (the server runs without
+//! it). The off switch (`waffle-off` beside the stats file) is off_switch.rs.
 //!
-//! Settings are read once at the start (settings.rs); a refused
-//! configuration file keeps the preload off (the server runs without it).
-//! The off switch (`waffle-off` beside the stats file) is off_switch.rs.
-//!
-//! The stats file and the hot list are made as SQLite makes its journals
-//! ([`beside_data`], waffle_core::side_file): ibdata1's mode (0660 as
-//! mariadbd makes it), as root the datadir's owner, a random temporary name
-//! created O_EXCL|O_NOFOLLOW, synced, renamed. A symlink or another user's
-//! file at the name, or a directory it cannot write, means that file is not
-//! written (one warning in the server's log), never a write elsewhere.
+//! One-way: the runtime uses the segment table, the backings, the settings
+//! and the check; it never calls the warm, the hot list, the stats file or
+//! the ticker (ticker.rs drives those, above it).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use serde_json::{json, Map, Value};
 use waffle_core::stats::Counter;
 use waffle_core::versions::{join, MAX_PAGES, MAX_SEGMENTS};
 use waffle_core::warming::Warming;
 use waffle_core::{CacheOptions, Config, PageCache, Source};
 
-use crate::beside::beside_data;
 use crate::filter::Filter;
-use crate::innodb::{self, Mismatch};
+use crate::innodb;
 use crate::innodb_check::{InnodbCheck, Rejects};
 use crate::off_switch::OffSwitch;
 use crate::segments::{Loan, Opened, Pinned, SegInfo, Segments, NO_SPACE};
 use crate::server_fd::{LentFiles, ServerFd};
 use crate::settings::{self, make_grid};
-use crate::{fds, guard, log, state};
+use crate::{fds, log, state};
 
 /// The preload's own counters (the cache's are in `PageCache::stats_json`).
 #[derive(Default)]
@@ -111,7 +103,6 @@ pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
                 let msg = format!("cannot start ({e}); the server runs without Waffle");
                 log::error(&msg);
                 state::disable(msg);
-                write_disabled_stats();
                 None
             }
         })
@@ -168,7 +159,7 @@ impl Runtime {
         let grid_text = if rt.config.grid.is_empty() {
             "none (L1 only)".to_string()
         } else {
-            rt.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")
+            rt.config.grid.iter().map(settings::node_text).collect::<Vec<_>>().join(",")
         };
         log::note(&format!(
             "caching InnoDB tablespace pages of {}: page {} KiB (from {}), L1 {} MiB, grid {}, tables {}, cache id {:016x} (new every server start), stats in {}, settings from {}, off while {} exists",
@@ -198,10 +189,6 @@ impl Runtime {
         }
         // Off from the start if the control file is there: before any read.
         rt.switch.start(&rt.cache);
-        // SAFETY: registering a plain extern "C" function.
-        unsafe {
-            libc::atexit(at_exit);
-        }
         Ok(rt)
     }
 
@@ -242,6 +229,26 @@ impl Runtime {
 
     pub fn switch(&self) -> &OffSwitch {
         &self.switch
+    }
+
+    /// What the page size was learnt from.
+    pub fn page_bytes_from(&self) -> &'static str {
+        self.page_bytes_from
+    }
+
+    /// `WAFFLE_STATS_MODE`; None: ibdata1's mode.
+    pub fn stats_mode(&self) -> Option<u32> {
+        self.stats_mode
+    }
+
+    /// The configuration file read at the start, if `WAFFLE_CONFIG` named one.
+    pub fn config_file(&self) -> Option<&Path> {
+        self.config_file.as_deref()
+    }
+
+    /// The segment table (the stats file reads its counters).
+    pub fn segments(&self) -> &Segments {
+        &self.segs
     }
 
     fn seg(&self, segment: u32) -> &SegInfo {
@@ -482,126 +489,4 @@ impl Runtime {
             self.cache.reset();
         }
     }
-
-    /// The stats file's contents: the cache's counters (as `PRAGMA waffle_stats`)
-    /// and the preload's, with a table per tablespace.
-    pub fn stats_json(&self, final_write: bool) -> Value {
-        let mut m = self.cache.stats_json();
-        self.warming.add_to_stats(&mut m);
-        header(&mut m, final_write);
-        if self.switch.is_off() && state::get() == state::ACTIVE {
-            m.insert("state".into(), json!("off"));
-        }
-        m.insert("switch".into(), self.switch.json());
-        m.insert("config_file".into(), json!(self.config_file.as_ref().map(|p| p.display().to_string())));
-        m.insert("page_bytes".into(), json!(self.page_bytes));
-        m.insert("page_bytes_from".into(), json!(self.page_bytes_from));
-        m.insert("datadir".into(), json!(self.datadir.display().to_string()));
-        m.insert("grid".into(), json!(self.config.grid.iter().map(node_text).collect::<Vec<_>>().join(",")));
-        m.insert(
-            "tables".into(),
-            json!(if self.filter.is_all() { vec!["*".to_string()] } else { self.filter.patterns().to_vec() }),
-        );
-        let c = &self.counters;
-        let mut rejects = Map::new();
-        for why in Mismatch::ALL {
-            rejects.insert(why.name().into(), json!(c.innodb_rejects.get(why).get()));
-        }
-        let open = self.segs.open_files();
-        m.insert(
-            "preload".into(),
-            json!({
-                "tracked_opens": c.tracked_opens.get(),
-                "tablespaces_open": open,
-                "segments_dropped": c.segments_dropped.get(),
-                "page_reads": c.page_reads.get(),
-                "passthrough_reads": c.passthrough_reads.get(),
-                "fallback_reads": c.fallback_reads.get(),
-                "page_writes": c.page_writes.get(),
-                "multi_page_writes": c.multi_page_writes.get(),
-                "partial_writes": c.partial_writes.get(),
-                "failed_writes": c.failed_writes.get(),
-                "unpositioned_writes": c.unpositioned_writes.get(),
-                "truncations": c.truncations.get(),
-                "hole_punches": c.hole_punches.get(),
-                "closed_file_skips": c.closed_file_skips.get(),
-                "innodb_rejects": Value::Object(rejects),
-            }),
-        );
-        let mut spaces = Map::new();
-        for (name, s) in self.segs.names() {
-            let (l1, pq, l2, disk) = (s.l1_hits.get(), s.push_queue_hits.get(), s.l2_hits.get(), s.disk_reads.get());
-            let reads = l1 + pq + l2 + disk + s.short_reads.get();
-            let ratio = |n: u64, d: u64| {
-                if d == 0 {
-                    Value::Null
-                } else {
-                    json!((n as f64 / d as f64 * 1e4).round() / 1e4)
-                }
-            };
-            spaces.insert(
-                name,
-                json!({
-                    "cached": s.cached.load(Ordering::Relaxed),
-                    "segment": s.segment.load(Ordering::Relaxed),
-                    "opens": s.opens.get(),
-                    "reads": reads,
-                    "l1_hits": l1,
-                    "push_queue_hits": pq,
-                    "l2_hits": l2,
-                    "disk_reads": disk,
-                    "page_writes": s.page_writes.get(),
-                    "invalidations": s.invalidations.get(),
-                    "innodb_rejects": s.innodb_rejects.get(),
-                    "hit_ratio": ratio(l1 + pq + l2, reads),
-                    "l2_hit_ratio": ratio(l2, l2 + disk),
-                }),
-            );
-        }
-        m.insert("tablespaces".into(), Value::Object(spaces));
-        Value::Object(m)
-    }
-}
-
-fn node_text(n: &waffle_core::grid::NodeSpec) -> String {
-    format!("{}:{}", n.host, n.port)
-}
-
-fn header(m: &mut Map<String, Value>, final_write: bool) {
-    waffle_core::stats_file::stamp(m, "mariadb-preload", final_write);
-    m.insert("state".into(), json!(state::name(state::get())));
-    if let Some(r) = state::reason() {
-        m.insert("disabled_reason".into(), json!(r));
-    }
-}
-
-/// Writes the stats file now (the stats thread, exit, and when turning off).
-pub fn write_stats(final_write: bool) {
-    if state::get() == state::FORKED {
-        return;
-    }
-    let _g = guard::Guard::enter();
-    let (v, path, datadir, mode) = match get() {
-        Some(rt) => (rt.stats_json(final_write), rt.stats_path.clone(), rt.datadir.clone(), rt.stats_mode),
-        None => {
-            let mut m = Map::new();
-            header(&mut m, final_write);
-            let datadir = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-            (Value::Object(m), settings::stats_path(), datadir, settings::stats_mode().ok().flatten())
-        }
-    };
-    let mut like = beside_data(&datadir);
-    like.mode = mode.unwrap_or(like.mode);
-    if let Err(e) = waffle_core::stats_file::write(&path, &like, &v) {
-        log::warn_once(&format!("cannot write the stats file {}: {e}; the stats file is not updated", path.display()));
-    }
-}
-
-/// The stats of a preload that turned off before its cache started.
-pub fn write_disabled_stats() {
-    write_stats(false);
-}
-
-extern "C" fn at_exit() {
-    let _ = std::panic::catch_unwind(|| write_stats(true));
 }

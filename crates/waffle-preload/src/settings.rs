@@ -181,6 +181,11 @@ pub fn make_grid(config: &Config) -> Option<Arc<Grid>> {
     Some(Arc::new(Grid::new(config.grid.clone(), config.grid_options())))
 }
 
+/// A grid node as settings name it: `host:port`.
+pub fn node_text(n: &waffle_core::grid::NodeSpec) -> String {
+    format!("{}:{}", n.host, n.port)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

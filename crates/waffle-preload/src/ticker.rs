@@ -1,22 +1,35 @@
-//! The ticker: one thread that, every stats interval, polls the off switch,
-//! writes the stats file, then (while on) answers a warm request and keeps
-//! the hot list. Above the runtime, the warm and the hot list: it calls
-//! them, none of them calls it.
+//! The ticker: what runs on its own once the runtime started. One thread
+//! that, every stats interval, polls the off switch, writes the stats file,
+//! then (while on) answers a warm request and keeps the hot list; and the
+//! last stats write at exit. A runtime that cannot start writes the stats
+//! file once, saying why.
+//!
+//! The top of the preload's one-way order: the ticker calls the runtime, the
+//! warm, the hot list and the stats file; none of them calls it.
 
 use std::sync::Once;
 use std::time::Duration;
 
 use crate::runtime::{self, Runtime};
 use crate::settings::{self, DEFAULT_STATS_INTERVAL_MS, STATS_INTERVAL_MS};
-use crate::{guard, hot_list, log, state, warm};
+use crate::{guard, hot_list, log, state, stats_file, warm};
 
 /// Starts the runtime at the first tracked open (`first_fd`), and with it
 /// the ticker. None if it could not start (the preload is then off).
 pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
     static TICKER: Once = Once::new();
-    let rt = runtime::get_or_start(first_fd)?;
-    TICKER.call_once(start);
-    Some(rt)
+    let rt = runtime::get_or_start(first_fd);
+    TICKER.call_once(|| match rt {
+        Some(_) => {
+            start();
+            // SAFETY: registering a plain extern "C" function.
+            unsafe {
+                libc::atexit(stats_file::at_exit);
+            }
+        }
+        None => stats_file::write_disabled_stats(),
+    });
+    rt
 }
 
 fn start() {
@@ -37,7 +50,7 @@ fn start() {
                 let _ =
                     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rt.switch().poll(rt.cache(), &new_grid)));
             }
-            let _ = std::panic::catch_unwind(|| runtime::write_stats(false));
+            let _ = std::panic::catch_unwind(|| stats_file::write_stats(false));
             // Off: a warm request waits, and the hot list keeps what it listed while on.
             if let Some(rt) = runtime::get().filter(|rt| !rt.switch().is_off()) {
                 let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| warm::poll(rt)));
