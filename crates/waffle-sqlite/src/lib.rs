@@ -11,7 +11,7 @@
 //!                     waffle_stats_file, to a file: stats_file.rs's thread)
 //!               ──PRAGMA waffle_warm──> warm.rs: a thread with its own connection reads
 //!                     pages in large reads inside read transactions (btree.rs finds a table's)
-//!               ──xLock/xUnlock/xShmLock─> file.rs ──> coherence.rs: before a
+//!               ──xLock/xUnlock/xShmLock─> lock.rs ──> coherence.rs: before a
 //!                     transaction reads, forget what other writers changed
 //!                     (file signature; wal-index via wal_index.rs)
 //!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process;
@@ -19,6 +19,23 @@
 //!                     the last clean close's hot list is reloaded by hot_reload.rs
 //!                     (a thread as the warm's, L1's free room hottest first)
 //!  every other file and method ──> pass_through.rs ──> the default VFS's file
+//! ```
+//!
+//! The files go one way: each names only files listed before it here
+//! (`./scripts/check-layout`), so the background jobs are handed what they
+//! need (an `Arc<OpenDb>`, and `Warmers` for a connection of their own)
+//! rather than calling back into the registry that starts them:
+//!
+//! ```text
+//!  ffi, api, host_log, connection, btree, descriptor, wal_index, coherence, vfs_name
+//!  job.rs            a database's background job (one at a time) and its PieceGate
+//!  open_db.rs        OpenDb, one open database's state; Warmers (the registry's, handed in)
+//!  stats_map.rs      the stats JSON (pragma.rs, stats_file.rs)
+//!  warm.rs, hot_reload.rs, stats_file.rs      the jobs
+//!  registry.rs       attach/detach; starts the reload, stops the jobs at the last close
+//!  pragma.rs         PRAGMA waffle_* (starts a warm with registry::WARMERS)
+//!  pass_through.rs, lock.rs, file.rs          the I/O methods
+//!  vfs.rs            the VFS: xOpen attaches, a job's connection joins; lib.rs registers it
 //! ```
 //!
 //! Two ways in, one source:
@@ -44,6 +61,7 @@ mod file;
 mod host_log;
 mod hot_reload;
 mod job;
+mod lock;
 mod open_db;
 mod pass_through;
 mod pragma;

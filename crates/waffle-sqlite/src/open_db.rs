@@ -10,6 +10,7 @@
 use std::fs::Metadata;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
@@ -67,6 +68,11 @@ impl OpenDb {
     /// descriptor `fd` of the asking connection.
     pub fn with_backing<R>(&self, fd: RawFd, read: impl FnOnce(&dyn Backing) -> R) -> R {
         read(&SqliteFd { fd, drop_cache: self.config.direct_io })
+    }
+
+    /// Turns the database's cache off for good (pass-through), saying why once.
+    pub fn trip(&self, why: &str) {
+        let _ = catch_unwind(AssertUnwindSafe(|| self.cache.trip(&format!("{} ({})", why, self.path.display()))));
     }
 }
 

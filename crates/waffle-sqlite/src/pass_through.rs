@@ -50,6 +50,17 @@ unsafe fn methods(r: *mut sqlite3_file) -> &'static sqlite3_io_methods {
     unsafe { &*(*r).pMethods }
 }
 
+/// The database of a cached main file (its header's `db`); None for a pass-through file.
+///
+/// # Safety
+/// `f` is ours (see "the main database file" in file.rs); the reference is not kept past the callback.
+pub unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
+    // SAFETY: f is ours (the caller's promise).
+    let p = unsafe { (*(f as *mut WaffleFile)).db };
+    // SAFETY: a non-null db is xOpen's Arc::into_raw, alive until main_close takes it back.
+    (!p.is_null()).then(|| unsafe { &*p })
+}
+
 pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     iVersion: 3,
     xClose: Some(pass_close),
