@@ -14,13 +14,37 @@
 //! memcached grid, then the file. Writes reach the file first, then the
 //! cache. Redo logs, binlogs and every other file pass through untouched.
 //!
-//! Modules: `hooks` (the interposed functions), `real` (the functions behind
-//! them), `guard` (re-entry), `state` (which process, still caching?),
-//! `fds` (descriptor table), `runtime` (the cache, segments, stats file),
-//! `innodb` (file names, page checks), `filter` (`WAFFLE_TABLES`), `warm` (warming
-//! tablespaces on request: `waffle warm --mysql`), `hot_list` (the pages L1
-//! held, written every 30 s and preloaded from disk at the next start),
-//! `off_switch` (`waffle-off` beside the stats file: off without a restart).
+//! Data flow: a hook (`hooks`) sees a call on a tracked descriptor (`fds`
+//! maps it to its file's segment) and calls the runtime (`runtime`): a
+//! whole-page `pread64` asks the cache, whose miss reads through the
+//! server's own descriptor (`server_fd`); the real `pwrite64` first, then
+//! the cache takes the page; every other change drops the pages it touches.
+//! A grid copy reaches L1 only past the InnoDB page check (`innodb_check`).
+//! The ticker's thread (`ticker`) polls the off switch, writes the stats
+//! file, answers a warm request (`warm`) and keeps the hot list
+//! (`hot_list`), which read through server descriptors lent by the segment
+//! table (`segments`).
+//!
+//! The files, top to bottom, in their one-way order (a file uses files of
+//! its own line or below, never one above; no circle: `scripts/check-layout`):
+//!
+//! - `hooks`: the interposed functions (left out of unit tests);
+//! - `ticker`: starts with the runtime; the stats thread and the exit's
+//!   last stats write;
+//! - `warm` (`waffle warm --mysql`: a request file beside the stats file),
+//!   `hot_list` (the pages L1 held, written every 30 s and preloaded from
+//!   disk at the next start), `stats_file` (the stats file's JSON and write);
+//! - `runtime`: the process-wide cache, its start, the read and write paths;
+//! - `server_fd` (the cache's backings through the server's descriptors),
+//!   `innodb_check` (the cache's check of grid copies): over the segments;
+//! - `segments` (the segment table, pins and lent descriptors), `settings`
+//!   (`WAFFLE_*` and the configuration file, the page size), `off_switch`
+//!   (`waffle-off` beside the stats file: off without a restart), `beside`
+//!   (files beside the data, made as SQLite makes its journals);
+//! - the bottom: `fds` (descriptor table), `innodb` (file names, page
+//!   checks), `filter` (`WAFFLE_TABLES`), `state` (which process, still
+//!   caching?), `guard` (re-entry), `real` (the functions behind the hooks),
+//!   `log`, `errno`.
 
 // Every unsafe block says why it is sound (CI runs clippy with -D warnings).
 #![warn(clippy::undocumented_unsafe_blocks)]
