@@ -5,7 +5,7 @@
 //! It follows the warm's rule (warm.rs): every read, grid or disk, happens
 //! inside a read transaction of a connection of its own (read-only), in
 //! pieces of at most PIECE_BYTES or PIECE_TIME, which this process's writers
-//! wait for in the VFS rather than meet as SQLITE_BUSY (warm.rs, PieceGate). Taking the first shared lock runs the coherence
+//! wait for in the VFS rather than meet as SQLITE_BUSY (job.rs, PieceGate). Taking the first shared lock runs the coherence
 //! check: a file another process changed since the clean close resets the
 //! cache (a new epoch: versions, presence and L1 start over) before the
 //! reload captures a single version, so no grid copy from before the change

@@ -47,7 +47,7 @@ pub struct OpenDb {
     pub wal_writes: Arc<AtomicU64>,
     /// Region 0 of the wal-index as this process maps it (the unix VFS maps it
     /// once per process and database, for every connection): read by a handle
-    /// of ours that has not mapped it yet (file.rs, `main_lock`).
+    /// of ours that has not mapped it yet (lock.rs, `main_lock`).
     pub shm: Mutex<SharedRegion>,
     /// Bytes 24..40 of page 1 as the cache last saw them (read or written
     /// through it): what SQLite's pager compares at its next SHARED lock.

@@ -2,7 +2,7 @@
 //! bytes (the layout of SQLite's ext/misc/cksumvfs.c), and the methods that pass
 //! each call straight to the real file behind it. Every file that is not a
 //! cached main database (journals, temp files) uses these methods alone; the
-//! main database's and the WAL's methods (file.rs) call them for the real I/O.
+//! main database's and the WAL's methods (file.rs, lock.rs) call them for the real I/O.
 
 use std::os::raw::{c_int, c_void};
 

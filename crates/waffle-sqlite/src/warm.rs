@@ -15,14 +15,14 @@
 //! change counter) tells the cache. A read transaction shuts that out: while
 //! it holds SHARED, no writer may write the database file (that needs
 //! EXCLUSIVE), a hot journal was rolled back before SHARED was granted, and
-//! taking it ran the coherence check for other writers (file.rs, main_lock).
+//! taking it ran the coherence check for other writers (lock.rs, main_lock).
 //! In WAL mode the read mark keeps checkpoints from writing pages past this
 //! snapshot, and a checkpoint's pages are forgotten at the next read mark of
 //! any connection here (coherence.rs), as for SQLite's own reads. So each
 //! piece of work is `BEGIN; PRAGMA page_count` (the shared lock or read mark,
 //! and the database's size), at most PIECE_BYTES or PIECE_TIME of reads,
 //! then `COMMIT` to let writers in, and again. A rollback-mode writer of
-//! this process waits for the running piece in the VFS (`PieceGate`, so its
+//! this process waits for the running piece in the VFS (`PieceGate`, job.rs, so its
 //! own busy timeout may be none); one of another process waits in its busy
 //! handler for at most one piece.
 //!
