@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use crate::backing::{Backing, MemoryFile, PageId};
 use crate::cache::{CacheOptions, PageCache};
+use crate::warming::run::Budget;
 
 pub struct HookedFile {
     file: MemoryFile,
@@ -39,6 +40,13 @@ impl Backing for HookedFile {
     fn is_direct(&self) -> bool {
         false
     }
+}
+
+/// A budget that ends only when `cancel` is set (or after a minute), waiting up to `push_wait`
+/// for the push queue's room.
+pub fn budget(cancel: &std::sync::atomic::AtomicBool, push_wait: std::time::Duration) -> Budget<'_> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    Budget { bytes: u64::MAX, deadline, cancel, push_wait }
 }
 
 /// A file of `pages` pages of `page_bytes`, page i filled with i, and a cache (id 7, no grid,

@@ -336,12 +336,7 @@ mod tests {
     }
 
     fn budget(cancel: &AtomicBool) -> Budget<'_> {
-        Budget {
-            bytes: u64::MAX,
-            deadline: Instant::now() + Duration::from_secs(60),
-            cancel,
-            push_wait: Duration::ZERO,
-        }
+        crate::test_file::budget(cancel, Duration::ZERO)
     }
 
     #[test]

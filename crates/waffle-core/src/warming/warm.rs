@@ -294,7 +294,7 @@ mod tests {
     }
 
     fn budget(cancel: &AtomicBool) -> Budget<'_> {
-        Budget { bytes: u64::MAX, deadline: Instant::now() + Duration::from_secs(60), cancel, push_wait: PUSH_WAIT }
+        crate::test_file::budget(cancel, PUSH_WAIT)
     }
 
     fn counts(w: &Warming) -> Value {
