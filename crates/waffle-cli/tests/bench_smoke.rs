@@ -2,30 +2,14 @@
 //! and `waffle probe`: each command at a tiny size for a second or two. They
 //! check structure (JSON fields, finite ratios, PNG charts), never speed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
+use waffle_testkit::temp_dir::TempDir;
 
 fn waffle() -> Command {
     Command::new(env!("CARGO_BIN_EXE_waffle"))
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("waffle-smoke-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn run(args: &[&str]) -> String {
@@ -39,10 +23,10 @@ fn run(args: &[&str]) -> String {
 /// Runs `waffle` with `cmd` (words split on spaces) in `dir`, its JSON report written to
 /// `dir/<json>` and, with `charts`, its charts to `dir/charts`; returns stdout and the report.
 fn run_in(dir: &TempDir, cmd: &str, json: &str, charts: bool) -> (String, Value) {
-    let report = dir.0.join(json);
-    let chart_dir = dir.0.join("charts");
+    let report = dir.path().join(json);
+    let chart_dir = dir.path().join("charts");
     let mut args: Vec<&str> = cmd.split_whitespace().collect();
-    args.extend(["--dir", dir.0.to_str().unwrap(), "--json", report.to_str().unwrap()]);
+    args.extend(["--dir", dir.path().to_str().unwrap(), "--json", report.to_str().unwrap()]);
     if charts {
         args.extend(["--charts", chart_dir.to_str().unwrap()]);
     }
@@ -102,7 +86,7 @@ fn bench_oltp_all_configurations() {
     let cmd = "bench --data 3MiB --memory 30% --threads 2 --warmup 0 --duration 1 \
                --configs local,grid,all-local,stock,grid:2@10gbe";
     let (stdout, v) = run_in(&dir, cmd, "out.json", true);
-    let (json, charts) = (dir.0.join("out.json"), dir.0.join("charts"));
+    let (json, charts) = (dir.path().join("out.json"), dir.path().join("charts"));
     for c in ["local", "grid", "all-local", "stock", "grid:2@10gbe"] {
         assert!(stdout.contains(c), "{c} missing from the table:\n{stdout}");
     }
@@ -120,7 +104,7 @@ fn bench_oltp_all_configurations() {
     assert_png(&charts.join("bench-oltp-read-only.png"));
 
     // The chart can be redrawn from the report alone.
-    let again = dir.0.join("replot");
+    let again = dir.path().join("replot");
     run(&["bench", "replot", "--json", json.to_str().unwrap(), "--charts", again.to_str().unwrap()]);
     assert_png(&again.join("bench-oltp-read-only.png"));
 
@@ -147,7 +131,7 @@ fn bench_tpcc_and_scan() {
 
     let cmd = "bench --workload scan --data 2MiB --warmup 0 --duration 0.5 --configs local,grid";
     let (_, v) = run_in(&dir, cmd, "scan.json", true);
-    let charts = dir.0.join("charts");
+    let charts = dir.path().join("charts");
     assert_eq!(v["unit"], "scans/min");
     assert_eq!(v["params"]["threads"], 1);
     v["configs"].as_array().unwrap().iter().for_each(check_config);
@@ -167,7 +151,7 @@ fn sweep_draws_throughput_against_memory() {
         assert_eq!(cs.iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["local", "grid"]);
         cs.iter().for_each(check_config);
     }
-    assert_png(&dir.0.join("charts/sweep-oltp-read-only.png"));
+    assert_png(&dir.path().join("charts/sweep-oltp-read-only.png"));
 }
 
 /// `--rounds 2`: each point runs local and grid twice, interleaved; the table shows the median
@@ -211,7 +195,7 @@ fn sweep_with_rounds_reports_medians_and_every_round() {
         assert_eq!(names, ["local", "grid"], "{r}");
         finite_or_null(&r["configs"][1]["ratio_to_local"], "a round's grid/local");
     }
-    assert_png(&dir.0.join("charts/sweep-oltp-read-only.png"));
+    assert_png(&dir.path().join("charts/sweep-oltp-read-only.png"));
 }
 
 /// `waffle bench mysql --rounds 2` at the tiniest size: a real MariaDB and sysbench, stock and
@@ -219,8 +203,8 @@ fn sweep_with_rounds_reports_medians_and_every_round() {
 #[test]
 fn mysql_with_rounds_reports_medians_and_every_round() {
     let dir = TempDir::new("mysql-rounds");
-    let json = dir.0.join("mysql.json");
-    let mysql_dir = dir.0.join("mysql");
+    let json = dir.path().join("mysql.json");
+    let mysql_dir = dir.path().join("mysql");
     let stdout = run(&[
         "bench",
         "mysql",
@@ -324,7 +308,7 @@ fn probe_reports_disk_and_grid_latency() {
     for r in v["grid_hit_over_bare_mg"].as_array().unwrap() {
         finite_or_null(&r["grid_hit_over_bare_mg_p50"], "ratio");
     }
-    assert_png(&dir.0.join("charts/probe.png"));
+    assert_png(&dir.path().join("charts/probe.png"));
 }
 
 #[test]
@@ -344,7 +328,7 @@ fn bad_arguments_are_refused_with_a_reason() {
     ] {
         let dir = TempDir::new("bad");
         let mut all = args.to_vec();
-        all.extend(["--dir", dir.0.to_str().unwrap()]);
+        all.extend(["--dir", dir.path().to_str().unwrap()]);
         let out = waffle().args(&all).output().unwrap();
         assert!(!out.status.success(), "{args:?} was accepted");
         let err = String::from_utf8_lossy(&out.stderr);
@@ -368,7 +352,7 @@ fn warm_a_database_and_a_bench_configuration() {
 
     // `waffle warm` on the bench's database file without a grid: refused, since what its own process
     // holds is gone when it exits (issue 21 item 2: a warm that can store nothing says so, non-zero).
-    let db = std::fs::read_dir(&dir.0)
+    let db = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .find(|p| p.extension().is_some_and(|x| x == "db"))
@@ -391,8 +375,8 @@ fn warm_a_database_and_a_bench_configuration() {
 #[test]
 fn bench_restart_reports_the_reopen_against_the_steady_state() {
     let dir = TempDir::new("restart");
-    let d = dir.0.to_str().unwrap();
-    let json = dir.0.join("out.json");
+    let d = dir.path().to_str().unwrap();
+    let json = dir.path().join("out.json");
     let stdout = run(&[
         "bench",
         "--data",

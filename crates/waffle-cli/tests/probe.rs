@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -15,28 +15,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use waffle_nodes::Node;
+use waffle_testkit::temp_dir::TempDir;
 
 const WAIT: Duration = Duration::from_secs(20);
 
 fn waffle() -> Command {
     Command::new(env!("CARGO_BIN_EXE_waffle"))
-}
-
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let p = std::env::temp_dir().join(format!("waffle-probe-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&p);
-        std::fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// The names of the files in `dir` (none if it does not exist).
@@ -54,8 +38,8 @@ fn probes_real_nodes_named_by_grid_and_leaves_nothing_in_them() {
     let nodes = [Node::start(16).expect("memcached"), Node::start(16).expect("memcached")];
     let grid = format!("{},{}", nodes[0].addr(), nodes[1].addr());
     let dir = TempDir::new("grid");
-    let json = dir.0.join("probe.json");
-    let work = dir.0.join("work");
+    let json = dir.path().join("probe.json");
+    let work = dir.path().join("work");
     let out = waffle()
         .arg("probe")
         .args(SMALL)
@@ -84,18 +68,18 @@ fn probes_real_nodes_named_by_grid_and_leaves_nothing_in_them() {
 #[test]
 fn the_scratch_file_goes_on_success_and_on_an_error() {
     let dir = TempDir::new("paths");
-    std::fs::write(dir.0.join("mine.txt"), "not the probe's").unwrap();
-    let d = dir.0.to_str().unwrap();
+    std::fs::write(dir.path().join("mine.txt"), "not the probe's").unwrap();
+    let d = dir.path().to_str().unwrap();
     let out = waffle().arg("probe").args(SMALL).args(["--dir", d]).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert_eq!(files(&dir.0), ["mine.txt"], "after a run: only what was there before");
+    assert_eq!(files(dir.path()), ["mine.txt"], "after a run: only what was there before");
 
     // A node nobody listens on: the values cannot be stored, after the file was written.
     let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
     let out = waffle().arg("probe").args(SMALL).args(["--dir", d, "--grid", &closed]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("could store only 0"), "{stderr}");
-    assert_eq!(files(&dir.0), ["mine.txt"], "after an error: only what was there before");
+    assert_eq!(files(dir.path()), ["mine.txt"], "after an error: only what was there before");
 }
 
 /// The processes whose parent is `pid`, with their command lines.
@@ -132,7 +116,7 @@ impl Drop for Kill {
 /// `waffle probe` with its own node, once it measures (the file written, the node running):
 /// the process, its stderr lines, and its memcached's pid.
 fn measuring(dir: &TempDir) -> (Kill, mpsc::Receiver<String>, u32) {
-    let args = ["--threads", "1", "--seconds", "60", "--file-size", "1MiB", "--dir", dir.0.to_str().unwrap()];
+    let args = ["--threads", "1", "--seconds", "60", "--file-size", "1MiB", "--dir", dir.path().to_str().unwrap()];
     let mut child = waffle()
         .arg("probe")
         .args(args)
@@ -153,7 +137,7 @@ fn measuring(dir: &TempDir) -> (Kill, mpsc::Receiver<String>, u32) {
     let memcached: Vec<u32> =
         children(child.0.id()).into_iter().filter(|(_, cmd)| cmd.contains("memcached")).map(|(p, _)| p).collect();
     assert_eq!(memcached.len(), 1, "the probe's own node");
-    assert_eq!(files(&dir.0).len(), 1, "the scratch file: {:?}", files(&dir.0));
+    assert_eq!(files(dir.path()).len(), 1, "the scratch file: {:?}", files(dir.path()));
     (child, lines, memcached[0])
 }
 
@@ -175,7 +159,7 @@ fn sigterm_mid_measurement_removes_the_file_and_stops_the_node() {
     assert!(!status.success(), "interrupted is no success");
     assert!(rest.iter().any(|l| l.contains("interrupted")), "{rest:?}");
     assert!(started.elapsed() < Duration::from_secs(5), "stopped at once, not after the 60 s point");
-    assert_eq!(files(&dir.0), Vec::<String>::new(), "the scratch file is gone");
+    assert_eq!(files(dir.path()), Vec::<String>::new(), "the scratch file is gone");
     assert!(!alive(memcached), "the probe's memcached was stopped");
 }
 
