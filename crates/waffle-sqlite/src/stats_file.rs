@@ -270,6 +270,19 @@ mod tests {
         }
     }
 
+    /// No `*.tmp` of a stats write is left in `dir`, which is then removed.
+    fn assert_no_temporary_file_left(dir: &Path) {
+        let left: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .filter_map(|e| {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                name.ends_with(".tmp").then_some(name)
+            })
+            .collect();
+        assert!(left.is_empty(), "no temporary file left: {left:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     fn fingerprint(path: &Path) -> (Vec<u8>, u64, i64, i64) {
         let m = std::fs::metadata(path).unwrap();
         (std::fs::read(path).unwrap(), m.ino(), m.mtime(), m.mtime_nsec())
@@ -313,15 +326,7 @@ mod tests {
         let before = fingerprint(&path);
         std::thread::sleep(Duration::from_millis(1300));
         assert_eq!(fingerprint(&path), before, "nothing writes it after the close");
-        let left: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                name.ends_with(".tmp").then_some(name)
-            })
-            .collect();
-        assert!(left.is_empty(), "no temporary file left: {left:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_no_temporary_file_left(&dir);
     }
 
     #[test]
@@ -340,15 +345,7 @@ mod tests {
         drop(c); // and the last write
         assert_eq!(fingerprint(&victim), before, "the symlink's target is never written");
         assert!(std::fs::symlink_metadata(&path).unwrap().file_type().is_symlink(), "and the symlink left alone");
-        let left: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| {
-                let name = e.unwrap().file_name().to_string_lossy().into_owned();
-                name.ends_with(".tmp").then_some(name)
-            })
-            .collect();
-        assert!(left.is_empty(), "no temporary file left: {left:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        assert_no_temporary_file_left(&dir);
     }
 
     #[test]
