@@ -125,7 +125,7 @@ impl Job {
         while *running {
             let now = Instant::now();
             if now >= deadline {
-                waffle_core::warn!("a warm did not stop within {STOP_WAIT:?} of its database's close");
+                waffle_core::warn!("a warm did not stop within {STOP_WAIT:?} of being told to (its database closing, or a connection wanting the file alone)");
                 return;
             }
             running = self.ended.wait_timeout(running, deadline - now).unwrap_or_else(|e| e.into_inner()).0;
