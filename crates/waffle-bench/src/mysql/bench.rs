@@ -8,6 +8,11 @@
 //! |---|---|---|---|
 //! | `stock` | B | - | - |
 //! | `waffle` | small (B/8, at least 6 MiB) | B - small | B, over `--nodes` nodes |
+//! | `waffle@S` | S | B - S | B, over `--nodes` nodes |
+//!
+//! `waffle@S` configurations compare splits of the budget side by side in one run (issue 20: a
+//! small buffer pool leaves dirty pages little room; `BP wr/tx`, InnoDB's page writes per
+//! transaction, shows what that costs).
 //! | `stock-2x` | 2 B | - | - |
 //!
 //! Each configuration starts from a copy of one prepared datadir (made once,
@@ -74,7 +79,7 @@ pub struct MysqlArgs {
     /// sysbench workloads, run in this order in every configuration.
     #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_read_write")]
     pub workloads: Vec<String>,
-    /// Configurations, in order: stock, waffle, stock-2x.
+    /// Configurations, in order: stock, waffle, waffle@SIZE (its buffer pool SIZE, L1 the rest of B), stock-2x.
     #[arg(long, value_delimiter = ',', default_value = "stock,waffle,stock-2x")]
     pub configs: Vec<String>,
     /// memcached nodes of the waffle configuration (together they hold B).
@@ -109,27 +114,57 @@ pub struct MysqlArgs {
     pub preload: Option<PathBuf>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 enum Kind {
     Stock,
-    Waffle,
+    /// Under the preload, with this buffer pool (bytes) and L1 the rest of the budget; the name
+    /// the table and the JSON show (`waffle`, or `waffle@16MiB`).
+    Waffle {
+        buffer_pool_bytes: u64,
+        name: String,
+    },
     Stock2x,
 }
 
 impl Kind {
-    fn parse(s: &str) -> Result<Kind, String> {
-        match s.trim() {
-            "stock" => Ok(Kind::Stock),
-            "waffle" => Ok(Kind::Waffle),
-            "stock-2x" => Ok(Kind::Stock2x),
-            other => Err(format!("unknown configuration '{other}' (stock, waffle, stock-2x)")),
+    /// `default_pool_bytes`: the buffer pool of a bare `waffle` (`--waffle-pool`, or B/8).
+    fn parse(s: &str, budget: u64, default_pool_bytes: u64) -> Result<Kind, String> {
+        let kind = match s.trim() {
+            "stock" => Kind::Stock,
+            "waffle" => Kind::Waffle { buffer_pool_bytes: default_pool_bytes, name: "waffle".into() },
+            "stock-2x" => Kind::Stock2x,
+            other => match other.strip_prefix("waffle@") {
+                Some(pool) => {
+                    let bytes = size(pool).map_err(|e| format!("--configs: '{other}': {e}"))?;
+                    Kind::Waffle { buffer_pool_bytes: bytes, name: other.to_string() }
+                }
+                None => return Err(format!("unknown configuration '{other}' (stock, waffle, waffle@SIZE, stock-2x)")),
+            },
+        };
+        if let Kind::Waffle { buffer_pool_bytes, name } = &kind {
+            if *buffer_pool_bytes < server::MIN_BUFFER_POOL || *buffer_pool_bytes >= budget {
+                return Err(format!(
+                    "configuration '{name}': its buffer pool ({} MiB) must be at least {} MiB and smaller than the budget ({} MiB)",
+                    buffer_pool_bytes >> 20,
+                    server::MIN_BUFFER_POOL >> 20,
+                    budget >> 20
+                ));
+            }
         }
+        Ok(kind)
     }
-    fn name(self) -> &'static str {
+    fn name(&self) -> &str {
         match self {
             Kind::Stock => "stock",
-            Kind::Waffle => "waffle",
+            Kind::Waffle { name, .. } => name,
             Kind::Stock2x => "stock-2x",
+        }
+    }
+    /// The buffer pool of a waffle configuration.
+    fn waffle_pool(&self) -> Option<u64> {
+        match self {
+            Kind::Waffle { buffer_pool_bytes, .. } => Some(*buffer_pool_bytes),
+            _ => None,
         }
     }
 }
@@ -142,9 +177,14 @@ pub struct RunResult {
     pub config: String,
     pub workload: String,
     pub sysbench: SysbenchResult,
+    /// The server's InnoDB buffer pool.
+    pub buffer_pool_bytes: u64,
     /// InnoDB: page requests and the ones its buffer pool missed, during the measured period.
     pub bp_requests: u64,
     pub bp_misses: u64,
+    /// InnoDB: pages its buffer pool wrote to the tablespaces, during the measured period (a small
+    /// pool writes a page each time it must make room for a dirty one).
+    pub bp_flushed: u64,
     /// Waffle: where the buffer pool's misses were answered, during the measured period.
     pub waffle: Option<Value>,
     /// `--warm`: the warm before this configuration's first workload.
@@ -155,23 +195,37 @@ impl RunResult {
     fn bp_hit(&self) -> Option<f64> {
         (self.bp_requests > 0).then(|| 1.0 - self.bp_misses as f64 / self.bp_requests as f64)
     }
+
+    /// InnoDB's page writes per transaction.
+    fn bp_writes_per_txn(&self) -> Option<f64> {
+        (self.sysbench.transactions > 0).then(|| self.bp_flushed as f64 / self.sysbench.transactions as f64)
+    }
 }
 
-fn innodb_status(s: &Server) -> Result<(u64, u64), String> {
+/// InnoDB's buffer pool counters (they only grow): page requests, misses, pages flushed.
+#[derive(Clone, Copy, Debug, Default)]
+struct InnoDbCounters {
+    requests: u64,
+    misses: u64,
+    flushed: u64,
+}
+
+fn innodb_status(s: &Server) -> Result<InnoDbCounters, String> {
     let out = s.sql(
-        "SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_buffer_pool_read_requests','Innodb_buffer_pool_reads')",
+        "SHOW GLOBAL STATUS WHERE Variable_name IN \
+         ('Innodb_buffer_pool_read_requests','Innodb_buffer_pool_reads','Innodb_buffer_pool_pages_flushed')",
     )?;
-    let mut req = 0;
-    let mut miss = 0;
+    let mut c = InnoDbCounters::default();
     for line in out.lines() {
         let mut it = line.split('\t');
         match (it.next(), it.next().and_then(|v| v.trim().parse::<u64>().ok())) {
-            (Some("Innodb_buffer_pool_read_requests"), Some(v)) => req = v,
-            (Some("Innodb_buffer_pool_reads"), Some(v)) => miss = v,
+            (Some("Innodb_buffer_pool_read_requests"), Some(v)) => c.requests = v,
+            (Some("Innodb_buffer_pool_reads"), Some(v)) => c.misses = v,
+            (Some("Innodb_buffer_pool_pages_flushed"), Some(v)) => c.flushed = v,
             _ => {}
         }
     }
-    Ok((req, miss))
+    Ok(c)
 }
 
 /// The stats file as written after `after` (it is rewritten every 200 ms here).
@@ -297,7 +351,9 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     let rounds = check_rounds(a.rounds.rounds as usize)?;
     let tools = Tools::find()?;
     tools.sysbench()?;
-    let kinds: Vec<Kind> = a.configs.iter().map(|c| Kind::parse(c)).collect::<Result<_, _>>()?;
+    let budget = a.budget.max(server::MIN_BUFFER_POOL);
+    let small = a.waffle_pool.unwrap_or((budget / 8).max(server::MIN_BUFFER_POOL)).max(server::MIN_BUFFER_POOL);
+    let kinds: Vec<Kind> = a.configs.iter().map(|c| Kind::parse(c, budget, small)).collect::<Result<_, _>>()?;
     if kinds.is_empty() || a.workloads.is_empty() {
         return Err("--configs and --workloads must not be empty".into());
     }
@@ -309,16 +365,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
         }
     }
     let libs = Libraries::find(a, &kinds)?;
-    let budget = a.budget.max(server::MIN_BUFFER_POOL);
     let data_bytes = a.data.unwrap_or(budget * 4);
-    let small = a.waffle_pool.unwrap_or((budget / 8).max(server::MIN_BUFFER_POOL)).max(server::MIN_BUFFER_POOL);
-    if kinds.contains(&Kind::Waffle) && small >= budget {
-        return Err(format!(
-            "the waffle configuration's buffer pool ({} MiB) must be smaller than the budget ({} MiB)",
-            small >> 20,
-            budget >> 20
-        ));
-    }
     std::fs::create_dir_all(&a.dir).map_err(|e| format!("cannot create {}: {e}", a.dir.display()))?;
     let a_dir = a.dir.canonicalize().map_err(|e| e.to_string())?;
     let a = MysqlArgs { dir: a_dir, ..a.clone() };
@@ -329,7 +376,7 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
             if rounds > 1 {
                 eprintln!("waffle bench mysql: round {round} of {rounds}");
             }
-            let mut runs = run_config(&tools, &a, &ds, *kind, budget, small, &libs)?;
+            let mut runs = run_config(&tools, &a, &ds, kind, budget, &libs)?;
             runs.iter_mut().for_each(|r| r.round = round);
             results.extend(runs);
         }
@@ -375,7 +422,7 @@ impl Libraries {
     fn find(a: &MysqlArgs, kinds: &[Kind]) -> Result<Libraries, String> {
         let link = LinkProfile::by_name(a.link.trim())?;
         let device = DeviceProfile::by_name(a.device.trim())?;
-        let preload = match (kinds.contains(&Kind::Waffle), &a.preload) {
+        let preload = match (kinds.iter().any(|k| k.waffle_pool().is_some()), &a.preload) {
             (false, _) => None,
             (true, Some(p)) => Some(p.clone()),
             (true, None) => {
@@ -430,9 +477,8 @@ fn run_config(
     tools: &Tools,
     a: &MysqlArgs,
     ds: &Dataset,
-    kind: Kind,
+    kind: &Kind,
     budget: u64,
-    small: u64,
     libs: &Libraries,
 ) -> Result<Vec<RunResult>, String> {
     let datadir = a.dir.join(format!("run-{}", kind.name()));
@@ -441,11 +487,13 @@ fn run_config(
     let _ = std::fs::remove_file(datadir.join("waffle-dataset-ready"));
     let device = a.device.trim().to_string();
     let emulated = libs.slow_disk.is_some();
-    let (nodes, grid) = if kind == Kind::Waffle { start_grid(a, budget, libs.link)? } else { (Vec::new(), None) };
+    let is_waffle = kind.waffle_pool().is_some();
+    let small = kind.waffle_pool().unwrap_or(budget);
+    let (nodes, grid) = if is_waffle { start_grid(a, budget, libs.link)? } else { (Vec::new(), None) };
     let options = match (kind, &grid) {
         (Kind::Stock, _) => ServerOptions::stock(budget),
         (Kind::Stock2x, _) => ServerOptions::stock(budget * 2),
-        (Kind::Waffle, grid) => {
+        (Kind::Waffle { .. }, grid) => {
             let env = vec![
                 ("WAFFLE_GRID".to_string(), grid.as_ref().map(|g| g.addrs.join(",")).unwrap_or_default()),
                 ("WAFFLE_LOCAL".to_string(), (budget - small).to_string()),
@@ -462,7 +510,7 @@ fn run_config(
         kind.name(),
         if emulated { format!(" (EMULATED {device})") } else { String::new() },
         options.buffer_pool_bytes >> 20,
-        if kind == Kind::Waffle {
+        if is_waffle {
             format!(", L1 {} MiB, grid {} x {} MiB", (budget - small) >> 20, a.nodes, (budget >> 20) / a.nodes as u64)
         } else {
             String::new()
@@ -473,7 +521,7 @@ fn run_config(
         check_loaded(&s, library)?;
     }
     let mut warmed = None;
-    if kind == Kind::Waffle && a.warm {
+    if is_waffle && a.warm {
         // InnoDB opens a tablespace when a statement first uses its table: the warm reads open ones.
         for t in 1..=a.tables {
             s.sql(&format!("SELECT 1 FROM sbtest.sbtest{t} LIMIT 1"))?;
@@ -493,15 +541,15 @@ fn run_config(
             warm.extend([format!("--time={}", a.warmup), w.clone(), "run".into()]);
             server::sysbench(tools, &warm, Duration::from_secs(a.warmup + 300))?;
         }
-        let (req0, miss0) = innodb_status(&s)?;
+        let c0 = innodb_status(&s)?;
         let t0 = Instant::now();
-        let before = if kind == Kind::Waffle { fresh_stats(&s, t0) } else { None };
+        let before = if is_waffle { fresh_stats(&s, t0) } else { None };
         let mut measured = args.clone();
         measured.extend([format!("--time={}", a.duration), w.clone(), "run".into()]);
         let r = server::sysbench(tools, &measured, Duration::from_secs(a.duration + 300))?;
         let t1 = Instant::now();
-        let (req1, miss1) = innodb_status(&s)?;
-        let waffle = match (&before, kind == Kind::Waffle) {
+        let c1 = innodb_status(&s)?;
+        let waffle = match (&before, is_waffle) {
             (Some(b), true) => fresh_stats(&s, t1).map(|after| {
                 let mut m = serde_json::Map::new();
                 for k in [
@@ -537,13 +585,15 @@ fn run_config(
             config: kind.name().into(),
             workload: w.clone(),
             sysbench: r,
-            bp_requests: req1.saturating_sub(req0),
-            bp_misses: miss1.saturating_sub(miss0),
+            buffer_pool_bytes: if is_waffle { small } else { budget * if *kind == Kind::Stock2x { 2 } else { 1 } },
+            bp_requests: c1.requests.saturating_sub(c0.requests),
+            bp_misses: c1.misses.saturating_sub(c0.misses),
+            bp_flushed: c1.flushed.saturating_sub(c0.flushed),
             waffle,
             warm: warmed.take(),
         });
     }
-    if kind == Kind::Waffle {
+    if is_waffle {
         if let Some(v) = s.stats() {
             eprint!("{}", stats::render(&v, "waffle stats at the end of the waffle configuration"));
         }
@@ -609,7 +659,7 @@ fn table(
     }
     let _ = writeln!(
         o,
-        "{:<16} {:<9} {:>8} {:>15} {:>8} {:>8} {:>7} {:>10} {:>7} {:>7} {:>10}",
+        "{:<16} {:<13} {:>8} {:>15} {:>8} {:>8} {:>7} {:>10} {:>8} {:>7} {:>7} {:>10}",
         "workload",
         "config",
         "tps",
@@ -618,6 +668,7 @@ fn table(
         "p95 ms",
         "BP hit",
         "BP miss/s",
+        "BP wr/tx",
         "L1",
         "grid",
         "disk rd/s"
@@ -643,7 +694,7 @@ fn table(
         };
         let _ = writeln!(
             o,
-            "{:<16} {:<9} {:>8.1} {:>15} {:>8} {:>8.2} {:>7} {:>10.0} {:>7} {:>7} {:>10}",
+            "{:<16} {:<13} {:>8.1} {:>15} {:>8} {:>8.2} {:>7} {:>10.0} {:>8} {:>7} {:>7} {:>10}",
             r.workload,
             r.config,
             r.sysbench.tps,
@@ -652,6 +703,7 @@ fn table(
             r.sysbench.latency_p95_ms,
             pct(r.bp_hit()),
             r.bp_misses as f64 / secs,
+            r.bp_writes_per_txn().map_or("-".into(), |x| format!("{x:.2}")),
             l1,
             l2,
             disk
@@ -681,7 +733,8 @@ fn table(
     }
     let _ = writeln!(
         o,
-        "BP: InnoDB's buffer pool (hit ratio of page requests; misses per second). L1, grid: share of the buffer pool's misses \
+        "BP: InnoDB's buffer pool (hit ratio of page requests; misses per second; pages it wrote per transaction). \
+         waffle@S: buffer pool S, L1 B - S. L1, grid: share of the buffer pool's misses \
          Waffle answered from its local pool and from memcached. disk rd/s: page reads that reached the disk per second."
     );
     o
@@ -700,6 +753,9 @@ fn run_json(r: &RunResult) -> Value {
         "ignored_errors": r.sysbench.ignored_errors,
         "buffer_pool_requests": r.bp_requests,
         "buffer_pool_misses": r.bp_misses,
+        "buffer_pool_bytes": r.buffer_pool_bytes,
+        "buffer_pool_pages_flushed": r.bp_flushed,
+        "buffer_pool_writes_per_txn": r.bp_writes_per_txn(),
         "buffer_pool_hit_ratio": r.bp_hit(),
         "waffle": r.waffle,
         "warm": r.warm,
@@ -767,11 +823,30 @@ mod tests {
             config: config.into(),
             workload: workload.into(),
             sysbench: SysbenchResult { tps, ..Default::default() },
+            buffer_pool_bytes: 0,
             bp_requests: 0,
             bp_misses: 0,
+            bp_flushed: 0,
             waffle: None,
             warm: None,
         }
+    }
+
+    #[test]
+    fn waffle_configurations_name_their_buffer_pool_and_bad_ones_are_refused() {
+        let (budget, default_pool) = (32 << 20, 6 << 20);
+        let k = |s: &str| Kind::parse(s, budget, default_pool);
+        assert_eq!(k("waffle").unwrap().waffle_pool(), Some(6 << 20));
+        let split = k("waffle@16MiB").unwrap();
+        assert_eq!((split.name(), split.waffle_pool()), ("waffle@16MiB", Some(16 << 20)));
+        assert_eq!(k("stock").unwrap().waffle_pool(), None);
+        let too_big = k("waffle@32MiB").unwrap_err();
+        assert!(too_big.contains("waffle@32MiB") && too_big.contains("smaller than the budget"), "{too_big}");
+        let too_small = k("waffle@1MiB").unwrap_err();
+        assert!(too_small.contains("at least 6 MiB"), "{too_small}");
+        let bad = k("waffle@lots").unwrap_err();
+        assert!(bad.contains("--configs") && bad.contains("waffle@lots"), "{bad}");
+        assert!(k("wafle").unwrap_err().contains("unknown configuration 'wafle'"));
     }
 
     #[test]
