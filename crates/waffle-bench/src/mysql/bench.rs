@@ -628,7 +628,7 @@ fn table(
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "\nsysbench on MariaDB: {} tables x {} rows (~{} MiB), {} threads, {}, budget B = {} MiB; waffle: buffer pool {} MiB + L1 {} MiB, grid {} MiB on {} nodes{}",
+        "\nsysbench on MariaDB: {} tables x {} rows (~{} MiB), {} threads, {}, budget B = {} MiB; waffle: buffer pool {} MiB + L1 {} MiB (waffle@S: S + B - S), grid {} MiB on {} nodes{}",
         a.tables,
         table_size,
         data >> 20,
