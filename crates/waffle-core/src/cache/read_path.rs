@@ -27,7 +27,7 @@ impl PageCache {
     }
 
     /// L1, the push queue, the grid, then the disk. `random`: a disk read
-    /// here is a sample of a random read for [`DiskAhead`] (false for the
+    /// here is a sample of a random read for [`DiskAhead`](super::DiskAhead) (false for the
     /// pages a window that skipped the disk left to its reader: they continue a run).
     pub(super) fn read_tiers(
         &self,

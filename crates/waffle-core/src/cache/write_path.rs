@@ -43,7 +43,7 @@ impl PageCache {
     }
 
     /// Every tier forgets `page` (its version moved on already); if one held a
-    /// copy, a read of it from the disk is [`DiskReason::Invalidated`].
+    /// copy, a read of it from the disk is [`DiskReason::Invalidated`](crate::presence::DiskReason::Invalidated).
     /// Returns how many copies the push queue and L1 dropped.
     fn give_up_copies(&self, page: u64) -> u64 {
         let stamped = self.presence.remove(page);
