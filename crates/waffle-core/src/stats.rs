@@ -179,14 +179,14 @@ pub struct Stats {
     /// Pages a window read ahead of its reader (the page it missed not
     /// counted) into L1, from the disk and from the grid; and of those, the
     /// ones a read used later. The rest left L1 unread or are still there
-    /// (`Pool::ahead_counts`; `ahead_*` in the stats JSON, cache.rs).
+    /// (`Pool::ahead_counts`; `ahead_*` in the stats JSON, cache/stats_json.rs).
     pub ahead_pages_disk: Counter,
     pub ahead_pages_l2: Counter,
     pub ahead_used_disk: Counter,
     pub ahead_used_l2: Counter,
     /// Read-ahead windows that left their disk pages unread because a page
     /// of a run costs too much of a random read (`read_ahead_disk` in the
-    /// stats JSON, cache.rs `DiskAhead`), and windows that read them anyway to
+    /// stats JSON, cache/disk_ahead.rs `DiskAhead`), and windows that read them anyway to
     /// keep measuring (one in 16 while it is off).
     pub read_ahead_disk_skips: Counter,
     pub read_ahead_disk_probes: Counter,
