@@ -41,11 +41,14 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// How a key an adapter reads beside the core's parameters is checked.
 #[derive(Clone, Copy)]
 pub enum Check {
-    /// The value is refused when this says why.
-    Value(fn(&str) -> Result<(), String>),
+    /// The value is refused when this says why (an error of the adapter's own).
+    Value(fn(&str) -> Result<(), CheckError>),
     /// Not accepted in a file; the reason says where it goes instead.
     EnvironmentOnly(&'static str),
 }
+
+/// Why an adapter refuses a value of one of its keys: its own error, shown as the reason.
+pub type CheckError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A key of an adapter's own (`WAFFLE_TABLES` in the preload), by its variable name.
 #[derive(Clone, Copy)]
@@ -240,14 +243,17 @@ fn check(env: &str, value: &str, own: &[Setting]) -> Result<(), (Option<&'static
         return match s.check {
             // The value may be a secret (the key): never echoed.
             Check::EnvironmentOnly(why) => Err((Some("(hidden)"), format!("environment only: {why}"))),
-            Check::Value(f) => f(value).map_err(|why| (None, why)),
+            Check::Value(f) => f(value).map_err(|why| (None, why.to_string())),
         };
     }
     if let Some(p) = PARAMS.iter().find(|p| p.env == env) {
         // The core's parser, on this one value.
-        return Config::from_sources(|_| None, |n| (n == p.env).then(|| value.to_string()))
-            .map(drop)
-            .map_err(|e| (None, e.reason));
+        return Config::from_sources(|_| None, |n| (n == p.env).then(|| value.to_string())).map(drop).map_err(
+            |e| match e {
+                ConfigError::BadValue { reason, .. } => (None, reason.to_string()),
+                other => (None, other.to_string()),
+            },
+        );
     }
     if env == config::VERIFY_LOG_ENV {
         return Ok(());
@@ -260,7 +266,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn not_empty(v: &str) -> Result<(), String> {
+    fn not_empty(v: &str) -> Result<(), CheckError> {
         if v.trim().is_empty() {
             Err("expected a name".into())
         } else {
@@ -319,7 +325,7 @@ mod tests {
         assert_eq!(f.lookup(|_| None)("WAFFLE_TABLES").as_deref(), Some("a/*"));
         // A bad value in the environment is the parser's usual error.
         let e = f.config(|k| (k == "WAFFLE_LOCAL").then(|| "lots".to_string())).unwrap_err();
-        assert!(e.param.eq_ignore_ascii_case("waffle_local") && e.value == "lots", "{e}");
+        assert!(e.param().eq_ignore_ascii_case("waffle_local") && e.value() == "lots", "{e}");
     }
 
     #[test]

@@ -43,17 +43,22 @@ pub enum Level {
     Debug = 4,
 }
 
+/// A `waffle_log` value that names no level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected error, warn, info or debug")]
+pub struct LevelError;
+
 impl Level {
     pub const DEFAULT: Level = Level::Warn;
 
     /// `error`, `warn` (or `warning`), `info`, `debug`, any case.
-    pub fn parse(s: &str) -> Result<Level, String> {
+    pub fn parse(s: &str) -> Result<Level, LevelError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "error" => Ok(Level::Error),
             "warn" | "warning" => Ok(Level::Warn),
             "info" => Ok(Level::Info),
             "debug" => Ok(Level::Debug),
-            _ => Err("expected error, warn, info or debug".into()),
+            _ => Err(LevelError),
         }
     }
 
