@@ -1,8 +1,9 @@
 //! Configuration: parameters by name, each with an environment default.
 //!
 //! An adapter hands in a lookup (for SQLite: the URI parameter, else the
-//! environment variable). A bad value is an error that names the parameter and
-//! the value; an unreachable grid node is not a configuration error (it is a
+//! environment variable). A bad value is an error ([`ConfigError::BadValue`])
+//! that names the parameter and the value, with the parser's own error as the
+//! reason ([`ValueError`]); an unreachable grid node is not a configuration error (it is a
 //! warning at run time and a miss).
 
 use std::path::Path;

@@ -351,13 +351,14 @@ mod tests {
 
     #[test]
     fn levels_parse_in_any_case_and_refuse_the_rest() {
+        assert_eq!(LevelError.to_string(), "expected error, warn, info or debug");
         assert_eq!(Level::parse("error"), Ok(Level::Error));
         assert_eq!(Level::parse(" WARN "), Ok(Level::Warn));
         assert_eq!(Level::parse("Warning"), Ok(Level::Warn));
         assert_eq!(Level::parse("info"), Ok(Level::Info));
         assert_eq!(Level::parse("DEBUG"), Ok(Level::Debug));
         for bad in ["", "verbose", "3", "trace", "warn,info"] {
-            assert!(Level::parse(bad).is_err(), "{bad:?} accepted");
+            assert_eq!(Level::parse(bad), Err(LevelError), "{bad:?} accepted");
         }
         assert!(Level::Error < Level::Warn && Level::Warn < Level::Info && Level::Info < Level::Debug);
         assert_eq!(Level::DEFAULT, Level::Warn);

@@ -358,6 +358,14 @@ mod tests {
     use crate::beside::write_beside_data;
 
     #[test]
+    fn a_reloads_error_is_a_stop_or_a_read_with_the_old_text() {
+        let e = ReloadError::from(io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, ReloadError::Read(_)));
+        assert_eq!(e.to_string(), io::Error::from_raw_os_error(libc::EIO).to_string());
+        assert_eq!(ReloadError::Stopped.to_string(), "stopped");
+    }
+
+    #[test]
     fn a_symlinked_oversized_garbage_or_foreign_list_is_ignored() {
         let dir = datadir("hot-list-read", Some(0o660));
         let path = dir.join(LIST_FILE);

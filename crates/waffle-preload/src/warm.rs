@@ -239,6 +239,15 @@ mod tests {
     use crate::beside::tests::{datadir, fingerprint};
 
     #[test]
+    fn a_warms_error_is_told_by_its_kind_with_the_old_text() {
+        let e = WarmError::NothingMatches { patterns: "shop/*".into(), datadir: "/var/lib/mysql".into() };
+        assert_eq!(e.to_string(), "no cached tablespace matches shop/* (none is open, none is in /var/lib/mysql)");
+        let e = WarmError::Read { name: "shop/orders".into(), source: io::Error::from_raw_os_error(libc::EIO) };
+        assert!(e.to_string().starts_with("shop/orders: Input/output error"), "{e}");
+        assert_eq!(WarmError::Stopped.to_string(), "stopped");
+    }
+
+    #[test]
     fn the_tablespaces_on_disk_are_found_by_name() {
         let dir = datadir("warm-on-disk", Some(0o660));
         for f in ["ibdata1", "undo001", "ib_logfile0", "ibtmp1", "shop/orders.ibd", "shop/items.ibd", "shop/items.frm"]

@@ -180,3 +180,16 @@ impl Backing for NoFile {
         false
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_descriptor_says_why_as_before() {
+        let e = DescriptorError::NotUnix { vfs: std::ffi::CString::new("memdb").unwrap() };
+        assert_eq!(e.to_string(), "the default VFS is \"memdb\", not a unix one");
+        let e = DescriptorError::Stat(std::io::Error::from_raw_os_error(libc::EBADF));
+        assert!(e.to_string().starts_with("cannot stat SQLite's descriptor: Bad file descriptor"), "{e}");
+    }
+}

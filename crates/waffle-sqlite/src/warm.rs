@@ -480,3 +480,21 @@ fn piece(
     }
     Ok(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_error_is_a_cancel_once_stopped_and_keeps_its_text() {
+        let busy = SqlError { code: 5, message: "database is locked".into() };
+        let e = lock_error(busy.clone(), &AtomicBool::new(false));
+        assert!(matches!(e, JobError::NoReadLock { ref source, .. } if source.is_busy()), "{e:?}");
+        assert_eq!(e.to_string(), format!("no read lock for {LOCK_WAIT:?}: database is locked"));
+        assert!(matches!(lock_error(busy, &AtomicBool::new(true)), JobError::Stopped));
+        let failed = finish_of(&Err(JobError::NoSuchTree { name: "t".into() }), &AtomicBool::new(false));
+        assert!(matches!(failed, Finish::Failed(ref why) if why == "no table or index named 't' in this database"));
+        assert!(matches!(finish_of(&Err(JobError::Stopped), &AtomicBool::new(true)), Finish::Cancelled));
+        assert!(matches!(finish_of(&Ok(()), &AtomicBool::new(false)), Finish::Done));
+    }
+}
