@@ -653,10 +653,11 @@ pub fn config(data: &[u8]) {
             }
         }
         Err(e) => {
-            let i = NAMES.iter().position(|n| *n == e.param).unwrap_or_else(|| panic!("unknown parameter {}", e.param));
-            assert_eq!(Some(&e.value.as_str()), values.get(i), "the error quotes the value as given");
+            let i =
+                NAMES.iter().position(|n| *n == e.param()).unwrap_or_else(|| panic!("unknown parameter {}", e.param()));
+            assert_eq!(Some(&e.value()), values.get(i), "the error quotes the value as given");
             let shown = e.to_string();
-            assert!(shown.contains(e.param) && shown.contains(&e.value), "{shown}");
+            assert!(shown.contains(e.param()) && shown.contains(e.value()), "{shown}");
         }
     }
     if let Ok(specs) = NodeSpec::parse_list(values[0]) {

@@ -27,17 +27,17 @@ pub struct PageSize {
 /// `65536`, `64KiB`, `256MiB`, `2GiB` (K, M, G binary too; KB, MB, GB refused).
 /// clap's error names the flag and the value; this gives the reason.
 pub fn size(s: &str) -> Result<u64, String> {
-    waffle_core::config::parse_size(s)
+    waffle_core::config::parse_size(s).map_err(|e| e.to_string())
 }
 
 /// An L1 budget (`--local`): a size of at least 4 KiB, as `waffle_local`.
 pub fn local(s: &str) -> Result<u64, String> {
-    waffle_core::config::parse_local(s)
+    waffle_core::config::parse_local(s).map_err(|e| e.to_string())
 }
 
 /// A database page size: a power of two from 512 bytes to 64 KiB (`4096`, `16KiB`).
 pub fn page_size(s: &str) -> Result<u32, String> {
-    waffle_core::config::parse_page_size(s)
+    waffle_core::config::parse_page_size(s).map_err(|e| e.to_string())
 }
 
 /// `waffle nodes --page-size`: 0 (memcached's default classes) or a page size.
@@ -57,7 +57,7 @@ pub use waffle_core::codec::Codec;
 
 /// A codec as `waffle_compress` spells it: off, lz4, zstd, zstd:LEVEL.
 pub fn codec(s: &str) -> Result<Codec, String> {
-    waffle_core::codec::Codec::parse(s)
+    waffle_core::codec::Codec::parse(s).map_err(|e| e.to_string())
 }
 
 /// A device profile's name (`real` or an EMULATED one), trimmed.

@@ -1,18 +1,18 @@
 //! Configuration: parameters by name, each with an environment default.
 //!
 //! An adapter hands in a lookup (for SQLite: the URI parameter, else the
-//! environment variable). A bad value is an error that names the parameter and
-//! the value; an unreachable grid node is not a configuration error (it is a
+//! environment variable). A bad value is an error ([`ConfigError::BadValue`])
+//! that names the parameter and the value, with the parser's own error as the
+//! reason ([`ValueError`]); an unreachable grid node is not a configuration error (it is a
 //! warning at run time and a miss).
-
-use std::fmt;
 
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::codec::{self, Codec};
-use crate::grid::NodeSpec;
-use crate::seal::SealKey;
+use crate::codec::{self, Codec, CodecError};
+use crate::grid::{NodeSpec, SpecError};
+use crate::log::LevelError;
+use crate::seal::{SealError, SealKey};
 
 /// One parameter: its URI name and its environment variable.
 pub struct Param {
@@ -132,12 +132,12 @@ pub fn check_name(name: &str) -> Result<(), ConfigError> {
     if !lower.starts_with("waffle_") || PARAMS.iter().any(|p| p.name == lower) {
         return Ok(());
     }
-    let known: Vec<&str> = PARAMS.iter().map(|p| p.name).collect();
-    Err(ConfigError {
-        param: "URI parameter",
-        value: name.to_string(),
-        reason: format!("not a waffle parameter (known: {})", known.join(", ")),
-    })
+    Err(ConfigError::UnknownParam { name: name.to_string() })
+}
+
+/// The parameters' names, for the message naming an unknown one.
+fn known_names() -> String {
+    PARAMS.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
 }
 
 pub const DEFAULT_LOCAL_BYTES: u64 = 256 << 20;
@@ -207,32 +207,91 @@ pub enum HotListMode {
 }
 
 impl HotListMode {
-    pub fn parse(s: &str) -> Result<HotListMode, String> {
+    pub fn parse(s: &str) -> Result<HotListMode, ValueError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "grid" => Ok(HotListMode::Grid),
             other => match parse_switch(other) {
                 Ok(true) => Ok(HotListMode::On),
                 Ok(false) => Ok(HotListMode::Off),
-                Err(_) => Err("expected on, grid or off".into()),
+                Err(_) => Err(ValueError::NotAHotListMode),
             },
         }
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigError {
-    pub param: &'static str,
-    pub value: String,
-    pub reason: String,
+/// A refused configuration: the parameter as the user set it (URI name or
+/// environment variable), the value, and why.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A parameter's value cannot be used.
+    #[error("bad value for {param}: '{value}': {reason}")]
+    BadValue { param: &'static str, value: String, reason: ValueError },
+    /// A `waffle_` URI parameter that is none of [`PARAMS`] (a misspelling).
+    #[error("bad value for URI parameter: '{name}': not a waffle parameter (known: {})", known_names())]
+    UnknownParam { name: String },
 }
 
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "bad value for {}: '{}': {}", self.param, self.value, self.reason)
+impl ConfigError {
+    /// The parameter the error names (`URI parameter` for an unknown one).
+    pub fn param(&self) -> &'static str {
+        match self {
+            ConfigError::BadValue { param, .. } => param,
+            ConfigError::UnknownParam { .. } => "URI parameter",
+        }
+    }
+
+    /// The value as given (`(hidden)` for a key), or the unknown parameter's name.
+    pub fn value(&self) -> &str {
+        match self {
+            ConfigError::BadValue { value, .. } => value,
+            ConfigError::UnknownParam { name } => name,
+        }
     }
 }
 
-impl std::error::Error for ConfigError {}
+/// Why one parameter's value is refused (the reason of [`ConfigError::BadValue`]).
+#[derive(Debug, thiserror::Error)]
+pub enum ValueError {
+    #[error(transparent)]
+    Size(#[from] SizeError),
+    #[error("expected a whole number from {min} to {max}")]
+    NotACount { min: u64, max: u64 },
+    #[error("expected on or off")]
+    NotASwitch,
+    #[error("expected on, grid or off")]
+    NotAHotListMode,
+    #[error(transparent)]
+    Grid(#[from] SpecError),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    #[error(transparent)]
+    Level(#[from] LevelError),
+    #[error(transparent)]
+    Key(#[from] SealError),
+}
+
+/// A size that breaks the rule of [`parse_size`] or a bound of its parameter.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    #[error("expected a size such as 65536, 64KiB, 256MiB or 2GiB")]
+    NotASize,
+    #[error("the number is too large")]
+    NumberTooLarge,
+    /// KB, MB...: `unit` as written, `n` the number before it.
+    #[error("{unit} is refused: decimal to some, binary to others; write {n}{}iB (binary) or the number of bytes", unit[..1].to_ascii_uppercase())]
+    DecimalUnit { unit: String, n: u64 },
+    #[error("unknown unit '{unit}' (use KiB, MiB, GiB or TiB)")]
+    UnknownUnit { unit: String },
+    #[error("the size is too large")]
+    Overflow,
+    #[error("the size is larger than 1TiB")]
+    AboveMax,
+    /// Below the parameter's least; `why` says why that is the least.
+    #[error("too small: at least {} ({why})", show_size(*min_bytes))]
+    TooSmall { min_bytes: u64, why: &'static str },
+    #[error("{bytes} bytes is not a page size: a power of two from 512 to 65536 (SQLite: any; InnoDB: 4KiB to 64KiB)")]
+    NotAPageSize { bytes: u64 },
+}
 
 impl Config {
     /// The grid client's options for this configuration.
@@ -296,10 +355,10 @@ impl Config {
             c.seal_key = Some(Arc::new(key));
         } else if let Some(v) = env(KEY_ENV) {
             // Never echo a key: the error names the variable, not its value.
-            let key = SealKey::from_hex(&v).map_err(|reason| ConfigError {
+            let key = SealKey::from_hex(&v).map_err(|reason| ConfigError::BadValue {
                 param: KEY_ENV,
                 value: "(hidden)".into(),
-                reason,
+                reason: reason.into(),
             })?;
             c.seal_key = Some(Arc::new(key));
         }
@@ -307,8 +366,8 @@ impl Config {
     }
 }
 
-fn err(name: &'static str, value: &str, reason: String) -> ConfigError {
-    ConfigError { param: name, value: value.to_string(), reason }
+fn err(name: &'static str, value: &str, reason: impl Into<ValueError>) -> ConfigError {
+    ConfigError::BadValue { param: name, value: value.to_string(), reason: reason.into() }
 }
 
 /// A size, the one rule of every size Waffle reads (parameters, environment,
@@ -317,14 +376,14 @@ fn err(name: &'static str, value: &str, reason: String) -> ConfigError {
 /// read them (any case; `B` for bytes). KB, MB, GB and TB are refused, never
 /// guessed: decimal to a disk maker, binary to memcached. At most 1 TiB.
 /// The error is the reason only: the caller names the parameter and the value.
-pub fn parse_size(s: &str) -> Result<u64, String> {
+pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (digits, unit) = t.split_at(split);
     if digits.is_empty() {
-        return Err("expected a size such as 65536, 64KiB, 256MiB or 2GiB".into());
+        return Err(SizeError::NotASize);
     }
-    let n: u64 = digits.parse().map_err(|_| "the number is too large".to_string())?;
+    let n: u64 = digits.parse().map_err(|_| SizeError::NumberTooLarge)?;
     let unit = unit.trim();
     let shift = match unit.to_ascii_lowercase().as_str() {
         "" | "b" => 0,
@@ -332,37 +391,32 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "m" | "mib" => 20,
         "g" | "gib" => 30,
         "t" | "tib" => 40,
-        "kb" | "mb" | "gb" | "tb" => {
-            let binary = format!("{}iB", &unit[..1].to_ascii_uppercase());
-            return Err(format!(
-                "{unit} is refused: decimal to some, binary to others; write {n}{binary} (binary) or the number of bytes"
-            ));
-        }
-        _ => return Err(format!("unknown unit '{unit}' (use KiB, MiB, GiB or TiB)")),
+        "kb" | "mb" | "gb" | "tb" => return Err(SizeError::DecimalUnit { unit: unit.to_string(), n }),
+        _ => return Err(SizeError::UnknownUnit { unit: unit.to_string() }),
     };
-    let bytes = n.checked_mul(1u64 << shift).ok_or_else(|| "the size is too large".to_string())?;
+    let bytes = n.checked_mul(1u64 << shift).ok_or(SizeError::Overflow)?;
     if bytes > MAX_SIZE_BYTES {
-        return Err("the size is larger than 1TiB".into());
+        return Err(SizeError::AboveMax);
     }
     Ok(bytes)
 }
 
 /// A size of at least `min_bytes` (`what_min` says why, e.g. "one page").
-pub fn parse_size_at_least(s: &str, min_bytes: u64, what_min: &str) -> Result<u64, String> {
+pub fn parse_size_at_least(s: &str, min_bytes: u64, what_min: &'static str) -> Result<u64, SizeError> {
     let n = parse_size(s)?;
     if n < min_bytes {
-        return Err(format!("too small: at least {} ({what_min})", show_size(min_bytes)));
+        return Err(SizeError::TooSmall { min_bytes, why: what_min });
     }
     Ok(n)
 }
 
 /// `waffle_local`: a size of at least [`MIN_LOCAL_BYTES`].
-pub fn parse_local(s: &str) -> Result<u64, String> {
+pub fn parse_local(s: &str) -> Result<u64, SizeError> {
     parse_size_at_least(s, MIN_LOCAL_BYTES, "one page of SQLite's default size")
 }
 
 /// `waffle_push_queue`: 0 (push nothing), or a size of at least [`MIN_PUSH_QUEUE_BYTES`].
-pub fn parse_push_queue(s: &str) -> Result<u64, String> {
+pub fn parse_push_queue(s: &str) -> Result<u64, SizeError> {
     match parse_size(s)? {
         0 => Ok(0),
         _ => parse_size_at_least(s, MIN_PUSH_QUEUE_BYTES, "one page of SQLite's default size; 0 pushes nothing"),
@@ -371,12 +425,10 @@ pub fn parse_push_queue(s: &str) -> Result<u64, String> {
 
 /// A database page size: a size (the rule of [`parse_size`]: `4096`, `16KiB`)
 /// that is a power of two from 512 bytes to 64 KiB, which SQLite and InnoDB use.
-pub fn parse_page_size(s: &str) -> Result<u32, String> {
+pub fn parse_page_size(s: &str) -> Result<u32, SizeError> {
     let n = parse_size(s)?;
     if !(u64::from(MIN_PAGE_BYTES)..=u64::from(MAX_PAGE_BYTES)).contains(&n) || !n.is_power_of_two() {
-        return Err(format!(
-            "{n} bytes is not a page size: a power of two from 512 to 65536 (SQLite: any; InnoDB: 4KiB to 64KiB)"
-        ));
+        return Err(SizeError::NotAPageSize { bytes: n });
     }
     Ok(n as u32)
 }
@@ -391,19 +443,19 @@ pub fn show_size(bytes: u64) -> String {
     format!("{bytes}")
 }
 
-fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, String> {
-    let n: u64 = s.trim().parse().map_err(|_| format!("expected a whole number from {min} to {max}"))?;
+fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, ValueError> {
+    let n: u64 = s.trim().parse().map_err(|_| ValueError::NotACount { min, max })?;
     if !(min..=max).contains(&n) {
-        return Err(format!("expected a whole number from {min} to {max}"));
+        return Err(ValueError::NotACount { min, max });
     }
     Ok(n)
 }
 
-fn parse_switch(s: &str) -> Result<bool, String> {
+fn parse_switch(s: &str) -> Result<bool, ValueError> {
     match s.trim().to_ascii_lowercase().as_str() {
         "1" | "on" | "yes" | "true" => Ok(true),
         "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err("expected on or off".into()),
+        _ => Err(ValueError::NotASwitch),
     }
 }
 
@@ -436,6 +488,8 @@ mod tests {
         for (bad, hint) in [("64MB", "64MiB"), (" 3 mb ", "3MiB"), ("1GB", "1GiB"), ("16kB", "16KiB"), ("1TB", "1TiB")]
         {
             let e = parse_size(bad).unwrap_err();
+            assert!(matches!(e, SizeError::DecimalUnit { .. }), "{bad}: {e}");
+            let e = e.to_string();
             assert!(e.contains("refused") && e.contains(hint), "{bad}: {e}");
         }
     }
@@ -445,12 +499,12 @@ mod tests {
         assert_eq!(parse_local("4KiB"), Ok(4096));
         assert_eq!(parse_local("256MiB"), Ok(256 << 20));
         for bad in ["0", "1", "256", "4095"] {
-            let e = parse_local(bad).unwrap_err();
+            let e = parse_local(bad).unwrap_err().to_string();
             assert!(e.contains("at least 4KiB"), "{bad}: {e}");
         }
         assert_eq!(parse_push_queue("0"), Ok(0), "0 pushes nothing");
         assert_eq!(parse_push_queue("16MiB"), Ok(16 << 20));
-        assert!(parse_push_queue("1").unwrap_err().contains("at least 4KiB"));
+        assert!(parse_push_queue("1").unwrap_err().to_string().contains("at least 4KiB"));
         let e = parse(&[("waffle_local", "1")]).unwrap_err().to_string();
         assert_eq!(e, "bad value for waffle_local: '1': too small: at least 4KiB (one page of SQLite's default size)");
     }
@@ -464,7 +518,8 @@ mod tests {
         for bad in ["1000", "0", "256", "128KiB", "16KB", "4097", "x"] {
             assert!(parse_page_size(bad).is_err(), "{bad}");
         }
-        assert!(parse_page_size("1000").unwrap_err().contains("power of two"));
+        assert_eq!(parse_page_size("1000"), Err(SizeError::NotAPageSize { bytes: 1000 }));
+        assert!(parse_page_size("1000").unwrap_err().to_string().contains("power of two"));
     }
 
     #[test]
@@ -482,9 +537,37 @@ mod tests {
             [("WAFFLE_LOCAL", "1"), ("WAFFLE_LOCAL", "64MB"), ("WAFFLE_TIMEOUT_MS", "0"), ("WAFFLE_GRID", "nohost")]
         {
             let e = Config::from_sources(|_| None, |k| (k == var).then(|| value.to_string())).unwrap_err();
-            assert_eq!(e.param, var);
+            assert_eq!(e.param(), var);
             assert!(e.to_string().starts_with(&format!("bad value for {var}: '{value}': ")), "{e}");
         }
+    }
+
+    #[test]
+    fn a_bad_value_is_told_from_an_unknown_parameter_by_its_kind() {
+        let e = parse(&[("waffle_local", "abc")]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                ConfigError::BadValue { param: "waffle_local", reason: ValueError::Size(SizeError::NotASize), .. }
+            ),
+            "{e:?}"
+        );
+        assert_eq!(
+            e.to_string(),
+            "bad value for waffle_local: 'abc': expected a size such as 65536, 64KiB, 256MiB or 2GiB"
+        );
+        let e = parse(&[("waffle_grid", "foo")]).unwrap_err();
+        assert!(matches!(e, ConfigError::BadValue { reason: ValueError::Grid(SpecError::NoPort { .. }), .. }), "{e:?}");
+        let e = parse(&[("waffle_key_file", "/nonexistent/waffle.key")]).unwrap_err();
+        assert!(matches!(e, ConfigError::BadValue { reason: ValueError::Key(SealError::Unreadable(_)), .. }), "{e:?}");
+        let e = check_name("waffle_pool").unwrap_err();
+        assert!(matches!(e, ConfigError::UnknownParam { ref name } if name == "waffle_pool"), "{e:?}");
+        assert!(
+            e.to_string().starts_with(
+                "bad value for URI parameter: 'waffle_pool': not a waffle parameter (known: waffle_grid, "
+            ),
+            "{e}"
+        );
     }
 
     #[test]
@@ -512,8 +595,8 @@ mod tests {
             ("waffle_hot_list", "sometimes"),
         ] {
             let e = parse(&[(param, value)]).unwrap_err();
-            assert_eq!(e.param, param);
-            assert_eq!(e.value, value);
+            assert_eq!(e.param(), param);
+            assert_eq!(e.value(), value);
             let text = e.to_string();
             assert!(text.contains(param) && text.contains(value), "{text}");
         }
@@ -522,7 +605,8 @@ mod tests {
     #[test]
     fn a_bad_key_in_the_environment_is_named_but_not_echoed() {
         let e = Config::from_sources(|_| None, |k| (k == KEY_ENV).then(|| "secret-but-short".to_string())).unwrap_err();
-        assert_eq!(e.param, KEY_ENV);
+        assert_eq!(e.param(), KEY_ENV);
+        assert!(matches!(e, ConfigError::BadValue { reason: ValueError::Key(SealError::NotHex { chars: 16 }), .. }));
         assert!(!e.to_string().contains("secret"), "{e}");
         let hex = "ab".repeat(32);
         let c = Config::from_sources(|_| None, |k| (k == KEY_ENV).then(|| hex.clone())).unwrap();
@@ -532,7 +616,7 @@ mod tests {
     #[test]
     fn a_misspelt_parameter_is_refused_and_the_known_ones_named() {
         for good in ["waffle_local", "WAFFLE_LOCAL", "cache", "vfs", "waffle", "mode"] {
-            assert_eq!(check_name(good), Ok(()), "{good}");
+            assert!(check_name(good).is_ok(), "{good}");
         }
         for bad in ["waffle_locl", "waffle_compres", "waffle_"] {
             let e = check_name(bad).unwrap_err();

@@ -27,10 +27,11 @@
 
 use std::fmt;
 use std::fs::OpenOptions;
+use std::io;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::config::{self, Config, ConfigError, PARAMS};
+use crate::config::{self, Config, ConfigError, ValueError, PARAMS};
 use crate::side_file;
 
 /// The environment variable naming the file.
@@ -41,11 +42,14 @@ pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 /// How a key an adapter reads beside the core's parameters is checked.
 #[derive(Clone, Copy)]
 pub enum Check {
-    /// The value is refused when this says why.
-    Value(fn(&str) -> Result<(), String>),
+    /// The value is refused when this says why (an error of the adapter's own).
+    Value(fn(&str) -> Result<(), CheckError>),
     /// Not accepted in a file; the reason says where it goes instead.
     EnvironmentOnly(&'static str),
 }
+
+/// Why an adapter refuses a value of one of its keys: its own error, shown as the reason.
+pub type CheckError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A key of an adapter's own (`WAFFLE_TABLES` in the preload), by its variable name.
 #[derive(Clone, Copy)]
@@ -64,7 +68,7 @@ const CORE_ENV_ONLY: [Setting; 2] = [
 ];
 
 /// A refused file: which file, line, key and value, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 pub struct FileError {
     pub path: PathBuf,
     /// 1-based; 0 for the file as a whole (cannot be read, too large...).
@@ -72,7 +76,40 @@ pub struct FileError {
     /// The key as written (empty for the whole file or a line without `=`).
     pub key: String,
     pub value: String,
-    pub reason: String,
+    pub reason: FileReason,
+}
+
+/// Why a configuration file is refused: the file as a whole, or one line.
+#[derive(Debug, thiserror::Error)]
+pub enum FileReason {
+    #[error("cannot open it: {0}")]
+    Open(#[source] io::Error),
+    #[error("cannot stat it: {0}")]
+    Stat(#[source] io::Error),
+    #[error("not a regular file")]
+    NotRegular,
+    #[error("every user may write it (mode {mode:o}): anyone could change the grid; chmod o-w it")]
+    WorldWritable { mode: u32 },
+    #[error(transparent)]
+    Read(io::Error),
+    #[error("not UTF-8 text")]
+    NotUtf8,
+    #[error("expected KEY = VALUE")]
+    NotKeyValue,
+    /// Not a key of the core's nor of the adapter's (`known`: those a file may carry).
+    #[error("not a waffle setting (known: {})", known.join(", "))]
+    UnknownKey { known: Vec<&'static str> },
+    #[error("set twice (first on line {first_line})")]
+    SetTwice { first_line: usize },
+    /// A key that stays in the environment; `why` says where it goes instead.
+    #[error("environment only: {why}")]
+    EnvironmentOnly { why: &'static str },
+    /// A core parameter's value, refused by the core's parser (boxed: the rarest, and the largest).
+    #[error(transparent)]
+    BadValue(Box<ValueError>),
+    /// A value of one of the adapter's keys, refused by its [`Check::Value`].
+    #[error(transparent)]
+    Adapter(CheckError),
 }
 
 impl fmt::Display for FileError {
@@ -122,7 +159,7 @@ impl ConfigFile {
 
     /// Reads and checks the file at `path` (see the module docs); `own`: the adapter's keys.
     pub fn load(path: &Path, own: &[Setting]) -> Result<ConfigFile, FileError> {
-        let whole = |reason: String| FileError {
+        let whole = |reason: FileReason| FileError {
             path: path.to_path_buf(),
             line: 0,
             key: String::new(),
@@ -133,19 +170,16 @@ impl ConfigFile {
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
             .open(path)
-            .map_err(|e| whole(format!("cannot open it: {e}")))?;
-        let meta = file.metadata().map_err(|e| whole(format!("cannot stat it: {e}")))?;
+            .map_err(|e| whole(FileReason::Open(e)))?;
+        let meta = file.metadata().map_err(|e| whole(FileReason::Stat(e)))?;
         if !meta.file_type().is_file() {
-            return Err(whole("not a regular file".into()));
+            return Err(whole(FileReason::NotRegular));
         }
         if meta.mode() & 0o002 != 0 {
-            return Err(whole(format!(
-                "every user may write it (mode {:o}): anyone could change the grid; chmod o-w it",
-                meta.mode() & 0o777
-            )));
+            return Err(whole(FileReason::WorldWritable { mode: meta.mode() & 0o777 }));
         }
-        let bytes = side_file::read_bounded(&file, MAX_FILE_BYTES).map_err(|e| whole(e.to_string()))?;
-        let text = String::from_utf8(bytes).map_err(|_| whole("not UTF-8 text".into()))?;
+        let bytes = side_file::read_bounded(&file, MAX_FILE_BYTES).map_err(|e| whole(FileReason::Read(e)))?;
+        let text = String::from_utf8(bytes).map_err(|_| whole(FileReason::NotUtf8))?;
         ConfigFile::parse(path, &text, own)
     }
 
@@ -158,7 +192,7 @@ impl ConfigFile {
             if trimmed.is_empty() || trimmed.starts_with('#') || trimmed.starts_with(';') {
                 continue;
             }
-            let bad = |key: &str, value: &str, reason: String| FileError {
+            let bad = |key: &str, value: &str, reason: FileReason| FileError {
                 path: path.to_path_buf(),
                 line,
                 key: key.to_string(),
@@ -166,12 +200,12 @@ impl ConfigFile {
                 reason,
             };
             let Some((key, value)) = trimmed.split_once('=') else {
-                return Err(bad("", trimmed, "expected KEY = VALUE".into()));
+                return Err(bad("", trimmed, FileReason::NotKeyValue));
             };
             let (key, value) = (key.trim(), unquote(value.trim()));
             let env = canonical(key).ok_or_else(|| bad(key, value, unknown(own)))?;
             if let Some(first) = entries.iter().find(|e| e.env == env) {
-                return Err(bad(key, value, format!("set twice (first on line {})", first.line)));
+                return Err(bad(key, value, FileReason::SetTwice { first_line: first.line }));
             }
             check(&env, value, own).map_err(|(shown, reason)| bad(key, shown.unwrap_or(value), reason))?;
             entries.push(Entry { env, value: value.to_string(), line });
@@ -229,25 +263,28 @@ fn known(own: &[Setting]) -> Vec<&'static str> {
     all
 }
 
-fn unknown(own: &[Setting]) -> String {
-    format!("not a waffle setting (known: {})", known(own).join(", "))
+fn unknown(own: &[Setting]) -> FileReason {
+    FileReason::UnknownKey { known: known(own) }
 }
 
 /// Checks `value` of the variable `env`: Err((the value to show instead, if
 /// it must not be echoed), why).
-fn check(env: &str, value: &str, own: &[Setting]) -> Result<(), (Option<&'static str>, String)> {
+fn check(env: &str, value: &str, own: &[Setting]) -> Result<(), (Option<&'static str>, FileReason)> {
     if let Some(s) = CORE_ENV_ONLY.iter().chain(own).find(|s| s.env == env) {
         return match s.check {
             // The value may be a secret (the key): never echoed.
-            Check::EnvironmentOnly(why) => Err((Some("(hidden)"), format!("environment only: {why}"))),
-            Check::Value(f) => f(value).map_err(|why| (None, why)),
+            Check::EnvironmentOnly(why) => Err((Some("(hidden)"), FileReason::EnvironmentOnly { why })),
+            Check::Value(f) => f(value).map_err(|why| (None, FileReason::Adapter(why))),
         };
     }
     if let Some(p) = PARAMS.iter().find(|p| p.env == env) {
         // The core's parser, on this one value.
-        return Config::from_sources(|_| None, |n| (n == p.env).then(|| value.to_string()))
-            .map(drop)
-            .map_err(|e| (None, e.reason));
+        return Config::from_sources(|_| None, |n| (n == p.env).then(|| value.to_string())).map(drop).map_err(
+            |e| match e {
+                ConfigError::BadValue { reason, .. } => (None, FileReason::BadValue(Box::new(reason))),
+                ConfigError::UnknownParam { .. } => (None, unknown(own)),
+            },
+        );
     }
     if env == config::VERIFY_LOG_ENV {
         return Ok(());
@@ -260,7 +297,7 @@ mod tests {
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 
-    fn not_empty(v: &str) -> Result<(), String> {
+    fn not_empty(v: &str) -> Result<(), CheckError> {
         if v.trim().is_empty() {
             Err("expected a name".into())
         } else {
@@ -319,7 +356,7 @@ mod tests {
         assert_eq!(f.lookup(|_| None)("WAFFLE_TABLES").as_deref(), Some("a/*"));
         // A bad value in the environment is the parser's usual error.
         let e = f.config(|k| (k == "WAFFLE_LOCAL").then(|| "lots".to_string())).unwrap_err();
-        assert!(e.param.eq_ignore_ascii_case("waffle_local") && e.value == "lots", "{e}");
+        assert!(e.param().eq_ignore_ascii_case("waffle_local") && e.value() == "lots", "{e}");
     }
 
     #[test]
@@ -348,6 +385,24 @@ mod tests {
         let e = parse("WAFFLE_GRID 127.0.0.1:11211\n").unwrap_err();
         assert_eq!((e.line, e.value.as_str()), (1, "WAFFLE_GRID 127.0.0.1:11211"));
         assert!(e.to_string().contains("expected KEY = VALUE"), "{e}");
+        assert!(matches!(e.reason, FileReason::NotKeyValue), "{e:?}");
+    }
+
+    #[test]
+    fn a_refused_file_is_told_by_its_kind() {
+        let kind = |text: &str| parse(text).unwrap_err().reason;
+        assert!(matches!(kind("WAFFLE_LOCAL = 1\n"), FileReason::BadValue(v) if matches!(*v, ValueError::Size(_))));
+        assert!(matches!(kind("WAFFLE_TABLES =\n"), FileReason::Adapter(_)));
+        assert!(matches!(kind("WAFFLE_LOCL = 1\n"), FileReason::UnknownKey { .. }));
+        assert!(matches!(kind("WAFFLE_LOCAL = 1MiB\nWAFFLE_LOCAL = 2MiB\n"), FileReason::SetTwice { first_line: 1 }));
+        assert!(matches!(kind("WAFFLE_KEY = ab\n"), FileReason::EnvironmentOnly { .. }));
+        let missing = std::env::temp_dir().join(format!("waffle-config-file-{}-missing.conf", std::process::id()));
+        let e = ConfigFile::load(&missing, &OWN).unwrap_err();
+        assert!(matches!(e.reason, FileReason::Open(_)) && e.line == 0, "{e:?}");
+        assert!(
+            e.to_string().starts_with(&format!("configuration file {}: cannot open it: ", missing.display())),
+            "{e}"
+        );
     }
 
     #[test]

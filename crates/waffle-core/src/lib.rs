@@ -27,6 +27,11 @@
 //! envelope names this cache incarnation, this page and the version the file
 //! holds; any fault of the grid is a miss. The sidecar file makes a crash
 //! start the next open cold and lets a clean close start it warm.
+//!
+//! Errors are typed, one enum per job in the module that owns it
+//! ([`ConfigError`] for a refused configuration, with its parsers' own
+//! errors inside); their `Display` is the text users see, and adapters turn
+//! them into strings only at their edges (SQLite's message, the log).
 
 // No unsafe fn here yet; should one come, each unsafe operation in it needs its own `unsafe {}` block.
 #![warn(unsafe_op_in_unsafe_fn)]

@@ -43,17 +43,22 @@ pub enum Level {
     Debug = 4,
 }
 
+/// A `waffle_log` value that names no level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("expected error, warn, info or debug")]
+pub struct LevelError;
+
 impl Level {
     pub const DEFAULT: Level = Level::Warn;
 
     /// `error`, `warn` (or `warning`), `info`, `debug`, any case.
-    pub fn parse(s: &str) -> Result<Level, String> {
+    pub fn parse(s: &str) -> Result<Level, LevelError> {
         match s.trim().to_ascii_lowercase().as_str() {
             "error" => Ok(Level::Error),
             "warn" | "warning" => Ok(Level::Warn),
             "info" => Ok(Level::Info),
             "debug" => Ok(Level::Debug),
-            _ => Err("expected error, warn, info or debug".into()),
+            _ => Err(LevelError),
         }
     }
 
@@ -346,13 +351,14 @@ mod tests {
 
     #[test]
     fn levels_parse_in_any_case_and_refuse_the_rest() {
+        assert_eq!(LevelError.to_string(), "expected error, warn, info or debug");
         assert_eq!(Level::parse("error"), Ok(Level::Error));
         assert_eq!(Level::parse(" WARN "), Ok(Level::Warn));
         assert_eq!(Level::parse("Warning"), Ok(Level::Warn));
         assert_eq!(Level::parse("info"), Ok(Level::Info));
         assert_eq!(Level::parse("DEBUG"), Ok(Level::Debug));
         for bad in ["", "verbose", "3", "trace", "warn,info"] {
-            assert!(Level::parse(bad).is_err(), "{bad:?} accepted");
+            assert_eq!(Level::parse(bad), Err(LevelError), "{bad:?} accepted");
         }
         assert!(Level::Error < Level::Warn && Level::Warn < Level::Info && Level::Info < Level::Debug);
         assert_eq!(Level::DEFAULT, Level::Warn);

@@ -24,6 +24,19 @@ pub const KEY_BYTES: usize = 32;
 pub const NONCE_BYTES: usize = 24;
 pub const TAG_BYTES: usize = 16;
 
+/// A key that cannot be had: not 64 hex digits, or a key file that cannot be read or holds no key.
+#[derive(Debug, thiserror::Error)]
+pub enum SealError {
+    #[error("a key is {KEY_BYTES} bytes: 64 hex digits (got {chars} characters)")]
+    NotHex { chars: usize },
+    #[error("cannot read the key file: {0}")]
+    Unreadable(#[source] std::io::Error),
+    #[error("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits")]
+    FileNotText,
+    #[error("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {0}")]
+    FileNotAKey(#[source] Box<SealError>),
+}
+
 pub struct SealKey {
     cipher: XChaCha20Poly1305,
     /// Tells keys apart for configuration comparison without keeping the key around twice.
@@ -36,10 +49,10 @@ impl SealKey {
     }
 
     /// 64 hex digits (surrounding white space ignored).
-    pub fn from_hex(text: &str) -> Result<SealKey, String> {
+    pub fn from_hex(text: &str) -> Result<SealKey, SealError> {
         let t = text.trim();
         if t.len() != 2 * KEY_BYTES || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(format!("a key is {KEY_BYTES} bytes: 64 hex digits (got {} characters)", t.len()));
+            return Err(SealError::NotHex { chars: t.len() });
         }
         let mut key = [0u8; KEY_BYTES];
         for (i, byte) in key.iter_mut().enumerate() {
@@ -49,16 +62,14 @@ impl SealKey {
     }
 
     /// A file of exactly 32 raw bytes, or of 64 hex digits.
-    pub fn load_file(path: &Path) -> Result<SealKey, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read the key file: {e}"))?;
+    pub fn load_file(path: &Path) -> Result<SealKey, SealError> {
+        let bytes = std::fs::read(path).map_err(SealError::Unreadable)?;
         if bytes.len() == KEY_BYTES {
             let key: [u8; KEY_BYTES] = bytes.as_slice().try_into().expect("length checked");
             return Ok(SealKey::from_bytes(&key));
         }
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|_| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits"))?;
-        SealKey::from_hex(text)
-            .map_err(|e| format!("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {e}"))
+        let text = std::str::from_utf8(&bytes).map_err(|_| SealError::FileNotText)?;
+        SealKey::from_hex(text).map_err(|e| SealError::FileNotAKey(Box::new(e)))
     }
 
     /// A fresh random nonce; None if the OS random source fails (the caller
@@ -155,8 +166,15 @@ mod tests {
         assert_eq!(SealKey::load_file(&text).unwrap(), SealKey::from_hex(hex).unwrap());
         let short = dir.join("short");
         std::fs::write(&short, b"abc").unwrap();
-        assert!(SealKey::load_file(&short).is_err());
-        assert!(SealKey::load_file(&dir.join("missing")).is_err());
+        let e = SealKey::load_file(&short).unwrap_err();
+        assert!(matches!(e, SealError::FileNotAKey(ref inner) if matches!(**inner, SealError::NotHex { chars: 3 })));
+        assert_eq!(
+            e.to_string(),
+            "the key file must hold 32 raw bytes or 64 hex digits: a key is 32 bytes: 64 hex digits (got 3 characters)"
+        );
+        let e = SealKey::load_file(&dir.join("missing")).unwrap_err();
+        assert!(matches!(e, SealError::Unreadable(_)), "{e}");
+        assert!(e.to_string().starts_with("cannot read the key file: "), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

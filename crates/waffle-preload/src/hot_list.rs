@@ -42,6 +42,7 @@
 //! ```
 
 use std::collections::{HashMap, HashSet};
+use std::io;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;
@@ -162,8 +163,8 @@ pub fn tick(rt: &'static Runtime) {
             guard::enter_forever();
             let how = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| reload(rt))) {
                 Ok(Ok(())) => Finish::Done,
-                Ok(Err(e)) if e == "stopped" => Finish::Cancelled,
-                Ok(Err(e)) => Finish::Failed(e),
+                Ok(Err(ReloadError::Stopped)) => Finish::Cancelled,
+                Ok(Err(e)) => Finish::Failed(e.to_string()),
                 Err(_) => Finish::Failed("internal error".into()),
             };
             rt.warming().hot_list_progress().finish(how);
@@ -266,13 +267,23 @@ fn listed(rt: &Runtime, before: &[(String, u64)]) -> Vec<(String, u64)> {
     out
 }
 
+/// Why a reload ends before the list's end.
+#[derive(Debug, thiserror::Error)]
+enum ReloadError {
+    /// Waffle was turned off (the reload is cancelled, not failed).
+    #[error("stopped")]
+    Stopped,
+    #[error(transparent)]
+    Read(#[from] io::Error),
+}
+
 /// The reload thread: each LOOK_EVERY, the listed tablespaces InnoDB has open.
-fn reload(rt: &Runtime) -> Result<(), String> {
+fn reload(rt: &Runtime) -> Result<(), ReloadError> {
     rt.warming().hot_list_progress().begin();
     let started = lock().as_ref().map_or_else(Instant::now, |s| s.started);
     loop {
         if !state::active() {
-            return Err("stopped".into());
+            return Err(ReloadError::Stopped);
         }
         let names: HashSet<String> = lock().as_ref().map(|s| s.pending.keys().cloned().collect()).unwrap_or_default();
         if names.is_empty() || started.elapsed() >= RELOAD_WINDOW {
@@ -305,7 +316,7 @@ fn reload(rt: &Runtime) -> Result<(), String> {
 }
 
 /// Reloads `wanted` (rank, cache page) of the `pinned` files; true when L1 is full.
-fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Result<bool, String> {
+fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Result<bool, ReloadError> {
     let files = rt.lent_files();
     // The files' sizes now; one the server closed since the pin is skipped (closed_file_skips).
     let sized = pinned.iter().filter_map(|p| rt.lend(p.segment).map(|l| (p.segment, l.file_bytes / rt.page_bytes())));
@@ -320,14 +331,19 @@ fn reload_pinned(rt: &Runtime, pinned: &[Pinned], wanted: &[(u32, u64)]) -> Resu
     let mut at = 0;
     loop {
         if !state::active() {
-            return Err("stopped".into());
+            return Err(ReloadError::Stopped);
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
-        let done = rt
-            .warming()
-            .hot_reload(rt.cache(), &pages, &mut at, ReloadFrom::DiskOnly, &in_file, &files, &mut budget)
-            .map_err(|e| e.to_string())?;
+        let done = rt.warming().hot_reload(
+            rt.cache(),
+            &pages,
+            &mut at,
+            ReloadFrom::DiskOnly,
+            &in_file,
+            &files,
+            &mut budget,
+        )?;
         if done {
             // Over before the list's end: L1 is full.
             return Ok(at < pages.len() || rt.cache().l1_free_bytes() < rt.page_bytes());
@@ -340,6 +356,14 @@ mod tests {
     use super::*;
     use crate::beside::tests::{datadir, fingerprint};
     use crate::beside::write_beside_data;
+
+    #[test]
+    fn a_reloads_error_is_a_stop_or_a_read_with_the_old_text() {
+        let e = ReloadError::from(io::Error::from_raw_os_error(libc::EIO));
+        assert!(matches!(e, ReloadError::Read(_)));
+        assert_eq!(e.to_string(), io::Error::from_raw_os_error(libc::EIO).to_string());
+        assert_eq!(ReloadError::Stopped.to_string(), "stopped");
+    }
 
     #[test]
     fn a_symlinked_oversized_garbage_or_foreign_list_is_ignored() {

@@ -110,7 +110,7 @@ pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
 }
 
 impl Runtime {
-    fn start(first_fd: i32) -> Result<Runtime, String> {
+    fn start(first_fd: i32) -> Result<Runtime, settings::SettingsError> {
         log::install();
         let (config, config_file) = settings::core_config()?;
         let stats_mode = settings::stats_mode()?;

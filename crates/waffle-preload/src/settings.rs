@@ -7,9 +7,11 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use waffle_core::backing::DIRECT_ALIGN;
-use waffle_core::config_file::{Check, ConfigFile, Setting};
+#[cfg(test)]
+use waffle_core::config_file::FileReason;
+use waffle_core::config_file::{Check, CheckError, ConfigFile, FileError, Setting};
 use waffle_core::grid::Grid;
-use waffle_core::Config;
+use waffle_core::{Config, ConfigError};
 
 use crate::{innodb, real};
 
@@ -39,55 +41,80 @@ const OWN_SETTINGS: [Setting; 7] = [
     },
 ];
 
-fn not_blank(v: &str) -> Result<(), String> {
+/// Why the preload does not start: its configuration is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error(transparent)]
+    File(#[from] &'static FileError),
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// A setting of the preload's own, as the environment or the file gives it.
+    #[error("bad value for {name}: '{value}': {reason}")]
+    BadValue { name: &'static str, value: String, reason: BadSetting },
+}
+
+/// Why a value of one of the preload's own settings is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadSetting {
+    #[error("empty (leave the line out for the default)")]
+    Blank,
+    #[error("expected milliseconds from {} to {}", STATS_INTERVAL_MS.start(), STATS_INTERVAL_MS.end())]
+    NotAnInterval,
+    #[error("expected octal permission bits such as 0640")]
+    NotOctal,
+    #[error("expected the owner's read and write, no execute, no write for others: 0600, 0640, 0644, 0660 or 0664")]
+    BadMode,
+    #[error("expected 4k, 8k, 16k, 32k or 64k")]
+    NotAPageSize,
+}
+
+fn not_blank(v: &str) -> Result<(), CheckError> {
     if v.trim().is_empty() {
-        return Err("empty (leave the line out for the default)".into());
+        return Err(BadSetting::Blank.into());
     }
     Ok(())
 }
 
-fn check_stats_interval(v: &str) -> Result<(), String> {
+fn check_stats_interval(v: &str) -> Result<(), CheckError> {
     match v.trim().parse::<u64>() {
         Ok(ms) if STATS_INTERVAL_MS.contains(&ms) => Ok(()),
-        _ => Err(format!("expected milliseconds from {} to {}", STATS_INTERVAL_MS.start(), STATS_INTERVAL_MS.end())),
+        _ => Err(BadSetting::NotAnInterval.into()),
     }
 }
 
 /// `WAFFLE_STATS_MODE`: the stats file's permission bits instead of ibdata1's
 /// (0644: readable by LOAD_FILE(), which reads only files every user may
 /// read, and by an exporter outside the server's group).
-fn parse_stats_mode(v: &str) -> Result<u32, String> {
-    let m = u32::from_str_radix(v.trim(), 8).map_err(|_| "expected octal permission bits such as 0640".to_string())?;
+fn parse_stats_mode(v: &str) -> Result<u32, BadSetting> {
+    let m = u32::from_str_radix(v.trim(), 8).map_err(|_| BadSetting::NotOctal)?;
     if m & !0o666 != 0 || m & 0o002 != 0 || m & 0o600 != 0o600 {
-        return Err("expected the owner's read and write, no execute, no write for others: \
-                    0600, 0640, 0644, 0660 or 0664"
-            .into());
+        return Err(BadSetting::BadMode);
     }
     Ok(m)
 }
 
-fn check_stats_mode(v: &str) -> Result<(), String> {
-    parse_stats_mode(v).map(drop)
+fn check_stats_mode(v: &str) -> Result<(), CheckError> {
+    Ok(parse_stats_mode(v).map(drop)?)
 }
 
 /// The stats file's mode if `WAFFLE_STATS_MODE` sets one; Err names the setting and the value.
-pub fn stats_mode() -> Result<Option<u32>, String> {
-    let named =
-        |v: String| parse_stats_mode(&v).map_err(|why| format!("bad value for WAFFLE_STATS_MODE: '{v}': {why}"));
+pub fn stats_mode() -> Result<Option<u32>, SettingsError> {
+    let named = |v: String| {
+        parse_stats_mode(&v).map_err(|reason| SettingsError::BadValue { name: "WAFFLE_STATS_MODE", value: v, reason })
+    };
     env("WAFFLE_STATS_MODE").map(named).transpose()
 }
 
-fn check_page_size(v: &str) -> Result<(), String> {
-    parse_page_size(v).map(drop).ok_or_else(|| "expected 4k, 8k, 16k, 32k or 64k".into())
+fn check_page_size(v: &str) -> Result<(), CheckError> {
+    parse_page_size(v).map(drop).ok_or_else(|| BadSetting::NotAPageSize.into())
 }
 
-static CONFIG_FILE: OnceLock<Result<Option<ConfigFile>, String>> = OnceLock::new();
+static CONFIG_FILE: OnceLock<Result<Option<ConfigFile>, FileError>> = OnceLock::new();
 
 /// The configuration file `WAFFLE_CONFIG` names, read and checked once; Err: why it is refused.
-fn config_file() -> Result<Option<&'static ConfigFile>, &'static str> {
-    let loaded = CONFIG_FILE
-        .get_or_init(|| ConfigFile::from_env(|k| std::env::var(k).ok(), &OWN_SETTINGS).map_err(|e| e.to_string()));
-    loaded.as_ref().map(Option::as_ref).map_err(String::as_str)
+fn config_file() -> Result<Option<&'static ConfigFile>, &'static FileError> {
+    let loaded = CONFIG_FILE.get_or_init(|| ConfigFile::from_env(|k| std::env::var(k).ok(), &OWN_SETTINGS));
+    loaded.as_ref().map(Option::as_ref)
 }
 
 /// A setting of the preload's own: the environment's, else the configuration file's (blank: unset).
@@ -97,11 +124,11 @@ pub fn env(name: &str) -> Option<String> {
 }
 
 /// The core's configuration: the environment over the configuration file.
-pub fn core_config() -> Result<(Config, Option<PathBuf>), String> {
+pub fn core_config() -> Result<(Config, Option<PathBuf>), SettingsError> {
     let env = |k: &str| std::env::var(k).ok();
     match config_file()? {
-        Some(f) => Ok((f.config(env).map_err(|e| e.to_string())?, Some(f.path().to_path_buf()))),
-        None => Ok((Config::from_lookup(|_| None).map_err(|e| e.to_string())?, None)),
+        Some(f) => Ok((f.config(env)?, Some(f.path().to_path_buf()))),
+        None => Ok((Config::from_lookup(|_| None)?, None)),
     }
 }
 
@@ -158,11 +185,14 @@ fn read_head(fd: i32) -> Option<Vec<u8>> {
     out
 }
 
-pub fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), String> {
+pub fn page_size(first_fd: i32, args: &[String]) -> Result<(u64, &'static str), SettingsError> {
     if let Some(v) = env("WAFFLE_PAGE_SIZE") {
-        return parse_page_size(&v)
-            .map(|n| (n, "WAFFLE_PAGE_SIZE"))
-            .ok_or_else(|| format!("bad value for WAFFLE_PAGE_SIZE: '{v}': expected 4k, 8k, 16k, 32k or 64k"));
+        return match parse_page_size(&v) {
+            Some(n) => Ok((n, "WAFFLE_PAGE_SIZE")),
+            None => {
+                Err(SettingsError::BadValue { name: "WAFFLE_PAGE_SIZE", value: v, reason: BadSetting::NotAPageSize })
+            }
+        };
     }
     if let Some(n) = read_head(first_fd).and_then(|h| innodb::page_bytes_from_page0(&h)) {
         return Ok((n as u64, "the first tablespace's page 0"));
@@ -214,6 +244,26 @@ mod tests {
             assert!(e.line == 2 && e.key == key && e.to_string().contains(why), "{line}: {e}");
         }
         assert_eq!(parse_stats_mode("640"), Ok(0o640));
+    }
+
+    #[test]
+    fn a_refused_setting_is_told_by_its_kind_with_the_old_text() {
+        assert_eq!(parse_stats_mode("0755"), Err(BadSetting::BadMode));
+        let reason = parse_stats_mode("rw").unwrap_err();
+        let e = SettingsError::BadValue { name: "WAFFLE_STATS_MODE", value: "rw".into(), reason };
+        assert_eq!(e.to_string(), "bad value for WAFFLE_STATS_MODE: 'rw': expected octal permission bits such as 0640");
+        let core = Config::from_sources(|_| None, |k| (k == "WAFFLE_LOCAL").then(|| "1".into())).unwrap_err();
+        let e = SettingsError::from(core);
+        assert!(matches!(e, SettingsError::Config(ConfigError::BadValue { param: "WAFFLE_LOCAL", .. })), "{e:?}");
+        assert!(e.to_string().starts_with("bad value for WAFFLE_LOCAL: '1': too small: at least 4KiB"), "{e}");
+        let file = ConfigFile::parse(Path::new("/etc/w.conf"), "WAFFLE_LOCL = 1\n", &OWN_SETTINGS).unwrap_err();
+        assert!(matches!(file.reason, FileReason::UnknownKey { .. }), "{file:?}");
+        let file = Box::leak(Box::new(file));
+        let e = SettingsError::from(&*file);
+        assert!(matches!(e, SettingsError::File(f) if f.line == 1), "{e:?}");
+        assert!(e
+            .to_string()
+            .starts_with("configuration file /etc/w.conf line 1: WAFFLE_LOCL = '1': not a waffle setting"));
     }
 
     #[test]

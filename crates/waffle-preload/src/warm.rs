@@ -125,8 +125,8 @@ pub fn poll(rt: &'static Runtime) {
         let filter = Filter::parse(&names.join(","));
         let how = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(rt, &filter))) {
             Ok(Ok(())) => Finish::Done,
-            Ok(Err(e)) if e == "stopped" => Finish::Cancelled,
-            Ok(Err(e)) => Finish::Failed(e),
+            Ok(Err(WarmError::Stopped)) => Finish::Cancelled,
+            Ok(Err(e)) => Finish::Failed(e.to_string()),
             Err(_) => Finish::Failed("internal error".into()),
         };
         rt.warming().warm_finish(rt.cache(), how, SETTLE_WAIT);
@@ -136,7 +136,19 @@ pub fn poll(rt: &'static Runtime) {
     }
 }
 
-fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
+/// Why a warm ends before its last page.
+#[derive(Debug, thiserror::Error)]
+enum WarmError {
+    /// Waffle was turned off (the warm is cancelled, not failed).
+    #[error("stopped")]
+    Stopped,
+    #[error("no cached tablespace matches {patterns} (none is open, none is in {})", datadir.display())]
+    NothingMatches { patterns: String, datadir: std::path::PathBuf },
+    #[error("{name}: {source}")]
+    Read { name: String, source: io::Error },
+}
+
+fn run(rt: &Runtime, which: &Filter) -> Result<(), WarmError> {
     let pinned = rt.pin_cached(which);
     let held: HashSet<&str> = pinned.iter().map(|p| p.name.as_str()).collect();
     let closed = on_disk(rt.datadir(), |name| rt.filter().matches(name) && which.matches(name) && !held.contains(name));
@@ -144,11 +156,10 @@ fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
         rt.warming().warm_progress().skip_target(name, NOT_OPENED);
     }
     if pinned.is_empty() && closed.is_empty() {
-        return Err(format!(
-            "no cached tablespace matches {} (none is open, none is in {})",
-            which.patterns().join(","),
-            rt.datadir().display()
-        ));
+        return Err(WarmError::NothingMatches {
+            patterns: which.patterns().join(","),
+            datadir: rt.datadir().to_path_buf(),
+        });
     }
     let result = pinned.iter().try_for_each(|p| warm_one(rt, p));
     for p in pinned {
@@ -157,8 +168,8 @@ fn run(rt: &Runtime, which: &Filter) -> Result<(), String> {
     result
 }
 
-fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
-    let what = |e: std::io::Error| format!("{}: {e}", p.name);
+fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), WarmError> {
+    let what = |source: io::Error| WarmError::Read { name: p.name.clone(), source };
     let Some(file_bytes) = rt.lend(p.segment).map(|l| l.file_bytes) else {
         rt.counters().closed_file_skips.incr();
         rt.warming().warm_progress().skip_target(&p.name, CLOSED);
@@ -173,7 +184,7 @@ fn warm_one(rt: &Runtime, p: &Pinned) -> Result<(), String> {
     let mut done = 0;
     while done < pages {
         if !state::active() {
-            return Err("stopped".into());
+            return Err(WarmError::Stopped);
         }
         let mut budget =
             Budget { bytes: u64::MAX, deadline: Instant::now() + PIECE_TIME, cancel: &stop, push_wait: PUSH_WAIT };
@@ -226,6 +237,15 @@ fn entries(dir: &Path, budget: &mut usize) -> Vec<std::path::PathBuf> {
 mod tests {
     use super::*;
     use crate::beside::tests::{datadir, fingerprint};
+
+    #[test]
+    fn a_warms_error_is_told_by_its_kind_with_the_old_text() {
+        let e = WarmError::NothingMatches { patterns: "shop/*".into(), datadir: "/var/lib/mysql".into() };
+        assert_eq!(e.to_string(), "no cached tablespace matches shop/* (none is open, none is in /var/lib/mysql)");
+        let e = WarmError::Read { name: "shop/orders".into(), source: io::Error::from_raw_os_error(libc::EIO) };
+        assert!(e.to_string().starts_with("shop/orders: Input/output error"), "{e}");
+        assert_eq!(WarmError::Stopped.to_string(), "stopped");
+    }
 
     #[test]
     fn the_tablespaces_on_disk_are_found_by_name() {

@@ -19,7 +19,7 @@ const SQLITE_TRANSIENT: isize = -1;
 const MAX_ROWS: usize = 100_000;
 
 /// A failed call: SQLite's result code and message.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SqlError {
     pub code: c_int,
     pub message: String,
@@ -37,6 +37,8 @@ impl std::fmt::Display for SqlError {
         f.write_str(&self.message)
     }
 }
+
+impl std::error::Error for SqlError {}
 
 /// One open connection; used by one thread at a time, closed on drop.
 pub struct Conn {

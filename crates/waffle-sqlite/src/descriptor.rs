@@ -48,38 +48,57 @@ struct UnixFileHead {
     fd: c_int,
 }
 
+/// Why SQLite's descriptor of a database cannot be used (the database opens without the cache).
+#[derive(Debug, thiserror::Error)]
+pub enum DescriptorError {
+    #[error("the default VFS is {vfs:?}, not a unix one")]
+    NotUnix { vfs: std::ffi::CString },
+    #[error("the unix VFS's file object is smaller than expected")]
+    SmallFileObject,
+    #[error("the unix VFS's file object is not laid out as expected")]
+    UnexpectedLayout,
+    #[error("cannot stat SQLite's descriptor: {0}")]
+    Stat(#[source] std::io::Error),
+    #[error("SQLite's descriptor is not a regular file")]
+    NotAFile,
+    #[error("SQLite cannot say the file's size")]
+    NoSize,
+    #[error("SQLite's descriptor is not the file it reports")]
+    NotTheFile,
+}
+
 /// The descriptor SQLite's unix VFS opened as `real`, checked.
 ///
 /// # Safety
 /// `real` is a file `base` opened (its xOpen succeeded), at least
 /// `(*base).szOsFile` bytes, not yet closed.
-pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<RawFd, String> {
+pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<RawFd, DescriptorError> {
     // SAFETY: base is the live base VFS (the caller's promise); zName is its NUL-terminated name.
     let (name, size) = unsafe { (CStr::from_ptr((*base).zName), (*base).szOsFile) };
     if !name.to_bytes().starts_with(b"unix") {
-        return Err(format!("the default VFS is {name:?}, not a unix one"));
+        return Err(DescriptorError::NotUnix { vfs: name.to_owned() });
     }
     if (size as usize) < std::mem::size_of::<UnixFileHead>() {
-        return Err("the unix VFS's file object is smaller than expected".into());
+        return Err(DescriptorError::SmallFileObject);
     }
     // SAFETY: a unix VFS's open file is a unixFile of szOsFile bytes, which begins with these fields.
     let head = unsafe { &*(real as *const UnixFileHead) };
     if head.vfs != base || head.fd < 0 {
-        return Err("the unix VFS's file object is not laid out as expected".into());
+        return Err(DescriptorError::UnexpectedLayout);
     }
     // The sizes agree unless another process is growing the file right now: asked again, a few times.
     for _ in 0..SIZE_TRIES {
-        let meta = metadata(head.fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
+        let meta = metadata(head.fd).map_err(DescriptorError::Stat)?;
         if !meta.file_type().is_file() && !meta.file_type().is_block_device() {
-            return Err("SQLite's descriptor is not a regular file".into());
+            return Err(DescriptorError::NotAFile);
         }
         // SAFETY: real is open (the caller's promise), so its methods are the base VFS's.
-        let sqlite_size = unsafe { file_size(real) }.ok_or("SQLite cannot say the file's size")?;
+        let sqlite_size = unsafe { file_size(real) }.ok_or(DescriptorError::NoSize)?;
         if meta.len() == sqlite_size {
             return Ok(head.fd);
         }
     }
-    Err("SQLite's descriptor is not the file it reports".into())
+    Err(DescriptorError::NotTheFile)
 }
 
 /// # Safety
@@ -159,5 +178,18 @@ impl Backing for NoFile {
 
     fn is_direct(&self) -> bool {
         false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_descriptor_says_why_as_before() {
+        let e = DescriptorError::NotUnix { vfs: std::ffi::CString::new("memdb").unwrap() };
+        assert_eq!(e.to_string(), "the default VFS is \"memdb\", not a unix one");
+        let e = DescriptorError::Stat(std::io::Error::from_raw_os_error(libc::EBADF));
+        assert!(e.to_string().starts_with("cannot stat SQLite's descriptor: Bad file descriptor"), "{e}");
     }
 }

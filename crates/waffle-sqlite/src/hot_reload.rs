@@ -27,7 +27,7 @@ use waffle_core::warming::run::Finish;
 use crate::connection::Conn;
 use crate::descriptor::NoFile;
 use crate::open_db::{OpenDb, Warmers};
-use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock};
+use crate::warm::{finish_of, on_own_connection, piece_budget, read_lock, JobError};
 
 /// Starts the reload of `list` for `db` (just opened, registered), unless a
 /// warm runs already, from where `from` says.
@@ -77,14 +77,14 @@ pub fn start(db: &Arc<OpenDb>, list: HotList, from: ReloadFrom, warmers: Warmers
 fn grid_thread(db: Arc<OpenDb>, list: HotList) {
     let job = Arc::clone(&db.warm);
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| grid_only(&db, &list)))
-        .unwrap_or_else(|_| Err("internal error".into()));
-    db.warming.hot_list_progress().finish(finish_of(outcome, &job.stop));
+        .unwrap_or(Err(JobError::Internal));
+    db.warming.hot_list_progress().finish(finish_of(&outcome, &job.stop));
     // Gone before the job ends: the last close waits for the job, then takes the database whole.
     drop(db);
     job.end();
 }
 
-fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
+fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), JobError> {
     let stop = &db.warm.stop;
     let page_bytes = db.cache.page_bytes() as u64;
     if page_bytes != list.page_bytes {
@@ -96,7 +96,7 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
     let mut at = 0;
     loop {
         if stop.load(Ordering::Acquire) {
-            return Err("stopped".into());
+            return Err(JobError::Stopped);
         }
         if db.cache.stats().foreign_resets.get() > 0 {
             db.warming
@@ -117,7 +117,7 @@ fn grid_only(db: &OpenDb, list: &HotList) -> Result<(), String> {
             &NoFile,
             &mut budget,
         );
-        if done.map_err(|e| e.to_string())? {
+        if done? {
             return Ok(());
         }
     }
@@ -132,24 +132,24 @@ fn thread_main(db: Arc<OpenDb>, list: HotList, trusted: bool, warmers: Warmers) 
         true,
         warmers,
         |db, conn, fd| run(db, conn, fd, &list, trusted),
-        |db, outcome| db.warming.hot_list_progress().finish(finish_of(outcome, &job.stop)),
+        |db, outcome| db.warming.hot_list_progress().finish(finish_of(&outcome, &job.stop)),
     );
     job.end();
 }
 
-fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -> Result<(), String> {
+fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -> Result<(), JobError> {
     conn.busy_timeout(0);
     let (stop, gate) = (&db.warm.stop, &db.warm.gate);
     let progress = db.warming.hot_list_progress();
     let mut at = 0;
     loop {
         if stop.load(Ordering::Acquire) {
-            return Err("stopped".into());
+            return Err(JobError::Stopped);
         }
         let (page_count, marked) = read_lock(conn, stop, gate)?;
         let page_bytes = db.cache.page_bytes() as u64;
         if page_bytes != list.page_bytes {
-            conn.exec("COMMIT").map_err(|e| e.to_string())?;
+            conn.exec("COMMIT")?;
             progress.distrust(format!("the database's pages are {page_bytes} bytes, the list's {}", list.page_bytes));
             return Ok(());
         }
@@ -164,10 +164,10 @@ fn run(db: &OpenDb, conn: &Conn, fd: RawFd, list: &HotList, mut trusted: bool) -
             let from = if trusted { ReloadFrom::GridThenDisk } else { ReloadFrom::DiskOnly };
             db.warming.hot_reload(&db.cache, &list.pages, &mut at, from, &in_file, f, &mut budget)
         });
-        let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
+        let committed = conn.exec("COMMIT");
         drop(marked);
         committed?;
-        if piece.map_err(|e| e.to_string())? {
+        if piece? {
             return Ok(());
         }
     }

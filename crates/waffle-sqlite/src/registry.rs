@@ -87,17 +87,17 @@ fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
 /// Joins (or creates) the cache of the database file SQLite has just opened
 /// at `path` as descriptor `fd` (`meta`: its fstat). `read_only`: SQLite
 /// opened it read-only (nothing is written beside it).
-pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<Arc<OpenDb>, String> {
+pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Arc<OpenDb> {
     let key = key_of(meta);
     if let Some(db) = join(key, path, &config) {
-        return Ok(db);
+        return db;
     }
     let gate = gate(key);
     let _opening = gate.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(db) = join(key, path, &config) {
-        return Ok(db); // opened by another thread while we waited
+        return db; // opened by another thread while we waited
     }
-    let db = Arc::new(open_db(path, meta, config, read_only)?);
+    let db = Arc::new(open_db(path, meta, config, read_only));
     OPEN.lock()
         .unwrap_or_else(|e| e.into_inner())
         .get_or_insert_with(HashMap::new)
@@ -106,11 +106,11 @@ pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> 
     if let Some((list, from)) = hot {
         crate::hot_reload::start(&db, list, from, WARMERS);
     }
-    Ok(db)
+    db
 }
 
 /// Opens the cache of one database: sidecar, grid (no registry lock held).
-fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<OpenDb, String> {
+fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> OpenDb {
     let _ = read_only;
     let (sidecar, warm) = Sidecar::acquire(path, meta, read_only);
     let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
@@ -173,7 +173,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
         );
         waffle_core::info!(key: line, "{line}");
     }
-    Ok(OpenDb {
+    OpenDb {
         cache,
         warming,
         key: key_of(meta),
@@ -188,7 +188,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Res
         warm: Arc::default(),
         hot: Mutex::new(hot),
         sidecar,
-    })
+    }
 }
 
 /// A grid client for `nodes` with the database's request settings.

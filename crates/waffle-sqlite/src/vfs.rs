@@ -8,10 +8,10 @@ use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
-use waffle_core::Config;
+use waffle_core::{Config, ConfigError};
 
 use crate::api::Api;
-use crate::descriptor;
+use crate::descriptor::{self, DescriptorError};
 use crate::ffi::*;
 use crate::file::{self, MAIN_METHODS};
 use crate::open_db::key_of;
@@ -83,7 +83,7 @@ unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
 ///
 /// # Safety
 /// `name` is the (non-null) filename SQLite passed to xOpen for a main database.
-unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
+unsafe fn config_for(name: *const c_char) -> Result<Config, ConfigError> {
     let api = crate::api::installed();
     if let Some(uri_key) = api.uri_key {
         // A misspelt waffle_* parameter is refused, not ignored.
@@ -95,7 +95,7 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
             }
             // SAFETY: a non-null key is a NUL-terminated string inside name's URI block.
             let key = unsafe { CStr::from_ptr(k) };
-            waffle_core::config::check_name(&key.to_string_lossy()).map_err(|e| e.to_string())?;
+            waffle_core::config::check_name(&key.to_string_lossy())?;
         }
     }
     let config = Config::from_lookup(|param| {
@@ -104,8 +104,7 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, String> {
         let v = unsafe { (api.uri_parameter)(name, key.as_ptr()) };
         // SAFETY: a non-null value is a NUL-terminated string inside name's URI block.
         (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     // The log is the process's: the last open that names a level sets it.
     if let Some(level) = config.log {
         waffle_core::log::set_level(level);
@@ -274,11 +273,11 @@ unsafe fn open(
     // SAFETY: as above.
     let stats_path = unsafe { crate::stats_file::path_of(name) };
     let attached = std::panic::catch_unwind(|| {
-        let meta = descriptor::metadata(fd).map_err(|e| format!("cannot stat SQLite's descriptor: {e}"))?;
-        let db = registry::attach(Path::new(&path_text), &meta, config, read_only)?;
+        let meta = descriptor::metadata(fd).map_err(DescriptorError::Stat)?;
+        let db = registry::attach(Path::new(&path_text), &meta, config, read_only);
         // A panic there is caught here: past the attach, nothing may lose the connection's reference.
         let _ = std::panic::catch_unwind(AssertUnwindSafe(|| crate::stats_file::start(&db, stats_path, &meta)));
-        Ok::<_, String>(db)
+        Ok::<_, DescriptorError>(db)
     });
     match attached {
         Ok(Ok(db)) => {

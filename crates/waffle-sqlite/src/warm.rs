@@ -56,6 +56,32 @@ use crate::job::{Piece, PieceGate, LOCK_RETRY};
 use crate::open_db::{OpenDb, Warmers};
 use crate::vfs_name::VFS_NAME;
 
+/// Why a background reader (a warm, a hot list's reload) ends before its
+/// last page; its text is what the stats and the PRAGMA show.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum JobError {
+    /// Told to stop (a close, `stop_and_wait`): a cancel, not a failure.
+    #[error("stopped")]
+    Stopped,
+    /// The job panicked (caught).
+    #[error("internal error")]
+    Internal,
+    #[error("the connection did not join the database's cache")]
+    NotJoined,
+    #[error(transparent)]
+    Sql(#[from] SqlError),
+    #[error("no read lock for {wait:?}: {source}")]
+    NoReadLock { wait: Duration, source: SqlError },
+    #[error(transparent)]
+    Read(#[from] std::io::Error),
+    #[error("the page size is not known yet")]
+    PageSizeUnknown,
+    #[error("page 1 is not a database header this cache reads")]
+    NotAHeader,
+    #[error("no table or index named '{name}' in this database")]
+    NoSuchTree { name: String },
+}
+
 /// Most bytes read in one read transaction.
 pub(crate) const PIECE_BYTES: u64 = 4 << 20;
 /// Longest one read transaction reads.
@@ -160,7 +186,7 @@ pub fn start(db: &OpenDb, value: Option<&str>, warmers: Warmers) -> (c_int, Opti
 }
 
 /// The warm thread: opens its connection (joining `db`), warms, and closes it.
-fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, String>>, warmers: Warmers) {
+fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, JobError>>, warmers: Warmers) {
     let job = Arc::clone(&db.warm);
     let mut reply = Some(reply);
     let mut failed = None;
@@ -170,9 +196,9 @@ fn thread_main(db: Arc<OpenDb>, target: Target, reply: Sender<Result<String, Str
         warmers,
         |db, conn, fd| run(db, conn, fd, target, &mut reply),
         |db, outcome| {
-            let finish = finish_of(outcome, &job.stop);
-            if let Finish::Failed(e) = &finish {
-                failed = Some(e.clone());
+            let finish = finish_of(&outcome, &job.stop);
+            if let Finish::Failed(_) = &finish {
+                failed = outcome.err();
             }
             // A warm that is done reports what the grid stored: it waits for its pushes first.
             db.warming.warm_finish(&db.cache, finish, SETTLE_WAIT);
@@ -196,11 +222,11 @@ pub(crate) fn piece_budget(stop: &AtomicBool) -> Budget<'_> {
 }
 
 /// How a background reader's run ended: an error after `stop` was asked for is a cancel.
-pub(crate) fn finish_of(outcome: Result<(), String>, stop: &AtomicBool) -> Finish {
+pub(crate) fn finish_of(outcome: &Result<(), JobError>, stop: &AtomicBool) -> Finish {
     match outcome {
         Ok(()) => Finish::Done,
         Err(_) if stop.load(Ordering::Acquire) => Finish::Cancelled,
-        Err(e) => Finish::Failed(e),
+        Err(e) => Finish::Failed(e.to_string()),
     }
 }
 
@@ -208,8 +234,8 @@ pub(crate) fn on_own_connection(
     db: Arc<OpenDb>,
     read_only: bool,
     warmers: Warmers,
-    body: impl FnOnce(&OpenDb, &Conn, RawFd) -> Result<(), String>,
-    finish: impl FnOnce(&OpenDb, Result<(), String>),
+    body: impl FnOnce(&OpenDb, &Conn, RawFd) -> Result<(), JobError>,
+    finish: impl FnOnce(&OpenDb, Result<(), JobError>),
 ) {
     JOINING.with(|j| *j.borrow_mut() = Some(Arc::clone(&db)));
     // A file this process may not write: a read-only connection. Asked with access(2), never by
@@ -222,9 +248,9 @@ pub(crate) fn on_own_connection(
     let fd = JOINED_FD.with(|j| j.take());
     let outcome = match (&conn, &unused, fd) {
         (Ok(conn), None, Some(fd)) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&db, conn, fd)))
-            .unwrap_or_else(|_| Err("internal error".into())),
-        (Ok(_), _, _) => Err("the connection did not join the database's cache".into()),
-        (Err(e), _, _) => Err(e.to_string()),
+            .unwrap_or(Err(JobError::Internal)),
+        (Ok(_), _, _) => Err(JobError::NotJoined),
+        (Err(e), _, _) => Err(JobError::Sql(e.clone())),
     };
     finish(&db, outcome);
     // No Arc of ours may outlive the connection's close: it may be the last one, which closes the cache.
@@ -281,15 +307,15 @@ fn run(
     conn: &Conn,
     fd: RawFd,
     target: Target,
-    reply: &mut Option<Sender<Result<String, String>>>,
-) -> Result<(), String> {
+    reply: &mut Option<Sender<Result<String, JobError>>>,
+) -> Result<(), JobError> {
     conn.busy_timeout(0);
     let (stop, gate) = (&db.warm.stop, &db.warm.gate);
     let progress = db.warming.warm_progress();
     // The plan, in a first read transaction.
     let (mut page_count, first) = read_lock(conn, stop, gate)?;
     let planned = plan(db, conn, fd, &target, page_count);
-    conn.exec("COMMIT").map_err(|e| e.to_string())?;
+    conn.exec("COMMIT")?;
     drop(first);
     let (header, roots, text) = planned?;
     let mut walk = None;
@@ -307,13 +333,13 @@ fn run(
     let mut at = 0;
     loop {
         if stop.load(Ordering::Acquire) {
-            return Err("stopped".into());
+            return Err(JobError::Stopped);
         }
         let marked;
         (page_count, marked) = read_lock(conn, stop, gate)?;
         let mut budget = piece_budget(stop);
         let piece = piece(db, fd, &mut budget, &mut runs, &mut at, walk.as_mut(), header, page_count);
-        let committed = conn.exec("COMMIT").map_err(|e| e.to_string());
+        let committed = conn.exec("COMMIT");
         drop(marked);
         committed?;
         if piece? {
@@ -329,18 +355,16 @@ fn plan(
     fd: RawFd,
     target: &Target,
     page_count: u32,
-) -> Result<(Header, Option<Vec<u32>>, String), String> {
+) -> Result<(Header, Option<Vec<u32>>, String), JobError> {
     let page_bytes = db.cache.page_bytes();
     if page_bytes == 0 {
-        return Err("the page size is not known yet".into());
+        return Err(JobError::PageSizeUnknown);
     }
     let mut page1 = vec![0u8; page_bytes];
-    let n = db
-        .with_backing(fd, |f: &dyn Backing| f.read_pages(PageId::of(0), page_bytes, &mut page1))
-        .map_err(|e| e.to_string())?;
+    let n = db.with_backing(fd, |f: &dyn Backing| f.read_pages(PageId::of(0), page_bytes, &mut page1))?;
     let header = match Header::parse(&page1[..n]) {
         Some(h) if h.page_bytes == page_bytes => h,
-        _ => return Err("page 1 is not a database header this cache reads".into()),
+        _ => return Err(JobError::NotAHeader),
     };
     let name = match target {
         Target::All => return Ok((header, None, format!("the whole database, {page_count} pages planned"))),
@@ -352,10 +376,9 @@ fn plan(
          AND (name = ?1 COLLATE NOCASE OR tbl_name = ?1 COLLATE NOCASE) ORDER BY type DESC, name",
         &[name],
         |row| trees.push((row.text(0), row.text(1), row.int64(2).clamp(0, u32::MAX as i64) as u32)),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     if trees.is_empty() {
-        return Err(format!("no table or index named '{name}' in this database"));
+        return Err(JobError::NoSuchTree { name: name.clone() });
     }
     let indexes = trees.iter().filter(|(kind, ..)| kind == "index").count();
     let what = match trees.iter().find(|(kind, ..)| kind == "table") {
@@ -371,9 +394,9 @@ fn plan(
 /// returned guard drops (after the COMMIT). One lock attempt at a time (the
 /// connection's busy timeout is 0), LOCK_RETRY apart, at most LOCK_WAIT in
 /// all; stops early when told to.
-pub(crate) fn read_lock<'a>(conn: &Conn, stop: &AtomicBool, gate: &'a PieceGate) -> Result<(u32, Piece<'a>), String> {
+pub(crate) fn read_lock<'a>(conn: &Conn, stop: &AtomicBool, gate: &'a PieceGate) -> Result<(u32, Piece<'a>), JobError> {
     let deadline = Instant::now() + LOCK_WAIT;
-    conn.exec("BEGIN").map_err(|e| e.to_string())?;
+    conn.exec("BEGIN")?;
     loop {
         let piece = gate.enter_piece(stop);
         let mut pages = 0;
@@ -391,13 +414,13 @@ pub(crate) fn read_lock<'a>(conn: &Conn, stop: &AtomicBool, gate: &'a PieceGate)
     }
 }
 
-fn lock_error(e: SqlError, stop: &AtomicBool) -> String {
+fn lock_error(e: SqlError, stop: &AtomicBool) -> JobError {
     if stop.load(Ordering::Acquire) {
-        "stopped".into()
+        JobError::Stopped
     } else if e.is_busy() {
-        format!("no read lock for {LOCK_WAIT:?}: {e}")
+        JobError::NoReadLock { wait: LOCK_WAIT, source: e }
     } else {
-        e.to_string()
+        JobError::Sql(e)
     }
 }
 
@@ -412,7 +435,7 @@ fn piece(
     mut walk: Option<&mut Walk>,
     header: Header,
     page_count: u32,
-) -> Result<bool, String> {
+) -> Result<bool, JobError> {
     let progress = db.warming.warm_progress();
     while !budget.spent() {
         if *at == runs.len() {
@@ -448,8 +471,7 @@ fn piece(
                     db.warming.warm_run(&db.cache, first, count, f, budget, Some(&mut visit))
                 })
             }
-        }
-        .map_err(|e| e.to_string())?;
+        }?;
         if done >= count {
             *at += 1;
         } else {
@@ -457,4 +479,22 @@ fn piece(
         }
     }
     Ok(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_jobs_error_is_a_cancel_once_stopped_and_keeps_its_text() {
+        let busy = SqlError { code: 5, message: "database is locked".into() };
+        let e = lock_error(busy.clone(), &AtomicBool::new(false));
+        assert!(matches!(e, JobError::NoReadLock { ref source, .. } if source.is_busy()), "{e:?}");
+        assert_eq!(e.to_string(), format!("no read lock for {LOCK_WAIT:?}: database is locked"));
+        assert!(matches!(lock_error(busy, &AtomicBool::new(true)), JobError::Stopped));
+        let failed = finish_of(&Err(JobError::NoSuchTree { name: "t".into() }), &AtomicBool::new(false));
+        assert!(matches!(failed, Finish::Failed(ref why) if why == "no table or index named 't' in this database"));
+        assert!(matches!(finish_of(&Err(JobError::Stopped), &AtomicBool::new(true)), Finish::Cancelled));
+        assert!(matches!(finish_of(&Ok(()), &AtomicBool::new(false)), Finish::Done));
+    }
 }

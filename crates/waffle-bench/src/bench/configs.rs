@@ -142,7 +142,7 @@ impl Amount {
             }
             return Ok(Amount::Percent(v));
         }
-        waffle_core::config::parse_size(t).map(Amount::Bytes)
+        waffle_core::config::parse_size(t).map(Amount::Bytes).map_err(|e| e.to_string())
     }
 
     pub fn of(&self, whole: u64) -> u64 {

@@ -37,4 +37,4 @@ pub use health::MISSES_TO_DOWN;
 pub use memory::GridMemory;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
-pub use spec::NodeSpec;
+pub use spec::{NodeSpec, SpecError};

@@ -9,12 +9,39 @@ pub struct NodeSpec {
     pub weight: u32,
 }
 
+/// A node list that cannot be read; each names the offending item.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("the node list has an empty item (two commas in a row, or a comma at an end)")]
+    EmptyItem,
+    #[error("node '{item}' has an unclosed '[' (expected [ipv6]:port)")]
+    UnclosedBracket { item: String },
+    #[error("node '{item}' has no port (expected [ipv6]:port)")]
+    NoIpv6Port { item: String },
+    #[error(
+        "node '{item}' has too many ':' (expected host:port or host:port:weight; write an IPv6 host as [addr]:port)"
+    )]
+    TooManyColons { item: String },
+    #[error("node '{item}' has too many ':' (expected [ipv6]:port or [ipv6]:port:weight)")]
+    TooManyIpv6Colons { item: String },
+    #[error("node '{item}' has no port (expected host:port)")]
+    NoPort { item: String },
+    #[error("node '{item}' has no host (expected host:port)")]
+    NoHost { item: String },
+    #[error("node '{item}' has a space or control character in its host")]
+    SpaceInHost { item: String },
+    #[error("node '{item}' has an invalid port '{port}' (expected 1..=65535)")]
+    BadPort { item: String, port: String },
+    #[error("node '{item}' has an invalid weight '{weight}' (expected a whole number >= 1)")]
+    BadWeight { item: String, weight: String },
+}
+
 impl NodeSpec {
     /// Parses "host:port" or "host:port:weight" items separated by commas, e.g.
     /// "127.0.0.1:11211,10.0.0.2:11211:2". An IPv6 host is written in brackets:
     /// "[::1]:11211". Spaces around items are ignored. An empty (or all-space)
     /// string is an empty list. Errors name the offending item.
-    pub fn parse_list(s: &str) -> Result<Vec<NodeSpec>, String> {
+    pub fn parse_list(s: &str) -> Result<Vec<NodeSpec>, SpecError> {
         if s.trim().is_empty() {
             return Ok(Vec::new());
         }
@@ -31,34 +58,33 @@ impl NodeSpec {
     }
 }
 
-fn parse_one(item: &str) -> Result<NodeSpec, String> {
+fn parse_one(item: &str) -> Result<NodeSpec, SpecError> {
+    let item_owned = || item.to_string();
     if item.is_empty() {
-        return Err("the node list has an empty item (two commas in a row, or a comma at an end)".into());
+        return Err(SpecError::EmptyItem);
     }
     let (host, rest) = if let Some(bracketed) = item.strip_prefix('[') {
         let Some(close) = bracketed.find(']') else {
-            return Err(format!("node '{item}' has an unclosed '[' (expected [ipv6]:port)"));
+            return Err(SpecError::UnclosedBracket { item: item_owned() });
         };
         let rest = &bracketed[close + 1..];
         let Some(rest) = rest.strip_prefix(':') else {
-            return Err(format!("node '{item}' has no port (expected [ipv6]:port)"));
+            return Err(SpecError::NoIpv6Port { item: item_owned() });
         };
         (&bracketed[..close], rest)
     } else if item.matches(':').count() > 2 {
-        return Err(format!(
-            "node '{item}' has too many ':' (expected host:port or host:port:weight; write an IPv6 host as [addr]:port)"
-        ));
+        return Err(SpecError::TooManyColons { item: item_owned() });
     } else {
         match item.split_once(':') {
             Some((host, rest)) => (host, rest),
-            None => return Err(format!("node '{item}' has no port (expected host:port)")),
+            None => return Err(SpecError::NoPort { item: item_owned() }),
         }
     };
     if host.is_empty() {
-        return Err(format!("node '{item}' has no host (expected host:port)"));
+        return Err(SpecError::NoHost { item: item_owned() });
     }
     if host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!("node '{item}' has a space or control character in its host"));
+        return Err(SpecError::SpaceInHost { item: item_owned() });
     }
     let (port_text, weight_text) = match rest.split_once(':') {
         Some((port, weight)) => (port, Some(weight)),
@@ -67,21 +93,21 @@ fn parse_one(item: &str) -> Result<NodeSpec, String> {
     let port = match port_text.parse::<u16>() {
         Ok(port) if port >= 1 => port,
         _ if port_text.is_empty() => {
-            return Err(format!("node '{item}' has no port (expected host:port)"));
+            return Err(SpecError::NoPort { item: item_owned() });
         }
         _ => {
-            return Err(format!("node '{item}' has an invalid port '{port_text}' (expected 1..=65535)"));
+            return Err(SpecError::BadPort { item: item_owned(), port: port_text.to_string() });
         }
     };
     let weight = match weight_text {
         None => 1,
         Some(text) if text.contains(':') => {
-            return Err(format!("node '{item}' has too many ':' (expected [ipv6]:port or [ipv6]:port:weight)"));
+            return Err(SpecError::TooManyIpv6Colons { item: item_owned() });
         }
         Some(text) => match text.parse::<u32>() {
             Ok(weight) if weight >= 1 => weight,
             _ => {
-                return Err(format!("node '{item}' has an invalid weight '{text}' (expected a whole number >= 1)"));
+                return Err(SpecError::BadWeight { item: item_owned(), weight: text.to_string() });
             }
         },
     };
@@ -118,7 +144,7 @@ mod tests {
 
     #[test]
     fn errors_name_the_item() {
-        let err = |s: &str| NodeSpec::parse_list(s).unwrap_err();
+        let err = |s: &str| NodeSpec::parse_list(s).unwrap_err().to_string();
         assert_eq!(err("foo"), "node 'foo' has no port (expected host:port)");
         assert_eq!(err("a:1,foo"), "node 'foo' has no port (expected host:port)");
         assert_eq!(err("foo:"), "node 'foo:' has no port (expected host:port)");
@@ -138,5 +164,9 @@ mod tests {
         assert!(err("a:1,,b:2").contains("empty item"));
         assert!(err("a:1,").contains("empty item"));
         assert!(err("a b:1").contains("space"));
+        assert_eq!(
+            NodeSpec::parse_list("h:1:0"),
+            Err(SpecError::BadWeight { item: "h:1:0".into(), weight: "0".into() })
+        );
     }
 }

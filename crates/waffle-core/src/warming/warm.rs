@@ -68,6 +68,13 @@ struct State {
     skipped_targets_count: u64,
 }
 
+/// A warm refused because another one runs: the running warm's target.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a warm of {target} is running (PRAGMA waffle_stats shows its progress)")]
+pub struct WarmBusy {
+    pub target: String,
+}
+
 /// A warm's progress, shown in the stats under "warm". One warm runs at a time.
 #[derive(Default)]
 pub struct WarmProgress {
@@ -86,10 +93,10 @@ pub struct WarmProgress {
 
 impl WarmProgress {
     /// Starts a warm of `target` (counters from 0); refused while one runs.
-    pub fn begin(&self, target: &str) -> Result<(), String> {
+    pub fn begin(&self, target: &str) -> Result<(), WarmBusy> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if s.running {
-            return Err(format!("a warm of {} is running (PRAGMA waffle_stats shows its progress)", s.target));
+            return Err(WarmBusy { target: s.target.clone() });
         }
         for c in
             [&self.planned, &self.read, &self.l1, &self.queued, &self.skipped, &self.dropped, &self.bytes, &self.reads]
@@ -371,7 +378,9 @@ mod tests {
         assert_eq!(done, (WARM_READ_BYTES / PAGE) as u64, "one read, then the byte budget is spent");
         cancel.store(true, Ordering::Relaxed);
         assert_eq!(w.warm_run(&c, done, 4096 - done, &mem, &mut budget(&cancel), None).unwrap(), 0);
-        assert!(w.warm_progress().begin("again").is_err(), "one warm at a time");
+        let busy = w.warm_progress().begin("again").unwrap_err();
+        assert_eq!(busy, WarmBusy { target: "all".into() }, "one warm at a time");
+        assert_eq!(busy.to_string(), "a warm of all is running (PRAGMA waffle_stats shows its progress)");
         w.warm_progress().finish(Finish::Cancelled);
         assert_eq!(counts(&w)["state"], "cancelled");
         w.warm_progress().begin("again").unwrap();
