@@ -40,19 +40,6 @@ pub fn page_size(s: &str) -> Result<u32, String> {
     waffle_core::config::parse_page_size(s).map_err(|e| e.to_string())
 }
 
-/// `waffle nodes --page-size`: 0 (memcached's default classes) or a page size.
-pub fn node_page_size(s: &str) -> Result<u32, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    page_size(s).map_err(|e| format!("{e}; or 0 for memcached's defaults"))
-}
-
-/// A memcached node's memory (`-m`): a size that is a whole number of MiB, 8 MiB to 64 GiB.
-pub fn node_memory(s: &str) -> Result<u32, String> {
-    waffle_nodes::memory_mib(size(s)?)
-}
-
 pub use waffle_core::codec::Codec;
 
 /// A codec as `waffle_compress` spells it: off, lz4, zstd, zstd:LEVEL.
@@ -123,13 +110,6 @@ mod tests {
         assert!(local("1").is_err());
         assert_eq!(page_size("16KiB"), Ok(16384));
         assert!(page_size("1000").is_err());
-        assert_eq!(node_page_size("0"), Ok(0));
-        assert_eq!(node_page_size("4096"), Ok(4096));
-        assert!(node_page_size("1000").unwrap_err().contains("power of two"));
-        assert_eq!(node_memory("4GiB"), Ok(4096));
-        for bad in ["0", "1MiB", "1536KiB", "64MB", "65GiB"] {
-            assert!(node_memory(bad).is_err(), "{bad}");
-        }
     }
 
     #[test]

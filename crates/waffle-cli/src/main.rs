@@ -3,6 +3,7 @@
 //! waffle-warm-client), `waffle stats` ([`stats`]), `waffle nodes` (over waffle-nodes). The
 //! benchmarks (`demo`, `bench`, `probe`) are waffle-bench's; their flags are parsed here.
 
+mod node_flags;
 mod stats;
 mod warm;
 
@@ -13,9 +14,8 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use waffle_bench::args::{
-    codec, device, link, local, node_memory, node_page_size, size, Codec, GridTimeout, PageSize, Rounds,
-};
+use node_flags::{node_memory, node_page_size};
+use waffle_bench::args::{codec, device, link, local, size, Codec, GridTimeout, PageSize, Rounds};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
 use waffle_bench::bench::report::Output;
