@@ -13,6 +13,7 @@ use std::path::Path;
 
 use rusqlite::{params, Connection};
 use serde_json::Value;
+use waffle_core::stats::{PreloadSection, SkippedTarget, StatsSnapshot, SwitchSnapshot, TablespaceSnapshot};
 use waffle_testkit::db::{drop_pager_cache, flush, open_waffle, stats};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
@@ -108,8 +109,53 @@ fn pragma_and_stats_file_keep_every_key_of_the_published_format() {
     let pragma = stats(&conn);
     assert!(pragma["l2_hits"].as_u64().unwrap() > 0, "the grid answered reads: {pragma}");
     check_against_fixture(&pragma, "pragma");
+    assert_round_trip(&pragma);
     drop(conn); // the last close writes the file
     let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
     assert_eq!(written["final"], true, "{written}");
     check_against_fixture(&written, "sqlite_file");
+    assert_round_trip(&written);
+    check_against_fixture(&as_preload_file(&written).to_json(), "preload_file");
+}
+
+/// The typed snapshot reads the object and writes it back as it was: no key
+/// lost, added or changed in value.
+fn assert_round_trip(v: &Value) {
+    let typed = StatsSnapshot::from_json(v).unwrap_or_else(|e| panic!("not a stats snapshot ({e}): {v}"));
+    assert!(typed.cache.is_some() && typed.warming.is_some() && typed.sqlite.is_some(), "{typed:?}");
+    assert!(typed.preload.is_none(), "a SQLite object has no preload section: {typed:?}");
+    assert_eq!(&typed.to_json(), v, "the snapshot does not write back what it read");
+}
+
+/// A preload's stats file with the cache and warming of `sqlite_file` (the
+/// preload fills the same sections from its own cache, and its part as
+/// crates/waffle-preload/src/stats_file.rs does).
+fn as_preload_file(sqlite_file: &Value) -> StatsSnapshot {
+    let mut s = StatsSnapshot::from_json(sqlite_file).unwrap();
+    s.sqlite = None;
+    s.stamp.adapter = Some("mariadb-preload".into());
+    let warm = &mut s.warming.as_mut().unwrap().warm;
+    warm.skipped_targets.push(SkippedTarget { name: "db/u".into(), why: "not open".into() });
+    let space =
+        TablespaceSnapshot { cached: true, hit_ratio: Some(0.5), l2_hit_ratio: Some(0.25), ..Default::default() };
+    s.preload = Some(PreloadSection {
+        switch: SwitchSnapshot { state: "on".into(), ..Default::default() },
+        config_file: Some("/etc/waffle.conf".into()),
+        tables: vec!["*".into()],
+        tablespaces: [("db/t".to_string(), space)].into_iter().collect(),
+        ..Default::default()
+    });
+    s
+}
+
+/// A preload that turned off before its cache started writes its stamp alone,
+/// and a consumer reads it as a snapshot without a cache.
+#[test]
+fn a_stamp_alone_reads_as_a_snapshot_without_a_cache() {
+    let v = serde_json::json!({"adapter": "mariadb-preload", "pid": 7, "updated_unix_ms": 1, "final": false,
+                               "state": "disabled", "disabled_reason": "native AIO"});
+    let s = StatsSnapshot::from_json(&v).unwrap();
+    assert!(s.cache.is_none() && s.warming.is_none() && s.sqlite.is_none() && s.preload.is_none(), "{s:?}");
+    assert_eq!(s.stamp.disabled_reason.as_deref(), Some("native AIO"));
+    assert_eq!(s.to_json(), v);
 }

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// While backed off, the lookups and pushes of one page key in this many go to the node.
 pub const SAMPLE_EVERY: u64 = 16;
@@ -150,7 +150,7 @@ impl DiskCost {
 }
 
 /// Where a node stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CostState {
     /// No window judged yet: every request goes.
@@ -172,7 +172,7 @@ impl CostState {
 }
 
 /// A node's costs and decision, for stats and tools.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct CostStatus {
     pub state: CostState,
     /// Mean round trip of a lookup over the last window judged (the running one before), µs.

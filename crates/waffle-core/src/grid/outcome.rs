@@ -1,6 +1,6 @@
 //! What the grid answers: results of fetches and stores, and per-node status.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cost::CostStatus;
 
@@ -118,7 +118,7 @@ impl StoreReport {
 }
 
 /// A node's health and counters, for stats and tools.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct NodeStatus {
     /// "host:port" as configured.
     pub addr: String,
