@@ -117,8 +117,10 @@ impl StoreReport {
     }
 }
 
-/// A node's health and counters, for stats and tools.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// A node's health and counters, for stats and tools (fields a stats file
+/// lacks read as their defaults).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NodeStatus {
     /// "host:port" as configured.
     pub addr: String,
