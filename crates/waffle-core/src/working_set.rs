@@ -25,8 +25,6 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::Value;
-
 use crate::grid::GridMemory;
 use crate::stats::WorkingSetSnapshot;
 
@@ -231,11 +229,6 @@ pub fn snapshot(pages: [u64; 3], page_bytes: u64, l1_bytes: u64, grid: Option<Gr
         held_bytes: l1_bytes + grid_bytes.unwrap_or(0),
         advice: advice(bytes[window], l1_bytes, grid),
     }
-}
-
-/// [`snapshot`] as JSON, for the cache's stats until it builds the whole snapshot itself.
-pub fn to_json(pages: [u64; 3], page_bytes: u64, l1_bytes: u64, grid: Option<GridMemory>) -> Value {
-    serde_json::to_value(snapshot(pages, page_bytes, l1_bytes, grid)).expect("a working set serializes")
 }
 
 /// One line: whether L1 and the grid hold the last 5 minutes' pages, and if

@@ -6,10 +6,7 @@
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 
-use serde_json::Value;
-use waffle_core::stats::{
-    CacheSnapshot, InnodbRejects, PreloadCounters, PreloadSection, Stamp, StatsSnapshot, TablespaceSnapshot,
-};
+use waffle_core::stats::{InnodbRejects, PreloadCounters, PreloadSection, Stamp, StatsSnapshot, TablespaceSnapshot};
 
 use crate::beside::beside_data;
 use crate::innodb::Mismatch;
@@ -25,10 +22,7 @@ pub fn json(rt: &Runtime, final_write: bool) -> StatsSnapshot {
     if rt.switch().is_off() && state::get() == state::ACTIVE {
         stamp.state = Some("off".into());
     }
-    // Read back from the cache's JSON until the cache builds the snapshot
-    // itself (cache.rs is being split into a module; its stats part follows).
-    let mut cache: CacheSnapshot =
-        serde_json::from_value(Value::Object(rt.cache().stats_json())).expect("the cache's stats JSON is a snapshot");
+    let mut cache = rt.cache().stats_snapshot();
     cache.page_bytes = rt.page_bytes();
     StatsSnapshot {
         stamp,
@@ -142,6 +136,7 @@ pub extern "C" fn at_exit() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     /// The JSON names of `innodb_rejects` are the mismatches' names: a kind added without its field fails here.
     #[test]

@@ -3,8 +3,7 @@
 //! the stats file writes every second (stats_file.rs). A leaf: it reads an
 //! `OpenDb` and nothing else.
 
-use serde_json::Value;
-use waffle_core::stats::{CacheSnapshot, SqliteConfig, SqliteSection, StatsSnapshot};
+use waffle_core::stats::{SqliteConfig, SqliteSection, StatsSnapshot};
 
 use crate::open_db::OpenDb;
 
@@ -12,7 +11,7 @@ use crate::open_db::OpenDb;
 /// adds its stamp).
 pub fn stats_snapshot(db: &OpenDb) -> StatsSnapshot {
     StatsSnapshot {
-        cache: Some(cache_snapshot(db)),
+        cache: Some(db.cache.stats_snapshot()),
         warming: Some(db.warming.snapshot()),
         sqlite: Some(SqliteSection {
             file: db.path.display().to_string(),
@@ -29,12 +28,6 @@ pub fn stats_snapshot(db: &OpenDb) -> StatsSnapshot {
         }),
         ..StatsSnapshot::default()
     }
-}
-
-/// The cache's section. Read back from its JSON until the cache builds the
-/// snapshot itself (cache.rs is being split into a module; its stats part follows).
-fn cache_snapshot(db: &OpenDb) -> CacheSnapshot {
-    serde_json::from_value(Value::Object(db.cache.stats_json())).expect("the cache's stats JSON is a cache snapshot")
 }
 
 /// The nodes of the grid in use (empty: L1 only).

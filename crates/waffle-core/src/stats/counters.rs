@@ -11,7 +11,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde_json::{Map, Value};
 
 use crate::envelope::Reject;
 use crate::grid::{FaultKind, ItemFate};
@@ -362,7 +361,7 @@ impl Stats {
 
     /// The counters and latency percentiles (microseconds), the cache's own
     /// fields (`cache_id`, `l1`, `nodes`, ...) left at their defaults for the
-    /// cache to fill.
+    /// cache to fill (`PageCache::stats_snapshot`).
     pub fn snapshot(&self) -> CacheSnapshot {
         // One snapshot of the reasons, and `disk_reads` as their sum: exact even under traffic.
         let disk_reasons = self.disk_reasons();
@@ -423,15 +422,6 @@ impl Stats {
                 disk: self.latency[Tier::Disk as usize].snapshot(),
             },
             ..CacheSnapshot::default()
-        }
-    }
-
-    /// The counters as JSON, for the cache's stats until it builds the whole [`CacheSnapshot`]
-    /// itself (the fields the cache adds come out at their defaults and are replaced by it).
-    pub fn to_json(&self) -> Map<String, Value> {
-        match serde_json::to_value(self.snapshot()) {
-            Ok(Value::Object(m)) => m,
-            _ => unreachable!("a struct serializes to an object"),
         }
     }
 
@@ -510,6 +500,7 @@ impl Stats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn rejects_and_push_failures_are_split_by_what_they_mean() {

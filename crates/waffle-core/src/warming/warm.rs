@@ -340,7 +340,7 @@ mod tests {
         w.warm_progress().begin("all").unwrap();
         w.warm_run(&c, 0, 64, &mem, &mut budget(&cancel), None).unwrap();
         let j = counts(&w);
-        assert!(c.stats_json()["l1"]["pages"].as_u64().unwrap() <= 8);
+        assert!(c.stats_snapshot().l1.pages <= 8);
         assert_eq!(c.read(3, &mut buf, &mem).unwrap().1, Source::L1, "the hot page stayed: {j:?}");
         let l1 = j.l1_pages;
         assert!((1..=7).contains(&l1), "free room filled, nothing more: {j:?}");
@@ -425,9 +425,9 @@ mod tests {
         let n = &j.not_stored;
         assert_eq!(n.lost + n.node_down, 36, "a refused connection, then down: {j:?}");
         assert_eq!(j.unsettled_pages, 0, "settled before done: {j:?}");
-        let s = c.stats_json();
-        assert_eq!(s["l2_push_failures"], 36, "{s:?}");
-        assert_eq!(s["l2_push_not_stored"]["node_down"], n.node_down);
+        let s = c.stats_snapshot();
+        assert_eq!(s.l2_push_failures, 36, "{s:?}");
+        assert_eq!(s.l2_push_not_stored.node_down, n.node_down);
         // The next warm counts from 0.
         w.warm_progress().begin("again").unwrap();
         assert_eq!(counts(&w).not_stored_pages, 0);
@@ -450,6 +450,6 @@ mod tests {
         assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4)]);
         let j = counts(&w);
         assert_eq!((j.l1_pages, j.skipped_pages), (2, 1), "{j:?}");
-        assert_eq!(c.stats_json()["l1"]["pages"], 3, "page 2 read before, pages 1 and 3 warmed");
+        assert_eq!(c.stats_snapshot().l1.pages, 3, "page 2 read before, pages 1 and 3 warmed");
     }
 }
