@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;
-use waffle_testkit::db::{flush, n, stats};
+use waffle_testkit::db::{cache_stats, flush, n, stats};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::node_stat;
@@ -105,7 +105,7 @@ fn a_node_killed_mid_workload_then_restarted_empty() {
     }
 
     let r = d.finish();
-    assert_eq!(n(&r.stats, "l2_rejects_total"), 0, "nothing stale or foreign was in the grid: {}", r.stats);
+    assert_eq!(r.stats.l2_rejects_total, 0, "nothing stale or foreign was in the grid: {:?}", r.stats);
     eprintln!("{} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
 }
 
@@ -216,15 +216,13 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
         eprintln!("cycle {cycles}: the resumed node was up again after {:?}", t0.elapsed());
         d.run(200);
         d.check(); // reads every page: the stale copies on the resumed node are met here
-        version_rejects = n(&stats(&d.cached), "l2_rejects.version");
+        version_rejects = cache_stats(&d.cached).l2_rejects.version;
     }
     let r = d.finish();
     let s = &r.stats;
-    let others: u64 = ["length", "format", "checksum", "database", "page", "size"]
-        .iter()
-        .map(|k| n(s, &format!("l2_rejects.{k}")))
-        .sum();
-    assert_eq!(others, 0, "only stale (version) rejects are possible here: {s}");
+    let kinds = &s.l2_rejects;
+    let others = kinds.length + kinds.format + kinds.checksum + kinds.database + kinds.page + kinds.size;
+    assert_eq!(others, 0, "only stale (version) rejects are possible here: {s:?}");
     eprintln!(
         "{} stale copies rejected (version): {version_rejects}, pause cycles {cycles}, in {:.1}s",
         r.line(),
@@ -278,13 +276,13 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     let r = d.finish();
     let s = &r.stats;
     assert!(evictions.iter().all(|&e| e > 0), "every node should have evicted: {evictions:?}");
-    assert!(n(s, "l2_misses") > 1000, "pushed pages evicted by memcached are misses: {s}");
+    assert!(s.l2_misses > 1000, "pushed pages evicted by memcached are misses: {s:?}");
     assert!(
-        n(s, "l2_misses") > 2 * (n(s, "l2_push_drops") + n(s, "l2_push_failures")),
-        "most misses should be memcached's evictions, not our drops: {s}"
+        s.l2_misses > 2 * (s.l2_push_drops + s.l2_push_failures),
+        "most misses should be memcached's evictions, not our drops: {s:?}"
     );
-    assert!(n(s, "l2_hits") > 1000, "the grid still serves what it holds: {s}");
-    assert_eq!(n(s, "l2_rejects_total"), 0, "{s}");
+    assert!(s.l2_hits > 1000, "the grid still serves what it holds: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
     eprintln!("{} memcached evictions {evictions:?} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
 }
 
