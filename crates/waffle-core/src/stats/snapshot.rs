@@ -43,4 +43,9 @@ impl StatsSnapshot {
     pub fn cache(&self) -> &CacheSnapshot {
         self.cache.as_ref().expect("the stats have a cache section (l1_hits and the rest)")
     }
+
+    /// The warming's section; panics without one (tests and tools that know an adapter wrote it).
+    pub fn warming(&self) -> &WarmingSnapshot {
+        self.warming.as_ref().expect("the stats have a warming section (warm, hot_list)")
+    }
 }
