@@ -6,7 +6,7 @@
 //! Control: `waffle_compress=off` runs the same workload and stores every
 //! page raw, so the counters and the value sizes below can tell the two apart.
 
-use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db::{blob_total, cache_id, cache_stats, create_blob_table, drop_pager_cache, flush, open_waffle};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::raw_client::{key, mg, ms};
 use waffle_testkit::temp_dir::TempDir;
@@ -35,22 +35,21 @@ fn every_codec_gives_the_plain_databases_results() {
         let mut d = Differential::open(&format!("compress-{codec}"), "wal", 4096, seed, &params);
         d.run(1500);
         d.check();
-        let s = stats(&d.cached);
+        let s = cache_stats(&d.cached);
         let report = d.finish();
         eprintln!("{codec}: {}", report.line());
-        assert!(n(&s, "l2_hits") > 50, "{codec}: the grid must serve reads for this to test anything: {s}");
-        assert_eq!(n(&s, "l2_rejects_total"), 0, "{codec}: {s}");
-        let (compressed, decompressed) =
-            (n(&s, "compression.pages_compressed"), n(&s, "compression.pages_decompressed"));
+        assert!(s.l2_hits > 50, "{codec}: the grid must serve reads for this to test anything: {s:?}");
+        assert_eq!(s.l2_rejects_total, 0, "{codec}: {s:?}");
+        let (compressed, decompressed) = (s.compression.pages_compressed, s.compression.pages_decompressed);
         if codec == "off" {
-            assert_eq!(compressed + n(&s, "compression.pages_raw"), 0, "off compresses nothing: {s}");
-            assert_eq!(decompressed, 0, "{s}");
+            assert_eq!(compressed + s.compression.pages_raw, 0, "off compresses nothing: {s:?}");
+            assert_eq!(decompressed, 0, "{s:?}");
         } else {
-            assert!(compressed > 50, "{codec}: pages should compress: {s}");
-            assert!(decompressed > 50, "{codec}: grid hits should be decompressed: {s}");
+            assert!(compressed > 50, "{codec}: pages should compress: {s:?}");
+            assert!(decompressed > 50, "{codec}: grid hits should be decompressed: {s:?}");
             assert!(
-                n(&s, "compression.bytes_after") < n(&s, "compression.bytes_before"),
-                "{codec}: compression must save bytes: {s}"
+                s.compression.bytes_after < s.compression.bytes_before,
+                "{codec}: compression must save bytes: {s:?}"
             );
         }
     }
@@ -122,14 +121,14 @@ fn a_tampered_compressed_payload_is_refused_and_the_page_read_from_disk() {
     }
     assert!(tampered > 20, "too few compressed values to tamper with: {tampered}");
     drop_pager_cache(&conn);
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     assert_eq!(blob_total(&conn), want, "every row as written, whatever the grid holds");
     conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).map(|s| assert_eq!(s, "ok")).unwrap();
-    let after = stats(&conn);
-    let refused = n(&after, "l2_rejects.codec") - n(&before, "l2_rejects.codec");
-    let other = n(&after, "l2_rejects_total") - n(&before, "l2_rejects_total") - refused;
-    assert!(refused > 0, "a tampered payload must be a codec reject: {after}");
-    assert_eq!(other, 0, "tampered payloads pass the crc, so only the codec can refuse them: {after}");
+    let after = cache_stats(&conn);
+    let refused = after.l2_rejects.codec - before.l2_rejects.codec;
+    let other = after.l2_rejects_total - before.l2_rejects_total - refused;
+    assert!(refused > 0, "a tampered payload must be a codec reject: {after:?}");
+    assert_eq!(other, 0, "tampered payloads pass the crc, so only the codec can refuse them: {after:?}");
 }
 
 #[test]
@@ -143,10 +142,10 @@ fn a_warm_reopen_with_another_codec_reads_what_the_first_wrote() {
         open_waffle(&db, &[("waffle_grid", &node.addr()), ("waffle_local", "16KiB"), ("waffle_compress", "off")]);
     assert_eq!(cache_id(&conn), id, "the reopen must be warm for the grid's copies to count");
     assert_eq!(blob_total(&conn), want);
-    let s = stats(&conn);
-    assert!(n(&s, "l2_hits") > 20, "zstd pages from the first session should be hits: {s}");
-    assert!(n(&s, "compression.pages_decompressed") > 20, "{s}");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    let s = cache_stats(&conn);
+    assert!(s.l2_hits > 20, "zstd pages from the first session should be hits: {s:?}");
+    assert!(s.compression.pages_decompressed > 20, "{s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
 }
 
 /// CRC-32C, as the envelope's trailer: from the same crate the core uses.
@@ -191,15 +190,14 @@ fn a_pusher_that_falls_behind_pushes_raw_instead_of_dropping() {
     let file = Arc::new(Mutex::new((0..PAGES).flat_map(page).collect::<Vec<u8>>()));
     let disk = MemFile(Arc::clone(&file));
     let mut buf = vec![0u8; PAGE];
-    let stat = |path: &str| n(&serde_json::Value::Object(cache.stats_json()), path);
 
     // A few pages while the node answers: compressed, nothing behind.
     for p in 0..20 {
         cache.read(p, &mut buf, &disk).unwrap();
     }
     assert!(cache.flush_pushes(Duration::from_secs(10)));
-    assert!(stat("compression.pages_compressed") >= 10);
-    assert_eq!(stat("compression.pages_raw_behind"), 0, "the control: the pusher kept up");
+    assert!(cache.stats_snapshot().compression.pages_compressed >= 10);
+    assert_eq!(cache.stats_snapshot().compression.pages_raw_behind, 0, "the control: the pusher kept up");
 
     node.pause_sets(Some(SetPause::BeforeStore));
     let held_before = node.paused_sets();
@@ -210,11 +208,11 @@ fn a_pusher_that_falls_behind_pushes_raw_instead_of_dropping() {
     }
     node.pause_sets(None);
     assert!(cache.flush_pushes(Duration::from_secs(20)));
-    assert!(stat("compression.pages_raw_behind") > 0, "{:?}", cache.stats_json());
-    assert_eq!(stat("l2_push_drops"), 0, "{:?}", cache.stats_json());
+    assert!(cache.stats_snapshot().compression.pages_raw_behind > 0, "{:?}", cache.stats_snapshot());
+    assert_eq!(cache.stats_snapshot().l2_push_drops, 0, "{:?}", cache.stats_snapshot());
     for p in 0..PAGES {
         cache.read(p, &mut buf, &disk).unwrap();
         assert!(buf == page(p), "page {p}");
     }
-    assert_eq!(stat("l2_rejects_total"), 0);
+    assert_eq!(cache.stats_snapshot().l2_rejects_total, 0);
 }

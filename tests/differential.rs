@@ -12,7 +12,6 @@
 
 use std::time::Instant;
 
-use waffle_testkit::db::n;
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::test_cases;
 use waffle_testkit::workload::{dump, Differential};
@@ -42,49 +41,48 @@ fn run(name: &str, journal: &str, page_size: usize, seed: u64) {
     let report = d.finish();
 
     let s = &report.stats;
-    let ctx = format!("{tag} stats: {s}");
-    assert_eq!(n(s, "page_bytes") as usize, page_size, "{ctx}");
-    assert!(n(s, "l2_pushes") > 0, "the grid was never pushed to: {ctx}");
-    assert!(n(s, "l2_hits") > 0, "the grid never answered a read: {ctx}");
+    let ctx = format!("{tag} stats: {s:?}");
+    assert_eq!(s.page_bytes as usize, page_size, "{ctx}");
+    assert!(s.l2_pushes > 0, "the grid was never pushed to: {ctx}");
+    assert!(s.l2_hits > 0, "the grid never answered a read: {ctx}");
     // Nearly every read went below L1 (tiny L1, tiny SQLite cache).
-    assert!(n(s, "l1_misses") > n(s, "l1_hits"), "L1 was not the bottleneck it should be here: {ctx}");
+    assert!(s.l1_misses > s.l1_hits, "L1 was not the bottleneck it should be here: {ctx}");
     // No fault is injected: every value a node returns is one we stored,
     // intact, and current. A page's newer bytes are always in L1, in the push
     // queue, in the batch being pushed, or already stored over the older copy;
     // a `version` reject means a read went to the grid while the newer version
     // was still in memory (see push_in_flight.rs).
-    assert_eq!(n(s, "l2_rejects_total"), 0, "a grid value was rejected with no fault injected: {ctx}");
+    assert_eq!(s.l2_rejects_total, 0, "a grid value was rejected with no fault injected: {ctx}");
     // Nobody else writes this file: our own commits, checkpoints and WAL
     // restarts must never look like another writer's.
-    assert_eq!(n(s, "foreign_changes"), 0, "our own writes looked foreign: {ctx}");
+    assert_eq!(s.foreign_changes, 0, "our own writes looked foreign: {ctx}");
     // And with room on the nodes, nothing pushed is lost: a miss is a page
     // that was dropped or failed to push.
     assert!(
-        n(s, "l2_misses") <= n(s, "l2_push_drops") + n(s, "l2_push_failures"),
+        s.l2_misses <= s.l2_push_drops + s.l2_push_failures,
         "pages pushed to the grid were not found again: {ctx}"
     );
     // Every node took part (keys spread by ketama over three nodes).
-    let nodes_json = s["nodes"].as_array().expect("nodes");
-    assert_eq!(nodes_json.len(), 3, "{ctx}");
-    for node in nodes_json {
-        assert!(node["requests"].as_u64().unwrap() > 0, "a node was never asked: {ctx}");
+    assert_eq!(s.nodes.len(), 3, "{ctx}");
+    for node in &s.nodes {
+        assert!(node.requests > 0, "a node was never asked: {ctx}");
     }
     eprintln!(
         "{tag} {} ops, {} rows compared; l1_hits {} l1_misses {} push_queue_hits {} l2_hits {} \
          l2_misses {} l2_rejects.version {} l2_pushes {} disk_reads {} disk_writes {} truncates {} faults {} in {:.1}s",
         report.tally.ops,
         report.tally.rows_compared,
-        n(s, "l1_hits"),
-        n(s, "l1_misses"),
-        n(s, "push_queue_hits"),
-        n(s, "l2_hits"),
-        n(s, "l2_misses"),
-        n(s, "l2_rejects.version"),
-        n(s, "l2_pushes"),
-        n(s, "disk_reads"),
-        n(s, "disk_writes"),
-        n(s, "truncates"),
-        s["l2_faults"],
+        s.l1_hits,
+        s.l1_misses,
+        s.push_queue_hits,
+        s.l2_hits,
+        s.l2_misses,
+        s.l2_rejects.version,
+        s.l2_pushes,
+        s.disk_reads,
+        s.disk_writes,
+        s.truncates,
+        serde_json::json!(s.l2_faults),
         started.elapsed().as_secs_f64()
     );
 }

@@ -7,7 +7,7 @@
 //! before the read, SQLite's read of the row is a grid hit, and afterwards the
 //! key is gone from every node. Evicting the page again puts it back.
 
-use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db::{cache_id, cache_stats, create_blob_table, drop_pager_cache, flush, open_waffle};
 use waffle_testkit::db_file::leaf_pages_by_rowid;
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
@@ -52,21 +52,21 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
         "the copy is the page on disk"
     );
 
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     assert_eq!(read(X), pattern(X as u64, ROW));
-    let after = stats(&conn);
-    assert!(n(&after, "l2_hits") > n(&before, "l2_hits"), "the read of row {X} was not a grid hit:\n{before}\n{after}");
-    assert_eq!(n(&after, "disk_reads"), n(&before, "disk_reads"), "the read of row {X} went to the disk: {after}");
+    let after = cache_stats(&conn);
+    assert!(after.l2_hits > before.l2_hits, "the read of row {X} was not a grid hit:\n{before:?}\n{after:?}");
+    assert_eq!(after.disk_reads, before.disk_reads, "the read of row {X} went to the disk: {after:?}");
     for node in &nodes {
         assert!(mg(&node.addr(), &key).is_none(), "{key} is still on {} after the grid hit", node.addr());
     }
 
     // Now in L1: read again, no grid request for it.
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     assert_eq!(read(X), pattern(X as u64, ROW));
-    let after = stats(&conn);
-    assert!(n(&after, "l1_hits") > n(&before, "l1_hits"), "the page should be in L1 now: {after}");
-    assert_eq!(n(&after, "l2_hits"), n(&before, "l2_hits"), "a page in L1 was fetched from the grid again");
+    let after = cache_stats(&conn);
+    assert!(after.l1_hits > before.l1_hits, "the page should be in L1 now: {after:?}");
+    assert_eq!(after.l2_hits, before.l2_hits, "a page in L1 was fetched from the grid again");
 
     // Evicted again, it is pushed again: back on its node. (L1 is S3-FIFO and
     // the page was hit in L1: only pages read twice push it out of L1's main queue.)
@@ -77,8 +77,17 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
     }
     flush(&conn);
     assert!(mg(&holder, &key).is_some(), "after L1 evicted page {page} again it should be back on {holder}");
-    let s = stats(&conn);
-    for kind in ["length", "format", "checksum", "database", "page", "size"] {
-        assert_eq!(n(&s, &format!("l2_rejects.{kind}")), 0, "unexpected {kind} reject: {s}");
+    let s = cache_stats(&conn);
+    let k = &s.l2_rejects;
+    let by_kind = [
+        ("length", k.length),
+        ("format", k.format),
+        ("checksum", k.checksum),
+        ("database", k.database),
+        ("page", k.page),
+        ("size", k.size),
+    ];
+    for (kind, n) in by_kind {
+        assert_eq!(n, 0, "unexpected {kind} reject: {s:?}");
     }
 }

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use waffle_testkit::artefact;
 use waffle_testkit::crash_workload::{expected, mix, params_for, transaction};
-use waffle_testkit::db::{cache_id, n, open_waffle, stats, try_open_waffle};
+use waffle_testkit::db::{cache_id, cache_stats, open_waffle, try_open_waffle};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::process::spawn_until_ready;
 use waffle_testkit::raw_client::{key, node_stat, RawClient};
@@ -156,17 +156,17 @@ fn crash_rounds(journal: &str, seed: u64) {
         let id = cache_id(&conn);
         assert!(ids_used.insert(id), "{tag} the reopen after a crash must take a cache id never used before");
         let (rows, m) = contents(&conn);
-        let s = stats(&conn);
+        let s = cache_stats(&conn);
         // The scan reads every page once. A hit can only be a copy this new
         // incarnation pushed itself: pages the hot-journal rollback (or WAL
         // recovery) wrote through the cache, evicted from the tiny L1 and
         // read back. Without such writes there is no hit at all.
-        if n(&s, "disk_writes") == 0 {
-            assert_eq!(n(&s, "l2_hits"), 0, "{tag} a scan right after the crash must not hit the grid: {s}");
+        if s.disk_writes == 0 {
+            assert_eq!(s.l2_hits, 0, "{tag} a scan right after the crash must not hit the grid: {s:?}");
         }
-        assert!(n(&s, "l2_hits") <= n(&s, "l2_pushes"), "{tag} {s}");
-        assert_eq!(n(&s, "l2_rejects_total"), 0, "{tag} copies from before the crash are not even asked for: {s}");
-        hits_after_recovery += n(&s, "l2_hits");
+        assert!(s.l2_hits <= s.l2_pushes, "{tag} {s:?}");
+        assert_eq!(s.l2_rejects_total, 0, "{tag} copies from before the crash are not even asked for: {s:?}");
+        hits_after_recovery += s.l2_hits;
         assert!(m >= max_reported, "{tag} transaction {max_reported} was reported committed, the database ends at {m}");
         assert!(m <= max_reported + 1, "{tag} the database is at {m}, but only {max_reported} were reported");
         in_flight_committed += (m > max_reported) as usize;
@@ -205,16 +205,16 @@ fn crash_rounds(journal: &str, seed: u64) {
     let (rows, m) = contents(&conn);
     assert_eq!(m, last_committed);
     assert!(rows == expected(m), "[{journal}] the warm reopen reads the right rows");
-    let s = stats(&conn);
+    let s = cache_stats(&conn);
     let pages = std::fs::metadata(&db).unwrap().len() / 4096;
-    assert!(n(&s, "l2_hits") * 2 > pages, "[{journal}] a warm reopen should read most pages from the grid: {s}");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "[{journal}] {s}");
+    assert!(s.l2_hits * 2 > pages, "[{journal}] a warm reopen should read most pages from the grid: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "[{journal}] {s:?}");
     eprintln!(
         "[{journal}] {} crash rounds, {hot_journals} hot journals rolled back, {wal_left} WALs recovered, \
          {in_flight_committed} kills landed after COMMIT and before the report, {hits_after_recovery} grid hits on copies \
          pushed after a recovery; warm reopen: l2_hits {} of {pages} pages; {:.1}s",
         rounds(),
-        n(&s, "l2_hits"),
+        s.l2_hits,
         started.elapsed().as_secs_f64()
     );
 }
@@ -293,8 +293,8 @@ fn a_damaged_sidecar_means_a_cold_start_never_an_error() {
         let (rows, m) = contents(&conn);
         assert_eq!(m, 20);
         assert!(rows == expected(20), "{what}: wrong rows");
-        let s = stats(&conn);
-        assert_eq!(n(&s, "l2_hits"), 0, "{what}: no copy from before may be served: {s}");
+        let s = cache_stats(&conn);
+        assert_eq!(s.l2_hits, 0, "{what}: no copy from before may be served: {s:?}");
         drop(conn);
         id = new_id;
         // And warm again after this clean close.

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use serde_json::Value;
-use waffle_testkit::db::{flush, n, stats};
+use waffle_core::grid::NodeStatus;
+use waffle_core::stats::CacheSnapshot;
+use waffle_testkit::db::{cache_stats, flush};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::node_stat;
@@ -30,23 +31,12 @@ fn rounds() -> usize {
     soak_rounds(2, 30) as usize
 }
 
-fn node<'a>(s: &'a Value, addr: &str) -> &'a Value {
-    s["nodes"]
-        .as_array()
-        .and_then(|a| a.iter().find(|n| n["addr"] == addr))
-        .unwrap_or_else(|| panic!("no node {addr} in the stats: {s}"))
+fn node_of<'a>(s: &'a CacheSnapshot, addr: &str) -> &'a NodeStatus {
+    s.nodes.iter().find(|n| n.addr == addr).unwrap_or_else(|| panic!("no node {addr} in the stats: {s:?}"))
 }
 
-fn node_n(s: &Value, addr: &str, field: &str) -> u64 {
-    node(s, addr)[field].as_u64().unwrap_or_else(|| panic!("node {addr} has no {field}: {s}"))
-}
-
-fn node_up(s: &Value, addr: &str) -> bool {
-    node(s, addr)["up"].as_bool().expect("nodes[].up")
-}
-
-fn delta(after: &Value, before: &Value, path: &str) -> u64 {
-    n(after, path) - n(before, path)
+fn node_up(s: &CacheSnapshot, addr: &str) -> bool {
+    node_of(s, addr).up
 }
 
 /// A node SIGKILLed in the middle of the workload: its requests fail
@@ -67,45 +57,49 @@ fn a_node_killed_mid_workload_then_restarted_empty() {
 
     for round in 0..rounds() {
         d.run(400);
-        let before = stats(&d.cached);
-        assert!(node_up(&before, &victim), "round {round}: the node should be up before the kill: {before}");
+        let before = cache_stats(&d.cached);
+        assert!(node_up(&before, &victim), "round {round}: the node should be up before the kill: {before:?}");
 
         nodes[1].kill();
         d.run(400);
         d.check(); // integrity and full dumps with the node dead
-        let dead = stats(&d.cached);
-        let ctx = format!("round {round}, node killed: {dead}");
+        let dead = cache_stats(&d.cached);
+        let ctx = format!("round {round}, node killed: {dead:?}");
         assert!(!node_up(&dead, &victim), "the dead node should be marked down: {ctx}");
-        assert!(node_n(&dead, &victim, "marked_down") > node_n(&before, &victim, "marked_down"), "{ctx}");
+        assert!(node_of(&dead, &victim).marked_down > node_of(&before, &victim).marked_down, "{ctx}");
         // The reader or the pusher met it first (refused or reset); after that, probes only.
-        let failed = node_n(&dead, &victim, "failures") - node_n(&before, &victim, "failures");
+        let failed = node_of(&dead, &victim).failures - node_of(&before, &victim).failures;
         assert!(failed >= 1, "requests to the dead node should have failed: {ctx}");
-        let met = delta(&dead, &before, "l2_faults.io") + delta(&dead, &before, "l2_skipped");
+        let met = (dead.l2_faults.io - before.l2_faults.io) + (dead.l2_skipped - before.l2_skipped);
         assert!(met > 20, "reads of the dead node's pages should fail fast or be skipped: {ctx}");
-        assert!(delta(&dead, &before, "l2_hits") > 0, "the other nodes still serve: {ctx}");
+        assert!((dead.l2_hits - before.l2_hits) > 0, "the other nodes still serve: {ctx}");
 
         nodes[1].restart().expect("restart memcached on the same port");
         let t0 = Instant::now();
-        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&stats(&d.cached), &victim));
-        assert!(came_back, "round {round}: the restarted node was not used again within 15 s: {}", stats(&d.cached));
+        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&cache_stats(&d.cached), &victim));
+        assert!(
+            came_back,
+            "round {round}: the restarted node was not used again within 15 s: {:?}",
+            cache_stats(&d.cached)
+        );
         eprintln!("round {round}: the restarted node was up again after {:?}", t0.elapsed());
-        let back = stats(&d.cached);
+        let back = cache_stats(&d.cached);
         d.run(400);
-        let later = stats(&d.cached);
-        let asked = node_n(&later, &victim, "requests") - node_n(&back, &victim, "requests");
-        assert!(asked > 10, "the restarted node should be asked again: {later}");
-        assert_eq!(node_n(&later, &victim, "failures"), node_n(&back, &victim, "failures"), "{later}");
+        let later = cache_stats(&d.cached);
+        let asked = node_of(&later, &victim).requests - node_of(&back, &victim).requests;
+        assert!(asked > 10, "the restarted node should be asked again: {later:?}");
+        assert_eq!(node_of(&later, &victim).failures, node_of(&back, &victim).failures, "{later:?}");
 
         // Killed and restarted at once: pooled connections lead to a dead socket.
-        let before = stats(&d.cached);
+        let before = cache_stats(&d.cached);
         nodes[2].restart().expect("restart memcached");
         d.run(300);
-        let after = stats(&d.cached);
-        assert!(delta(&after, &before, "l2_misses") > 0, "the restarted node's pages are gone: {after}");
+        let after = cache_stats(&d.cached);
+        assert!((after.l2_misses - before.l2_misses) > 0, "the restarted node's pages are gone: {after:?}");
     }
 
     let r = d.finish();
-    assert_eq!(n(&r.stats, "l2_rejects_total"), 0, "nothing stale or foreign was in the grid: {}", r.stats);
+    assert_eq!(r.stats.l2_rejects_total, 0, "nothing stale or foreign was in the grid: {:?}", r.stats);
     eprintln!("{} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
 }
 
@@ -154,30 +148,34 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
     let mut cycles = 0;
     while version_rejects == 0 || cycles < rounds() {
         cycles += 1;
-        assert!(cycles <= 3 + rounds(), "no stale copy was ever met after {cycles} pause cycles: {}", stats(&d.cached));
+        assert!(
+            cycles <= 3 + rounds(),
+            "no stale copy was ever met after {cycles} pause cycles: {:?}",
+            cache_stats(&d.cached)
+        );
         // As long with every node well, just before: how many statements are
         // slow anyway at this size of the database, on this machine now.
         let slow_before = slow(&d.run_for(pause_for));
         d.cached.execute_batch("PRAGMA waffle_stats=reset").unwrap();
-        let before = stats(&d.cached);
+        let before = cache_stats(&d.cached);
         nodes[0].pause();
         let t0 = Instant::now();
         let took = d.run_for(pause_for);
         let paused = t0.elapsed();
-        let during = stats(&d.cached);
-        let ctx = format!("cycle {cycles}, hung for {paused:?}: {during}");
+        let during = cache_stats(&d.cached);
+        let ctx = format!("cycle {cycles}, hung for {paused:?}: {during:?}");
 
-        let timeouts = delta(&during, &before, "l2_faults.timeout");
-        let node_timeouts = node_n(&during, &hung, "timeouts") - node_n(&before, &hung, "timeouts");
+        let timeouts = during.l2_faults.timeout - before.l2_faults.timeout;
+        let node_timeouts = node_of(&during, &hung).timeouts - node_of(&before, &hung).timeouts;
         // Timeouts of the healthy nodes (a stall of this loaded machine) are not the hung node's.
         let elsewhere: u64 = nodes[1..]
             .iter()
-            .map(|other| node_n(&during, &other.addr(), "timeouts") - node_n(&before, &other.addr(), "timeouts"))
+            .map(|other| node_of(&during, &other.addr()).timeouts - node_of(&before, &other.addr()).timeouts)
             .sum();
-        let skipped = delta(&during, &before, "l2_skipped");
+        let skipped = during.l2_skipped - before.l2_skipped;
         // (+50 ms: the node stopped a moment before `t0`, while `pause` waited for it.)
         let bound = waits_bound(paused + Duration::from_millis(50), deadline);
-        let max_fetch = Duration::from_micros(n(&during, "latency.l2.max_us"));
+        let max_fetch = Duration::from_micros(during.latency.l2.max_us);
         let slow_during = slow(&took);
         eprintln!(
             "cycle {cycles}: {} statements in {paused:?} with the node hung: waits for it (reads and pushes) \
@@ -211,20 +209,18 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
 
         nodes[0].resume();
         let t0 = Instant::now();
-        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&stats(&d.cached), &hung));
-        assert!(came_back, "the resumed node was not probed back up within 15 s: {}", stats(&d.cached));
+        let came_back = d.run_until(Duration::from_secs(15), |d| node_up(&cache_stats(&d.cached), &hung));
+        assert!(came_back, "the resumed node was not probed back up within 15 s: {:?}", cache_stats(&d.cached));
         eprintln!("cycle {cycles}: the resumed node was up again after {:?}", t0.elapsed());
         d.run(200);
         d.check(); // reads every page: the stale copies on the resumed node are met here
-        version_rejects = n(&stats(&d.cached), "l2_rejects.version");
+        version_rejects = cache_stats(&d.cached).l2_rejects.version;
     }
     let r = d.finish();
     let s = &r.stats;
-    let others: u64 = ["length", "format", "checksum", "database", "page", "size"]
-        .iter()
-        .map(|k| n(s, &format!("l2_rejects.{k}")))
-        .sum();
-    assert_eq!(others, 0, "only stale (version) rejects are possible here: {s}");
+    let kinds = &s.l2_rejects;
+    let others = kinds.length + kinds.format + kinds.checksum + kinds.database + kinds.page + kinds.size;
+    assert_eq!(others, 0, "only stale (version) rejects are possible here: {s:?}");
     eprintln!(
         "{} stale copies rejected (version): {version_rejects}, pause cycles {cycles}, in {:.1}s",
         r.line(),
@@ -271,20 +267,20 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
             "UPDATE bulk SET v = zeroblob(3000) WHERE id BETWEEN ? AND ?".into(),
             vec![V::Integer(lo), V::Integer(lo + 50)],
         ));
-        eprintln!("round {round}: {}", stats(&d.cached)["l2_misses"]);
+        eprintln!("round {round}: {}", cache_stats(&d.cached).l2_misses);
     }
     d.check();
     let evictions: Vec<u64> = nodes.iter().map(|node| node_stat(&node.addr(), "evictions")).collect();
     let r = d.finish();
     let s = &r.stats;
     assert!(evictions.iter().all(|&e| e > 0), "every node should have evicted: {evictions:?}");
-    assert!(n(s, "l2_misses") > 1000, "pushed pages evicted by memcached are misses: {s}");
+    assert!(s.l2_misses > 1000, "pushed pages evicted by memcached are misses: {s:?}");
     assert!(
-        n(s, "l2_misses") > 2 * (n(s, "l2_push_drops") + n(s, "l2_push_failures")),
-        "most misses should be memcached's evictions, not our drops: {s}"
+        s.l2_misses > 2 * (s.l2_push_drops + s.l2_push_failures),
+        "most misses should be memcached's evictions, not our drops: {s:?}"
     );
-    assert!(n(s, "l2_hits") > 1000, "the grid still serves what it holds: {s}");
-    assert_eq!(n(s, "l2_rejects_total"), 0, "{s}");
+    assert!(s.l2_hits > 1000, "the grid still serves what it holds: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
     eprintln!("{} memcached evictions {evictions:?} in {:.1}s", r.line(), started.elapsed().as_secs_f64());
 }
 
@@ -306,21 +302,21 @@ fn a_killed_node_nobody_asks_is_seen_down_and_up_again() {
     let conn = waffle_testkit::db::open_waffle(&path, &[("waffle_grid", &grid_of([&node])), ("waffle_local", "16MiB")]);
     let rows: i64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
     assert_eq!(rows, 2);
-    let before = stats(&conn);
-    assert!(node_up(&before, &addr), "{before}");
+    let before = cache_stats(&conn);
+    assert!(node_up(&before, &addr), "{before:?}");
 
     node.kill();
     let t0 = Instant::now();
     waffle_testkit::wait::wait_for(Duration::from_secs(15), "the killed node marked down", || {
-        !node_up(&stats(&conn), &addr)
+        !node_up(&cache_stats(&conn), &addr)
     });
     eprintln!("killed node seen down after {:?} without a read", t0.elapsed());
-    let dead = stats(&conn);
-    assert!(node_n(&dead, &addr, "idle_probes") > node_n(&before, &addr, "idle_probes"), "{dead}");
-    assert_eq!(node_n(&dead, &addr, "requests"), node_n(&before, &addr, "requests"), "nobody asked it: {dead}");
+    let dead = cache_stats(&conn);
+    assert!(node_of(&dead, &addr).idle_probes > node_of(&before, &addr).idle_probes, "{dead:?}");
+    assert_eq!(node_of(&dead, &addr).requests, node_of(&before, &addr).requests, "nobody asked it: {dead:?}");
 
     node.restart().expect("restart memcached on the same port");
     waffle_testkit::wait::wait_for(Duration::from_secs(15), "the restarted node up again", || {
-        node_up(&stats(&conn), &addr)
+        node_up(&cache_stats(&conn), &addr)
     });
 }

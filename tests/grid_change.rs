@@ -4,7 +4,9 @@
 //! (`waffle_grid_change=on`): any SQL can reach a PRAGMA.
 
 use waffle_core::grid::{Grid, GridOptions, NodeSpec};
-use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db::{
+    blob_total, cache_id, cache_stats, create_blob_table, drop_pager_cache, flush, open_waffle, snapshot,
+};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{key, mg, node_stat};
@@ -37,8 +39,8 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
 
     let now: String = conn.query_row(&format!("PRAGMA waffle_grid='{four}'"), [], |r| r.get(0)).unwrap();
     assert_eq!(now, four);
-    let s = stats(&conn);
-    assert_eq!(s["config"]["grid"].as_array().unwrap().len(), 4, "{s}");
+    let config = snapshot(&conn).sqlite.expect("the SQLite section").config;
+    assert_eq!(config.grid.len(), 4, "{config:?}");
 
     // Which of them the new ring still looks for where they are.
     let ring = Grid::new(NodeSpec::parse_list(&four).unwrap(), GridOptions::default());
@@ -51,25 +53,25 @@ fn adding_a_node_keeps_about_n_over_n_plus_one_reachable() {
     );
 
     // And the reads find them: every reachable page is a grid hit on a full scan.
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     drop_pager_cache(&conn);
     assert_eq!(blob_total(&conn), want);
-    let after = stats(&conn);
-    let hits = n(&after, "l2_hits") - n(&before, "l2_hits");
-    assert!(hits as f64 >= 0.9 * reachable as f64, "{hits} grid hits for {reachable} reachable pages: {after}");
-    assert_eq!(n(&after, "l2_rejects_total"), 0, "{after}");
-    assert!(after["nodes"][3]["requests"].as_u64().unwrap() > 0, "the new node was asked: {after}");
+    let after = cache_stats(&conn);
+    let hits = after.l2_hits - before.l2_hits;
+    assert!(hits as f64 >= 0.9 * reachable as f64, "{hits} grid hits for {reachable} reachable pages: {after:?}");
+    assert_eq!(after.l2_rejects_total, 0, "{after:?}");
+    assert!(after.nodes[3].requests > 0, "the new node was asked: {after:?}");
 
     // No grid at all: still correct, and the grid counters stop.
     let none: String = conn.query_row("PRAGMA waffle_grid=''", [], |r| r.get(0)).unwrap();
     assert_eq!(none, "");
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     drop_pager_cache(&conn);
     assert_eq!(blob_total(&conn), want);
-    let after = stats(&conn);
-    assert_eq!(n(&after, "l2_hits"), n(&before, "l2_hits"));
-    assert_eq!(n(&after, "l2_misses"), n(&before, "l2_misses"));
-    assert!(n(&after, "disk_reads") > n(&before, "disk_reads"));
+    let after = cache_stats(&conn);
+    assert_eq!(after.l2_hits, before.l2_hits);
+    assert_eq!(after.l2_misses, before.l2_misses);
+    assert!(after.disk_reads > before.disk_reads);
 
     // A bad list is an error naming the value, and the grid stays as it was.
     let err = conn.query_row("PRAGMA waffle_grid='127.0.0.1'", [], |r| r.get::<_, String>(0)).unwrap_err();
@@ -100,8 +102,8 @@ fn sql_cannot_move_the_grid_unless_the_opener_allowed_it() {
     }
     tx.commit().unwrap();
     flush(&conn);
-    let s = stats(&conn);
-    assert!(n(&s, "l2_pushes") > 0, "{s}");
+    let s = cache_stats(&conn);
+    assert!(s.l2_pushes > 0, "{s:?}");
     assert_eq!(node_stat(&attacker.addr(), "total_items"), 0, "nothing reached the node the SQL named");
     assert!(node_stat(&node.addr(), "total_items") > 0);
 

@@ -12,12 +12,11 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use waffle_core::backing::{Backing, PageId};
 use waffle_core::grid::cost::SAMPLE_EVERY;
-use waffle_core::grid::{Grid, GridOptions, NodeSpec};
+use waffle_core::grid::{CostState, Grid, GridOptions, NodeSpec};
+use waffle_core::stats::CacheSnapshot;
 use waffle_core::{CacheOptions, PageCache};
-use waffle_testkit::db::n;
 use waffle_testkit::fake_node::FakeNode;
 use waffle_testkit::mem_file::MemFile;
 use waffle_testkit::pattern;
@@ -92,19 +91,19 @@ impl Rig {
         }
     }
 
-    fn stats(&self) -> Value {
-        Value::Object(self.cache.stats_json())
+    fn stats(&self) -> CacheSnapshot {
+        self.cache.stats_snapshot()
     }
 
-    fn state(&self) -> String {
-        self.stats()["nodes"][0]["cost"]["state"].as_str().unwrap().to_string()
+    fn state(&self) -> CostState {
+        self.stats().nodes[0].cost.state
     }
 
     /// Reads until the node's state is `want` (at most `max` reads); the reads it took.
-    fn read_until(&mut self, want: &str, max: u64) -> u64 {
+    fn read_until(&mut self, want: CostState, max: u64) -> u64 {
         let mut reads = 0;
         while self.state() != want {
-            assert!(reads < max, "not {want} after {reads} reads: {}", self.stats()["nodes"][0]);
+            assert!(reads < max, "not {want:?} after {reads} reads: {:?}", self.stats().nodes[0]);
             self.read(1);
             reads += 1;
         }
@@ -119,18 +118,18 @@ fn a_slow_node_is_backed_off_and_comes_back_when_fast() {
 
     // Fast node, slow disk: the grid pays, every lookup goes (on from the first window judged).
     rig.read(4 * PAGES);
-    rig.read_until("on", 200 * PAGES); // hits are quick: a window (100 ms) takes a few thousand reads
+    rig.read_until(CostState::On, 200 * PAGES); // hits are quick: a window (100 ms) takes a few thousand reads
     let s = rig.stats();
-    assert!(n(&s, "l2_hits") > PAGES, "{s}");
-    assert_eq!(n(&s, "l2_cost_skips") + n(&s, "l2_push_cost_skips"), 0, "{s}");
+    assert!(s.l2_hits > PAGES, "{s:?}");
+    assert_eq!(s.l2_cost_skips + s.l2_push_cost_skips, 0, "{s:?}");
 
     // The node slows down past the disk: backed off at the end of a window of MIN_SAMPLES lookups or so.
     rig.node.delay_gets(SLOW_LOOKUP);
-    let took = rig.read_until("backed_off", 40);
-    let cost = rig.stats()["nodes"][0]["cost"].clone();
-    assert!(cost["lookup_us"].as_f64().unwrap() > cost["saved_us"].as_f64().unwrap(), "{cost}");
-    assert!(cost["reason"].as_str().unwrap().starts_with("backed off"), "{cost}");
-    eprintln!("backed off after {took} reads: {cost}");
+    let took = rig.read_until(CostState::BackedOff, 40);
+    let cost = rig.stats().nodes[0].cost.clone();
+    assert!(cost.lookup_us > cost.saved_us, "{cost:?}");
+    assert!(cost.reason.starts_with("backed off"), "{cost:?}");
+    eprintln!("backed off after {took} reads: {cost:?}");
 
     // Backed off: the lookups and pushes of about one page key in SAMPLE_EVERY
     // go (here 4 of the 48 pages: the sample is by key), the rest read the disk.
@@ -139,22 +138,22 @@ fn a_slow_node_is_backed_off_and_comes_back_when_fast() {
     rig.read(8 * PAGES);
     let after = rig.stats();
     let gets = rig.node.gets().0 - gets_before;
-    let declined = n(&after, "l2_cost_skips") - n(&before, "l2_cost_skips");
-    let pushes_declined = n(&after, "l2_push_cost_skips") - n(&before, "l2_push_cost_skips");
+    let declined = after.l2_cost_skips - before.l2_cost_skips;
+    let pushes_declined = after.l2_push_cost_skips - before.l2_push_cost_skips;
     eprintln!("backed off: {gets} lookups sent, {declined} declined, {pushes_declined} pushes declined");
-    assert!(declined >= 4 * PAGES, "most lookups were declined: {after}");
+    assert!(declined >= 4 * PAGES, "most lookups were declined: {after:?}");
     assert!(gets >= 1 && gets <= declined / (SAMPLE_EVERY / 2) + 2, "{gets} lookups for {declined} declined");
-    assert!(pushes_declined > 0, "pushes back off too: {after}");
-    assert_eq!(rig.state(), "backed_off");
+    assert!(pushes_declined > 0, "pushes back off too: {after:?}");
+    assert_eq!(rig.state(), CostState::BackedOff);
 
     // Fast again: the sampled lookups notice, and it is on again.
     rig.node.delay_gets(Duration::ZERO);
-    let took = rig.read_until("on", 100 * SAMPLE_EVERY);
-    eprintln!("on again after {took} reads: {}", rig.stats()["nodes"][0]["cost"]);
-    let before = n(&rig.stats(), "l2_hits");
+    let took = rig.read_until(CostState::On, 100 * SAMPLE_EVERY);
+    eprintln!("on again after {took} reads: {:?}", rig.stats().nodes[0].cost);
+    let before = rig.stats().l2_hits;
     rig.read(4 * PAGES);
-    assert!(n(&rig.stats(), "l2_hits") > before + PAGES, "the grid serves again: {}", rig.stats());
-    assert_eq!(n(&rig.stats(), "l2_rejects_total"), 0);
+    assert!(rig.stats().l2_hits > before + PAGES, "the grid serves again: {:?}", rig.stats());
+    assert_eq!(rig.stats().l2_rejects_total, 0);
     eprintln!("in {:.1}s", started.elapsed().as_secs_f64());
 }
 
@@ -170,13 +169,13 @@ fn with_the_backoff_off_a_slow_node_gets_every_lookup() {
     let before = rig.stats();
     rig.read(2 * PAGES);
     let after = rig.stats();
-    let lookups = n(&after, "l2_hits") + n(&after, "l2_misses") - n(&before, "l2_hits") - n(&before, "l2_misses");
+    let lookups = after.l2_hits + after.l2_misses - before.l2_hits - before.l2_misses;
     assert_eq!(rig.node.gets().0 - gets_before, lookups, "every lookup went to the node");
-    assert!(lookups >= PAGES, "{after}");
-    assert_eq!(n(&after, "l2_cost_skips") + n(&after, "l2_push_cost_skips"), 0, "{after}");
-    let cost = &after["nodes"][0]["cost"];
-    assert_eq!(cost["state"], "backed_off", "{cost}");
-    assert!(cost["reason"].as_str().unwrap().contains("waffle_grid_backoff=off"), "{cost}");
+    assert!(lookups >= PAGES, "{after:?}");
+    assert_eq!(after.l2_cost_skips + after.l2_push_cost_skips, 0, "{after:?}");
+    let cost = &after.nodes[0].cost;
+    assert_eq!(cost.state, CostState::BackedOff, "{cost:?}");
+    assert!(cost.reason.contains("waffle_grid_backoff=off"), "{cost:?}");
 }
 
 /// A clean close pushes every page of L1 even to a backed-off node: the back-off
@@ -187,10 +186,10 @@ fn a_clean_close_pushes_all_of_l1_even_to_a_backed_off_node() {
     let mut rig = Rig::new(true);
     rig.read(4 * PAGES);
     rig.node.delay_gets(SLOW_LOOKUP);
-    rig.read_until("backed_off", 40);
+    rig.read_until(CostState::BackedOff, 40);
     rig.read(2 * PAGES);
-    assert_eq!(rig.state(), "backed_off");
-    assert!(n(&rig.stats(), "l2_push_cost_skips") > 0, "pushes were backed off before the close: {}", rig.stats());
+    assert_eq!(rig.state(), CostState::BackedOff);
+    assert!(rig.stats().l2_push_cost_skips > 0, "pushes were backed off before the close: {:?}", rig.stats());
     let Rig { node, cache, .. } = rig;
     let sets_before = node.sets();
     let (_, report) = cache.close();

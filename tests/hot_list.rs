@@ -14,10 +14,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use rusqlite::{params, Connection};
-use serde_json::Value;
+use waffle_core::stats::StatsSnapshot;
 use waffle_core::warming::hot_list::{self, Trust};
 use waffle_testkit::artefact;
-use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, n, open_plain, open_waffle, stats};
+use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, open_plain, open_waffle, snapshot};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::spawn_until_ready;
 use waffle_testkit::raw_client::{key, mg};
@@ -78,17 +78,17 @@ fn closed(name: &str) -> Closed {
 }
 
 /// The stats once the open's reload has ended (or at once when there is none).
-fn after_reload(conn: &Connection) -> Value {
-    let mut s = Value::Null;
+fn after_reload(conn: &Connection) -> StatsSnapshot {
+    let mut s = StatsSnapshot::default();
     wait_for(Duration::from_secs(30), "the hot list reload to end", || {
-        s = stats(conn);
-        !matches!(s["hot_list"]["state"].as_str(), Some("pending" | "running"))
+        s = snapshot(conn);
+        !matches!(s.warming().hot_list.state.as_str(), "pending" | "running")
     });
     s
 }
 
-fn why(s: &Value) -> String {
-    s["hot_list"]["why"].as_str().unwrap_or("").to_string()
+fn why(s: &StatsSnapshot) -> String {
+    s.warming().hot_list.why.clone().unwrap_or_default()
 }
 
 /// `on` (a connection of the reload's own, grid then disk) and `grid` (the
@@ -110,20 +110,21 @@ fn clean_close_then_reopen(mode: &str) {
     let conn = open_waffle(&db, &params(&addr, mode));
     assert_eq!(cache_id(&conn), first_id, "warm");
     let s = after_reload(&conn);
-    let h = &s["hot_list"];
-    assert_eq!((h["state"].as_str(), h["trusted"].as_bool()), (Some("done"), Some(true)), "{h}");
-    assert!(n(&s, "hot_list.from_grid_pages") >= 100, "L1's room came from the grid: {h}");
-    assert!(n(&s, "hot_list.from_disk_pages") <= 5, "hardly any disk: {h}");
-    assert!(n(&s, "l1.pages") >= 110, "L1 refilled: {s}");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    let h = &s.warming().hot_list;
+    assert_eq!((h.state.as_str(), h.trusted), ("done", true), "{h:?}");
+    assert!(s.warming().hot_list.from_grid_pages >= 100, "L1's room came from the grid: {h:?}");
+    assert!(s.warming().hot_list.from_disk_pages <= 5, "hardly any disk: {h:?}");
+    assert!(s.cache().l1.pages >= 110, "L1 refilled: {s:?}");
+    assert_eq!(s.cache().l2_rejects_total, 0, "{s:?}");
     // The workload's hot rows are L1 hits (a page or two, such as the header's, may not be).
-    let below_l1 =
-        |s: &Value| n(s, "l2_hits") + n(s, "read_ahead_pages_l2") + n(s, "disk_reads") + n(s, "read_ahead_pages_disk");
-    let (below, l1) = (below_l1(&s), n(&s, "l1_hits"));
+    let below_l1 = |s: &StatsSnapshot| {
+        s.cache().l2_hits + s.cache().read_ahead_pages_l2 + s.cache().disk_reads + s.cache().read_ahead_pages_disk
+    };
+    let (below, l1) = (below_l1(&s), s.cache().l1_hits);
     read_rows(&conn, 1..=HOT_ROWS, |_| 1);
-    let s = stats(&conn);
-    assert!(below_l1(&s) - below <= 2, "hot rows below L1: {s}");
-    assert!(n(&s, "l1_hits") - l1 >= HOT_ROWS as u64 - 2, "{s}");
+    let s = snapshot(&conn);
+    assert!(below_l1(&s) - below <= 2, "hot rows below L1: {s:?}");
+    assert!(s.cache().l1_hits - l1 >= HOT_ROWS as u64 - 2, "{s:?}");
     check_rows(&conn, |id| value(id, 1), ROWS);
 }
 
@@ -136,13 +137,13 @@ fn with_the_reload_off_nothing_is_loaded_and_the_hot_rows_come_from_the_grid() {
     let conn = open_waffle(&db, &params(&addr, "off"));
     assert_eq!(cache_id(&conn), first_id, "warm");
     let s = after_reload(&conn);
-    assert_eq!(s["hot_list"]["state"], "off", "{s}");
-    assert_eq!(n(&s, "hot_list.from_grid_pages") + n(&s, "hot_list.from_disk_pages"), 0, "{s}");
-    let from_grid = |s: &Value| n(s, "l2_hits") + n(s, "read_ahead_pages_l2");
+    assert_eq!(s.warming().hot_list.state, "off", "{s:?}");
+    assert_eq!(s.warming().hot_list.from_grid_pages + s.warming().hot_list.from_disk_pages, 0, "{s:?}");
+    let from_grid = |s: &StatsSnapshot| s.cache().l2_hits + s.cache().read_ahead_pages_l2;
     let before = from_grid(&s);
     read_rows(&conn, 1..=HOT_ROWS, |_| 1);
-    let s = stats(&conn);
-    assert!(from_grid(&s) - before >= HOT_ROWS as u64 - 5, "the hot rows from the grid, on demand: {s}");
+    let s = snapshot(&conn);
+    assert!(from_grid(&s) - before >= HOT_ROWS as u64 - 5, "the hot rows from the grid, on demand: {s:?}");
 }
 
 /// Starts `commit-then-hang` on the database (warm), waits for its commit, SIGKILLs it.
@@ -163,9 +164,9 @@ fn under_grid_a_list_after_a_crash_is_not_used() {
     assert_eq!(crash_child(&db, &addr), first_id);
     let conn = open_waffle(&db, &params(&addr, "grid"));
     let s = after_reload(&conn);
-    assert_eq!(s["hot_list"]["state"], "none", "{s}");
-    assert!(why(&s).contains("waffle_hot_list=on would read"), "{s}");
-    assert_eq!(n(&s, "hot_list.from_grid_pages") + n(&s, "hot_list.from_disk_pages"), 0, "{s}");
+    assert_eq!(s.warming().hot_list.state, "none", "{s:?}");
+    assert!(why(&s).contains("waffle_hot_list=on would read"), "{s:?}");
+    assert_eq!(s.warming().hot_list.from_grid_pages + s.warming().hot_list.from_disk_pages, 0, "{s:?}");
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
 }
 
@@ -180,17 +181,17 @@ fn after_a_crash_the_list_only_names_pages_to_read_from_disk() {
     let conn = open_waffle(&db, &params(&addr, "on"));
     assert_ne!(cache_id(&conn), child_id, "cold after the crash");
     let s = after_reload(&conn);
-    let h = &s["hot_list"];
-    assert_eq!((h["state"].as_str(), h["trusted"].as_bool()), (Some("done"), Some(false)), "{h}");
-    assert!(why(&s).contains("cold open"), "{h}");
-    assert_eq!((n(&s, "hot_list.from_grid_pages"), n(&s, "hot_list.grid_requests")), (0, 0), "{h}");
-    assert!(n(&s, "hot_list.from_disk_pages") >= 100, "the listed pages, from the disk: {h}");
-    assert_eq!(n(&s, "l2_hits") + n(&s, "l2_rejects_total"), 0, "{s}");
+    let h = &s.warming().hot_list;
+    assert_eq!((h.state.as_str(), h.trusted), ("done", false), "{h:?}");
+    assert!(why(&s).contains("cold open"), "{h:?}");
+    assert_eq!((s.warming().hot_list.from_grid_pages, s.warming().hot_list.grid_requests), (0, 0), "{h:?}");
+    assert!(s.warming().hot_list.from_disk_pages >= 100, "the listed pages, from the disk: {h:?}");
+    assert_eq!(s.cache().l2_hits + s.cache().l2_rejects_total, 0, "{s:?}");
     // The child's commit is there (rows 1..=50 and 201..=300 rewritten), whatever L1 was preloaded with.
-    let disk = |s: &Value| n(s, "disk_reads") + n(s, "read_ahead_pages_disk");
+    let disk = |s: &StatsSnapshot| s.cache().disk_reads + s.cache().read_ahead_pages_disk;
     let before = disk(&s);
     read_rows(&conn, 1..=HOT_ROWS, after_child_commit);
-    assert!(disk(&stats(&conn)) - before <= 2, "the hot rows were preloaded");
+    assert!(disk(&snapshot(&conn)) - before <= 2, "the hot rows were preloaded");
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(r, "ok");
@@ -222,9 +223,9 @@ fn ignored_and_says_why(db: &Path, addr: &str, first_id: u64, why_: &str) {
     let conn = open_waffle(db, &params(addr, "on"));
     assert_eq!(cache_id(&conn), first_id, "the sidecar is the database's own: warm");
     let s = after_reload(&conn);
-    assert_eq!(s["hot_list"]["state"], "none", "{s}");
-    assert!(why(&s).contains(why_), "{s}");
-    assert_eq!(n(&s, "hot_list.from_grid_pages") + n(&s, "hot_list.from_disk_pages"), 0, "{s}");
+    assert_eq!(s.warming().hot_list.state, "none", "{s:?}");
+    assert!(why(&s).contains(why_), "{s:?}");
+    assert_eq!(s.warming().hot_list.from_grid_pages + s.warming().hot_list.from_disk_pages, 0, "{s:?}");
     check_rows(&conn, |id| value(id, 1), ROWS);
 }
 
@@ -254,43 +255,43 @@ fn another_process_writing_between_close_and_reopen_never_leads_to_a_stale_read(
 
         let conn = open_waffle(&db, &params(&addr, mode));
         let s = after_reload(&conn);
-        let h = &s["hot_list"];
+        let h = &s.warming().hot_list;
         if mode == "grid" {
             // No lock under `grid`: the reload may fetch the old copies before the first lock
             // finds the change; that lock's reset drops them (and refuses any fetched after).
-            assert_eq!(n(&s, "hot_list.from_disk_pages"), 0, "{h}");
+            assert_eq!(s.warming().hot_list.from_disk_pages, 0, "{h:?}");
             if restore_mtime {
                 // The control: the old copies really were loaded into L1 before any lock.
-                assert!(n(&s, "hot_list.from_grid_pages") > 50, "{h}");
+                assert!(s.warming().hot_list.from_grid_pages > 50, "{h:?}");
             }
             read_rows(&conn, 1..=HOT_ROWS, |_| 2);
             check_rows(&conn, |id| value(id, 2), ROWS);
-            let s = stats(&conn);
+            let s = snapshot(&conn);
             if restore_mtime {
-                assert!(n(&s, "foreign_resets") >= 1, "the first lock saw the change: {s}");
+                assert!(s.cache().foreign_resets >= 1, "the first lock saw the change: {s:?}");
             }
-            assert_eq!(n(&s, "l2_hits") + n(&s, "l2_rejects_total"), 0, "nothing old from the grid: {s}");
+            assert_eq!(s.cache().l2_hits + s.cache().l2_rejects_total, 0, "nothing old from the grid: {s:?}");
             continue;
         }
         if restore_mtime {
             assert_eq!(cache_id(&conn), first_id, "the sidecar accepted the file: a warm open");
-            assert!(n(&s, "foreign_resets") >= 1, "the first lock saw the change: {s}");
-            assert!(why(&s).contains("file changed"), "{h}");
+            assert!(s.cache().foreign_resets >= 1, "the first lock saw the change: {s:?}");
+            assert!(why(&s).contains("file changed"), "{h:?}");
         } else {
             assert_ne!(cache_id(&conn), first_id, "the sidecar refused the changed file: cold");
-            assert!(why(&s).contains("cold open"), "{h}");
+            assert!(why(&s).contains("cold open"), "{h:?}");
         }
-        assert_eq!(h["trusted"], false, "{h}");
-        assert_eq!(n(&s, "hot_list.from_grid_pages"), 0, "{mode}: {h}");
-        assert!(n(&s, "hot_list.from_disk_pages") >= 100, "the listed pages, from the disk: {h}");
+        assert!(!h.trusted, "{h:?}");
+        assert_eq!(s.warming().hot_list.from_grid_pages, 0, "{mode}: {h:?}");
+        assert!(s.warming().hot_list.from_disk_pages >= 100, "the listed pages, from the disk: {h:?}");
         read_rows(&conn, 1..=HOT_ROWS, |_| 2);
         check_rows(&conn, |id| value(id, 2), ROWS);
-        let s = stats(&conn);
+        let s = snapshot(&conn);
         // Nothing old served: every row is the new one, and verify mode (on in CI) compared each
         // page a tier served with the file. The grid may serve copies pushed after the reset
         // (the reload's own evictions), and a page marked as pushed whose store has not landed
         // may meet its old copy there and refuse it (presence marks before the store).
-        assert_eq!(n(&s, "verify_mismatches"), 0, "nothing old served: {s}");
+        assert_eq!(s.cache().verify_mismatches, 0, "nothing old served: {s:?}");
         let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
         assert_eq!(r, "ok");
     }
@@ -305,18 +306,18 @@ fn a_warm_while_the_reload_runs_stops_it_and_runs_instead() {
     let writer = open_plain(&db);
     writer.execute_batch("BEGIN EXCLUSIVE").unwrap();
     let conn = open_waffle(&db, &params(&addr, "on"));
-    wait_for(Duration::from_secs(10), "the reload to start", || stats(&conn)["hot_list"]["state"] == "running");
+    wait_for(Duration::from_secs(10), "the reload to start", || snapshot(&conn).warming().hot_list.state == "running");
     let started: String = conn.query_row("PRAGMA waffle_warm", [], |r| r.get(0)).unwrap();
     assert!(started.starts_with("started"), "{started}");
-    assert_eq!(stats(&conn)["hot_list"]["state"], "cancelled", "the warm stopped the reload");
+    assert_eq!(snapshot(&conn).warming().hot_list.state, "cancelled", "the warm stopped the reload");
     writer.execute_batch("COMMIT").unwrap();
-    let mut s = Value::Null;
+    let mut s = StatsSnapshot::default();
     wait_for(Duration::from_secs(30), "the warm to end", || {
-        s = stats(&conn);
-        s["warm"]["state"] != "running"
+        s = snapshot(&conn);
+        s.warming().warm.state != "running"
     });
-    assert_eq!(s["warm"]["state"], "done", "{s}");
-    assert_eq!(n(&s, "hot_list.from_grid_pages") + n(&s, "hot_list.from_disk_pages"), 0, "{s}");
+    assert_eq!(s.warming().warm.state, "done", "{s:?}");
+    assert_eq!(s.warming().hot_list.from_grid_pages + s.warming().hot_list.from_disk_pages, 0, "{s:?}");
     check_rows(&conn, |id| value(id, 1), ROWS);
 }
 
@@ -358,7 +359,7 @@ fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
     conn.busy_timeout(Duration::ZERO).unwrap();
     let (mut during, mut id) = (0, rows);
     loop {
-        let running = stats(&conn)["hot_list"]["state"] == "running";
+        let running = snapshot(&conn).warming().hot_list.state == "running";
         id += 1;
         conn.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 1)]).unwrap_or_else(|e| {
             panic!("write {id} while the reload {}: {e}", if running { "ran" } else { "was over" })
@@ -369,8 +370,8 @@ fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
         during += 1;
     }
     let s = after_reload(&conn);
-    assert!(during >= 3, "only {during} writes landed while the reload ran: {}", s["hot_list"]);
-    assert!(n(&s, "hot_list.from_disk_pages") >= 50, "{}", s["hot_list"]);
+    assert!(during >= 3, "only {during} writes landed while the reload ran: {:?}", s.warming().hot_list);
+    assert!(s.warming().hot_list.from_disk_pages >= 50, "{:?}", s.warming().hot_list);
     check_rows(&conn, |id| value(id, 1), id);
     assert!(slow_disk::slowed_reads("hdd-10k") >= 50, "the reload's reads waited for the EMULATED disk");
 }

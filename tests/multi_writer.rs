@@ -55,7 +55,8 @@ use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::{Connection, ErrorCode};
 use serde_json::{json, Value as Json};
-use waffle_testkit::db::{n, open_plain, open_waffle, stats, waffle_uri};
+use waffle_core::stats::{CacheSnapshot, StatsSnapshot};
+use waffle_testkit::db::{cache_stats, open_plain, open_waffle, waffle_uri};
 use waffle_testkit::nodes::{grid_of, start_node, Node};
 use waffle_testkit::soak::{soak_rounds, soak_seed};
 use waffle_testkit::temp_dir::TempDir;
@@ -1168,13 +1169,11 @@ fn run(test: &str, journal: &'static str, page_size: usize, waffle: bool, base_s
 
     // The end: A's last view, then everyone closed (A last: in WAL mode its
     // close checkpoints), and the file read by a fresh default-VFS connection.
-    let a_stats = waffle.then(|| stats(&r.a));
+    let a_stats = waffle.then(|| cache_stats(&r.a));
     let x_stats = match (waffle, r.x.is_some()) {
         (true, true) => match r.x_query("PRAGMA waffle_stats", BUSY_MS).as_deref() {
             Some([row]) => match row.as_slice() {
-                [Value::Text(t)] => Some(
-                    serde_json::from_str::<Json>(t).unwrap_or_else(|e| panic!("{tag} X's waffle_stats ({e}): {t}")),
-                ),
+                [Value::Text(t)] => Some(typed(t, &format!("{tag} X's waffle_stats"))),
                 other => panic!("{tag} X's PRAGMA waffle_stats gave {other:?}: is X really on waffle?"),
             },
             other => panic!("{tag} X's PRAGMA waffle_stats gave {other:?}: is X really on waffle?"),
@@ -1216,48 +1215,46 @@ fn run(test: &str, journal: &'static str, page_size: usize, waffle: bool, base_s
         model.len()
     );
     if let Some(s) = &a_stats {
-        let ctx = format!("{tag} A's stats: {s}");
-        assert!(n(s, "l2_pushes") > 0, "the grid was never pushed to: {ctx}");
-        assert!(n(s, "l2_hits") > 0, "the grid never answered a read: {ctx}");
-        assert!(
-            s.get("foreign_changes").is_some(),
-            "waffle_stats has no foreign_changes (changes by other writers noticed; the multi-writer fix adds it): {ctx}"
-        );
-        assert!(n(s, "foreign_changes") > 0, "A never noticed another writer's commit: {ctx}");
+        let ctx = format!("{tag} A's stats: {s:?}");
+        assert!(s.l2_pushes > 0, "the grid was never pushed to: {ctx}");
+        assert!(s.l2_hits > 0, "the grid never answered a read: {ctx}");
+        assert!(s.foreign_changes > 0, "A never noticed another writer's commit: {ctx}");
         line.push_str(&format!(
             "; A: l1_hits {} l1_misses {} l2_hits {} l2_misses {} l2_pushes {} disk_reads {} foreign_changes {} \
              foreign_resets {} foreign_pages_invalidated {}",
-            n(s, "l1_hits"),
-            n(s, "l1_misses"),
-            n(s, "l2_hits"),
-            n(s, "l2_misses"),
-            n(s, "l2_pushes"),
-            n(s, "disk_reads"),
-            s["foreign_changes"],
-            s["foreign_resets"],
-            s["foreign_pages_invalidated"]
+            s.l1_hits,
+            s.l1_misses,
+            s.l2_hits,
+            s.l2_misses,
+            s.l2_pushes,
+            s.disk_reads,
+            s.foreign_changes,
+            s.foreign_resets,
+            s.foreign_pages_invalidated
         ));
         match &w_stats {
-            Some(w) => line.push_str(&format!(
-                "; W's last run: l2_hits {} l2_pushes {} disk_reads {} foreign_changes {}",
-                w["l2_hits"], w["l2_pushes"], w["disk_reads"], w["foreign_changes"]
-            )),
+            Some(w) => {
+                let w = typed(&w.to_string(), &format!("{tag} W's waffle_stats"));
+                line.push_str(&format!(
+                    "; W's last run: l2_hits {} l2_pushes {} disk_reads {} foreign_changes {}",
+                    w.l2_hits, w.l2_pushes, w.disk_reads, w.foreign_changes
+                ))
+            }
             None => panic!("{tag} W never reported its waffle_stats"),
         }
         let x = x_stats.as_ref().expect("X is open (a refusal fails above)");
-        let ctx = format!("{tag} X's stats: {x}");
-        assert!(x.get("foreign_changes").is_some(), "waffle_stats has no foreign_changes: {ctx}");
-        assert!(n(x, "foreign_changes") > 0, "X never noticed another writer's commit: {ctx}");
+        let ctx = format!("{tag} X's stats: {x:?}");
+        assert!(x.foreign_changes > 0, "X never noticed another writer's commit: {ctx}");
         line.push_str(&format!(
             "; X: l1_hits {} l2_hits {} l2_pushes {} disk_reads {} foreign_changes {} foreign_resets {} \
              foreign_pages_invalidated {}",
-            n(x, "l1_hits"),
-            n(x, "l2_hits"),
-            n(x, "l2_pushes"),
-            n(x, "disk_reads"),
-            x["foreign_changes"],
-            x["foreign_resets"],
-            x["foreign_pages_invalidated"]
+            x.l1_hits,
+            x.l2_hits,
+            x.l2_pushes,
+            x.disk_reads,
+            x.foreign_changes,
+            x.foreign_resets,
+            x.foreign_pages_invalidated
         ));
     }
     eprintln!("{line}");
@@ -1265,4 +1262,10 @@ fn run(test: &str, journal: &'static str, page_size: usize, waffle: bool, base_s
 
 fn replay_of(test: &str, seed: u64) -> String {
     format!("{SEED_ENV}={seed:#x} cargo test --release -p waffle-e2e --test multi_writer {test}")
+}
+
+/// The cache's part of a `PRAGMA waffle_stats` answer (`what` names it in a panic).
+fn typed(text: &str, what: &str) -> CacheSnapshot {
+    let v: Json = serde_json::from_str(text).unwrap_or_else(|e| panic!("{what} ({e}): {text}"));
+    StatsSnapshot::from_json(&v).unwrap_or_else(|e| panic!("{what} ({e}): {text}")).cache().clone()
 }

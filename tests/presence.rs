@@ -8,9 +8,8 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::Value;
+use waffle_core::stats::CacheSnapshot;
 use waffle_core::{envelope, PageCache, Source};
-use waffle_testkit::db::n;
 use waffle_testkit::mem_file::{cache_on, patterned, set_page, MemFile};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
@@ -24,8 +23,8 @@ fn page_of(file: &Mutex<Vec<u8>>, p: u64) -> Vec<u8> {
     file.lock().unwrap()[p as usize * PAGE..][..PAGE].to_vec()
 }
 
-fn stats(cache: &PageCache) -> Value {
-    Value::Object(cache.stats_json())
+fn stats(cache: &PageCache) -> CacheSnapshot {
+    cache.stats_snapshot()
 }
 
 #[test]
@@ -38,7 +37,7 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
     // Lookups that asked the grid (node requests also count the pusher's stores).
     let requests = || {
         let s = stats(&cache);
-        n(&s, "l2_hits") + n(&s, "l2_misses") + n(&s, "l2_rejects_total") + n(&s, "l2_skipped")
+        s.l2_hits + s.l2_misses + s.l2_rejects_total + s.l2_skipped
     };
     let read = |p: u64, buf: &mut Vec<u8>| {
         let (len, source) = cache.read(p, buf, &disk).unwrap();
@@ -52,15 +51,15 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
         assert_eq!(read(p, &mut buf), Source::Disk);
     }
     let s = stats(&cache);
-    assert_eq!(n(&s, "l2_presence_skips"), PAGES, "{s}");
-    assert_eq!(n(&s, "l2_misses") + n(&s, "l2_hits"), 0, "{s}");
+    assert_eq!(s.l2_presence_skips, PAGES, "{s:?}");
+    assert_eq!(s.l2_misses + s.l2_hits, 0, "{s:?}");
 
     // Pushes: the evicted pages are in the set, and memcached holds exactly those.
     assert!(cache.flush_pushes(Duration::from_secs(10)));
     let s = stats(&cache);
-    let pushed = n(&s, "l2_presence_pages");
-    assert_eq!(pushed, n(&s, "l2_pushes"), "one mark per pushed page: {s}");
-    assert!(pushed >= PAGES - L1_PAGES, "{s}");
+    let pushed = s.l2_presence_pages;
+    assert_eq!(pushed, s.l2_pushes, "one mark per pushed page: {s:?}");
+    assert!(pushed >= PAGES - L1_PAGES, "{s:?}");
     assert_eq!(node_stat(&node.addr(), "curr_items"), pushed, "memcached holds what the set says");
 
     // A fetch takes the page back: out of memcached and out of the set (the
@@ -70,7 +69,7 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
     assert_eq!(requests(), before + 1);
     assert!(mg(&node.addr(), &envelope::key(0x9e5, 0)).is_none(), "the fetched item is gone from memcached");
     assert!(cache.flush_pushes(Duration::from_secs(10)));
-    assert_eq!(n(&stats(&cache), "l2_presence_pages"), pushed);
+    assert_eq!(stats(&cache).l2_presence_pages, pushed);
     assert_eq!(node_stat(&node.addr(), "curr_items"), pushed);
 
     // A write and an invalidation: the grid's copies are of another version, so they are not asked for.
@@ -87,11 +86,11 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
     }
     assert!(cache.flush_pushes(Duration::from_secs(10)));
     let before = requests();
-    let skips = n(&stats(&cache), "l2_presence_skips");
+    let skips = stats(&cache).l2_presence_skips;
     assert_eq!(read(2, &mut buf), Source::Disk);
-    assert_eq!((requests(), n(&stats(&cache), "l2_presence_skips")), (before, skips + 1), "page 2 asked nothing");
+    assert_eq!((requests(), stats(&cache).l2_presence_skips), (before, skips + 1), "page 2 asked nothing");
     assert_eq!(read(1, &mut buf), Source::L2, "page 1's new version was pushed and comes back");
-    assert_eq!(n(&stats(&cache), "l2_rejects_total"), 0);
+    assert_eq!(stats(&cache).l2_rejects_total, 0);
 
     // A truncation: the pages past the cut leave the set; regrown, they read from the disk only.
     assert!(cache.flush_pushes(Duration::from_secs(10)));
@@ -118,17 +117,17 @@ fn the_presence_set_follows_pushes_fetches_writes_truncations_and_a_node_restart
         }
     }
     let s = stats(&cache);
-    assert!(missed > 0, "{s}");
-    assert!(n(&s, "l2_misses") > 0, "pushed pages the node lost are misses (presence misses): {s}");
-    assert_eq!(s["nodes"][0]["presence_misses"].as_u64().unwrap(), n(&s, "l2_misses"), "counted on the node: {s}");
+    assert!(missed > 0, "{s:?}");
+    assert!(s.l2_misses > 0, "pushed pages the node lost are misses (presence misses): {s:?}");
+    assert_eq!(s.nodes[0].presence_misses, s.l2_misses, "counted on the node: {s:?}");
     // Each miss took its page out of the set: read again, no page misses (the
     // ones asked for now are those the first pass pushed to the restarted node).
     assert!(cache.flush_pushes(Duration::from_secs(10)));
-    let misses = n(&stats(&cache), "l2_misses");
+    let misses = stats(&cache).l2_misses;
     for &p in &marked {
         read(p, &mut buf);
     }
-    assert_eq!(n(&stats(&cache), "l2_misses"), misses, "a missed page was asked for again: {}", stats(&cache));
+    assert_eq!(stats(&cache).l2_misses, misses, "a missed page was asked for again: {:?}", stats(&cache));
 }
 
 /// The grid's reach: a 4 MiB memcached (about 900 pages) under 4000 pushed
@@ -156,21 +155,21 @@ fn pages_pushed_longer_ago_than_the_grid_keeps_are_not_asked_for() {
         }
         assert!(cache.flush_pushes(Duration::from_secs(10)));
         let s = stats(&cache);
-        let counts = [n(&s, "l2_hits"), n(&s, "l2_misses"), n(&s, "l2_aged_skips")];
-        eprintln!("{label}: hits, misses, aged skips so far {counts:?}; reach {}", n(&s, "l2_reach_pushes"));
+        let counts = [s.l2_hits, s.l2_misses, s.l2_aged_skips];
+        eprintln!("{label}: hits, misses, aged skips so far {counts:?}; reach {}", s.l2_reach_pushes);
         counts
     };
     let cold = pass("cold", &mut (0..MANY));
     assert_eq!(cold, [0, 0, 0], "nothing pushed before the first pass");
-    assert_eq!(n(&stats(&cache), "l2_reach_pushes"), 0, "no miss seen yet: the reach is unknown");
+    assert_eq!(stats(&cache).l2_reach_pushes, 0, "no miss seen yet: the reach is unknown");
     let held = node_stat(&node.addr(), "curr_items");
     assert!(held < MANY / 2, "memcached evicted most of the pages: it holds {held}");
 
     let [_, misses, aged] = pass("oldest first", &mut (0..MANY));
-    assert!(aged > MANY / 2, "most evicted pages were skipped, not asked for: {}", stats(&cache));
-    assert!(misses < aged / 4, "few lookups missed: {}", stats(&cache));
+    assert!(aged > MANY / 2, "most evicted pages were skipped, not asked for: {:?}", stats(&cache));
+    assert!(misses < aged / 4, "few lookups missed: {:?}", stats(&cache));
 
     let [hits, misses_after, _] = pass("newest first", &mut (0..MANY).rev());
-    assert!(hits > held / 4, "the pages memcached still held were asked for and found: {}", stats(&cache));
-    assert!(misses_after - misses < hits, "{}", stats(&cache));
+    assert!(hits > held / 4, "the pages memcached still held were asked for and found: {:?}", stats(&cache));
+    assert!(misses_after - misses < hits, "{:?}", stats(&cache));
 }

@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use waffle_core::grid::Fetch;
 use waffle_core::{PageCheck, Source};
-use waffle_testkit::db::n;
 use waffle_testkit::mem_file::{cache_on, MemFile};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
@@ -93,18 +92,16 @@ fn a_page_being_pushed_is_never_read_from_an_older_grid_copy() {
         };
         *outcomes.entry(after.to_string()).or_default() += 1;
     }
-    let s = serde_json::Value::Object(cache.stats_json());
+    let s = cache.stats_snapshot();
     eprintln!("{ROUNDS} reads of a page just evicted: {outcomes:?}");
-    assert_eq!(n(&s, "l2_rejects_total"), n(&s, "l2_rejects.version"), "only version rejects are possible here: {s}");
-    assert_eq!(n(&s, "l2_faults.timeout") + n(&s, "l2_faults.io"), 0, "the node must not fail in this test: {s}");
+    assert_eq!(s.l2_rejects_total, s.l2_rejects.version, "only version rejects are possible here: {s:?}");
+    assert_eq!(s.l2_faults.timeout + s.l2_faults.io, 0, "the node must not fail in this test: {s:?}");
     assert_eq!(
-        n(&s, "disk_reads"),
-        0,
+        s.disk_reads, 0,
         "{} of {ROUNDS} reads of a page whose newer version was being pushed went to the grid, were served an \
          older copy ({} version rejects), and read the disk; outcomes: {outcomes:?}. Is the batch the pusher \
-         is sending still visible to Pusher::take? stats: {s}",
-        n(&s, "disk_reads"),
-        n(&s, "l2_rejects.version"),
+         is sending still visible to Pusher::take? stats: {s:?}",
+        s.disk_reads, s.l2_rejects.version,
     );
 }
 
@@ -142,9 +139,9 @@ fn a_grid_copy_the_adapter_refuses_never_reaches_l1() {
     let (_, source) = cache.read(0, &mut buf, &disk).unwrap();
     assert_eq!(source, Source::Disk, "the refused copy was not served");
     assert!(buf == truth);
-    let s = serde_json::Value::Object(cache.stats_json());
-    assert_eq!(n(&s, "l2_rejects.content"), 1, "{s}");
-    assert_eq!(n(&s, "l2_hits"), 0, "{s}");
+    let s = cache.stats_snapshot();
+    assert_eq!(s.l2_rejects.content, 1, "{s:?}");
+    assert_eq!(s.l2_hits, 0, "{s:?}");
     let (_, source) = cache.read(0, &mut buf, &disk).unwrap();
     assert_eq!(source, Source::L1);
     assert!(buf == truth, "L1 holds the file's bytes, not the refused copy's");

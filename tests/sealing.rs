@@ -4,7 +4,7 @@
 //! Control: the same workload without a key leaves the rows readable in
 //! memcached, so the search below is able to find them.
 
-use waffle_testkit::db::{blob_total, cache_id, create_blob_table, drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_testkit::db::{blob_total, cache_id, cache_stats, create_blob_table, drop_pager_cache, flush, open_waffle};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::{key, mg, ms};
@@ -33,8 +33,8 @@ fn grid_values(params: &[(&str, &str)], node: &Node, dir: &TempDir) -> (u64, Vec
     let id = cache_id(&conn);
     let pages: u64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
     let values: Vec<Vec<u8>> = (0..pages).filter_map(|p| mg(&node.addr(), &key(id, p))).collect();
-    let s = stats(&conn);
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    let s = cache_stats(&conn);
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
     (id, values)
 }
 
@@ -110,16 +110,16 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     ms(&node.addr(), &key(id, a), &vb);
     ms(&node.addr(), &key(id, b), &va);
 
-    let before = stats(&conn);
+    let before = cache_stats(&conn);
     drop_pager_cache(&conn);
     assert_eq!(blob_total(&conn), want, "results must not change");
-    let after = stats(&conn);
-    let rejected = n(&after, "l2_rejects_total") - n(&before, "l2_rejects_total");
-    assert!(rejected >= 1, "the altered values were not even fetched: {after}");
+    let after = cache_stats(&conn);
+    let rejected = after.l2_rejects_total - before.l2_rejects_total;
+    assert!(rejected >= 1, "the altered values were not even fetched: {after:?}");
     // A flipped byte fails the tag; a moved value names another page.
-    let seal = n(&after, "l2_rejects.seal") - n(&before, "l2_rejects.seal");
-    let page = n(&after, "l2_rejects.page") - n(&before, "l2_rejects.page");
-    assert_eq!(seal + page, rejected, "{after}");
+    let seal = after.l2_rejects.seal - before.l2_rejects.seal;
+    let page = after.l2_rejects.page - before.l2_rejects.page;
+    assert_eq!(seal + page, rejected, "{after:?}");
     assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
 
     // The same values read without the key are refused (sealed, no key), not served.
@@ -130,7 +130,7 @@ fn a_tampered_or_foreign_sealed_value_is_rejected() {
     let conn = open_waffle(&db, &no_key);
     conn.execute_batch("PRAGMA cache_size=4").unwrap();
     assert_eq!(blob_total(&conn), want);
-    let s = stats(&conn);
-    assert_eq!(n(&s, "l2_hits"), 0, "a sealed value was served without the key: {s}");
-    assert!(n(&s, "l2_rejects.seal") > 0, "the sealed values were asked for and refused: {s}");
+    let s = cache_stats(&conn);
+    assert_eq!(s.l2_hits, 0, "a sealed value was served without the key: {s:?}");
+    assert!(s.l2_rejects.seal > 0, "the sealed values were asked for and refused: {s:?}");
 }

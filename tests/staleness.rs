@@ -22,7 +22,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use rusqlite::{params, Connection};
-use waffle_testkit::db::{cache_id, create_blob_table, drop_pager_cache, flush, n, open_plain, open_waffle, stats};
+use waffle_core::stats::CacheSnapshot;
+use waffle_testkit::db::{cache_id, cache_stats, create_blob_table, drop_pager_cache, flush, open_plain, open_waffle};
 use waffle_testkit::db_file::leaf_pages_by_rowid;
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::raw_client::{envelope_identity, key, mg, node_stat};
@@ -36,9 +37,9 @@ const B_ROWS: i64 = 200;
 const X: i64 = 20;
 
 fn node_state(conn: &Connection) -> (bool, u64) {
-    let s = stats(conn);
-    let node = &s["nodes"][0];
-    (node["up"].as_bool().expect("nodes[0].up"), node["failures"].as_u64().expect("nodes[0].failures"))
+    let s = cache_stats(conn);
+    let node = &s.nodes[0];
+    (node.up, node.failures)
 }
 
 /// Reads rows of table b in turn through `conn` (a small SQLite cache), so
@@ -75,6 +76,15 @@ fn integrity_ok(conn: &Connection) {
     assert_eq!(r, "ok");
 }
 
+/// No grid value was refused but as stale (a version older than the page's).
+fn assert_only_stale_rejects(s: &CacheSnapshot) {
+    let k = &s.l2_rejects;
+    let others = [("length", k.length), ("format", k.format), ("checksum", k.checksum)];
+    let others = others.into_iter().chain([("database", k.database), ("page", k.page), ("size", k.size)]);
+    for (kind, n) in others {
+        assert_eq!(n, 0, "unexpected {kind} reject: {s:?}");
+    }
+}
 #[test]
 fn a_copy_made_stale_while_its_node_was_paused_is_rejected() {
     let node = start_node(64);
@@ -135,20 +145,20 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
     // Inside the backoff window: rewrite P (from SQLite's cache: no read of P),
     // then evict P@v1 from L1; its push is skipped.
     let window = Instant::now();
-    let before = stats(&writer);
+    let before = cache_stats(&writer);
     let new = pattern(0xbeef, ROW);
     assert_eq!(writer.execute("UPDATE a SET v = ? WHERE id = ?", params![new, X]).unwrap(), 1);
     for _ in 0..8 {
         reader.read_one();
     }
     flush(&writer);
-    let after = stats(&writer);
+    let after = cache_stats(&writer);
     let spent = window.elapsed();
     assert!(
-        n(&after, "l2_push_failures") > n(&before, "l2_push_failures"),
-        "evicted pages should have failed to push while the node was down: {after}"
+        after.l2_push_failures > before.l2_push_failures,
+        "evicted pages should have failed to push while the node was down: {after:?}"
     );
-    assert!(n(&after, "disk_writes") > n(&before, "disk_writes"), "the UPDATE did not reach the file");
+    assert!(after.disk_writes > before.disk_writes, "the UPDATE did not reach the file");
 
     node.resume();
     // Requests sent while it was paused run now; one may be a probe carrying P@v1, so the check
@@ -177,21 +187,19 @@ fn paused_rewrite(node: &Node, attempt: u32) -> Result<(), String> {
         }
         up
     });
-    assert!(up, "timed out after 15 s waiting for the resumed node to come back up: {}", stats(&writer));
+    assert!(up, "timed out after 15 s waiting for the resumed node to come back up: {:?}", cache_stats(&writer));
 
     // P is in neither L1 nor the push queue: a fresh connection's read asks the grid.
-    let before = stats(&writer);
+    let before = cache_stats(&writer);
     let fresh = open_waffle(&path, &params);
     let got: Vec<u8> = fresh.query_row("SELECT v FROM a WHERE id = ?", [X], |r| r.get(0)).unwrap();
-    let after = stats(&writer);
+    let after = cache_stats(&writer);
     assert!(got == new, "row {X} read back the OLD bytes after its page's stale copy was fetched");
     assert!(
-        n(&after, "l2_rejects.version") > n(&before, "l2_rejects.version"),
-        "the stale copy of page {page} (version {v0}) was not counted as a version reject.\nbefore: {before}\nafter: {after}"
+        after.l2_rejects.version > before.l2_rejects.version,
+        "the stale copy of page {page} (version {v0}) was not counted as a version reject.\nbefore: {before:?}\nafter: {after:?}"
     );
-    for kind in ["length", "format", "checksum", "database", "page", "size"] {
-        assert_eq!(n(&after, &format!("l2_rejects.{kind}")), 0, "unexpected {kind} reject: {after}");
-    }
+    assert_only_stale_rejects(&after);
     assert!(mg(&addr, &key).is_none(), "the rejected stale copy under {key} should have been expired by the fetch");
 
     // Every connection sees the new bytes; everything else is intact.
@@ -226,8 +234,8 @@ fn a_node_killed_and_restarted_empty_changes_no_result() {
     let mut expect: BTreeMap<i64, Vec<u8>> = (1..=300).map(|id| (id, pattern(id as u64, ROW))).collect();
     flush(&conn);
     check(&conn, &expect, "before the kill");
-    let s0 = stats(&conn);
-    assert!(n(&s0, "l2_hits") > 0, "the grid should serve reads before the kill: {s0}");
+    let s0 = cache_stats(&conn);
+    assert!(s0.l2_hits > 0, "the grid should serve reads before the kill: {s0:?}");
 
     node.kill();
     for round in 0..3u64 {
@@ -240,18 +248,18 @@ fn a_node_killed_and_restarted_empty_changes_no_result() {
         tx.commit().unwrap();
         check(&conn, &expect, "while the node is dead");
     }
-    let s1 = stats(&conn);
+    let s1 = cache_stats(&conn);
     // The first request to fail may be a fetch (l2_faults) or a push (l2_push_failures): the node counts both.
     assert!(
-        s1["nodes"][0]["failures"].as_u64().unwrap() > 0 && n(&s1, "l2_skipped") > n(&s0, "l2_skipped"),
-        "a dead node should fail a request, then be skipped: {s1}"
+        s1.nodes[0].failures > 0 && s1.l2_skipped > s0.l2_skipped,
+        "a dead node should fail a request, then be skipped: {s1:?}"
     );
-    assert!(!s1["nodes"][0]["up"].as_bool().unwrap(), "the dead node should be marked down: {s1}");
+    assert!(!s1.nodes[0].up, "the dead node should be marked down: {s1:?}");
 
     node.restart().expect("restart memcached on the same port");
     // Reads (checked) drive the probes that bring the node back.
     wait_for(Duration::from_secs(15), "the restarted node to come back up", || {
-        let up = stats(&conn)["nodes"][0]["up"].as_bool().unwrap();
+        let up = cache_stats(&conn).nodes[0].up;
         if !up {
             check(&conn, &expect, "while the node comes back");
         }
@@ -259,13 +267,11 @@ fn a_node_killed_and_restarted_empty_changes_no_result() {
     });
     check(&conn, &expect, "after the restart");
     flush(&conn);
-    let s2 = stats(&conn);
+    let s2 = cache_stats(&conn);
     check(&conn, &expect, "after the restart, from the grid");
-    let s3 = stats(&conn);
-    assert!(n(&s3, "l2_hits") > n(&s2, "l2_hits"), "the restarted node should serve reads again: {s3}");
-    for kind in ["length", "format", "checksum", "database", "page", "size"] {
-        assert_eq!(n(&s3, &format!("l2_rejects.{kind}")), 0, "unexpected {kind} reject: {s3}");
-    }
+    let s3 = cache_stats(&conn);
+    assert!(s3.l2_hits > s2.l2_hits, "the restarted node should serve reads again: {s3:?}");
+    assert_only_stale_rejects(&s3);
     integrity_ok(&conn);
     drop(conn);
     // And after a clean close the file alone (plain SQLite) has every row.

@@ -24,57 +24,47 @@
 //!                 (a miss is the grid losing a pushed page)
 
 use rusqlite::{params, Connection};
-use serde_json::Value;
-use waffle_testkit::db::{drop_pager_cache, flush, n, open_waffle, stats};
+use waffle_core::stats::CacheSnapshot;
+use waffle_testkit::db::{cache_stats, drop_pager_cache, flush, open_waffle, snapshot};
 use waffle_testkit::nodes::start_node;
 use waffle_testkit::pattern;
 use waffle_testkit::temp_dir::TempDir;
 
 const ROW: usize = 3000; // one row per 4 KiB leaf page
 
-fn faults(s: &Value) -> u64 {
-    ["timeout", "io", "protocol", "server_error"].iter().map(|k| n(s, &format!("l2_faults.{k}"))).sum()
-}
-
-fn check_identities(s: &Value, with_grid: bool) {
-    let attempts = n(s, "l2_hits") + n(s, "l2_misses") + n(s, "l2_skipped") + n(s, "l2_rejects_total") + faults(s);
-    let rejects: u64 = ["length", "format", "checksum", "database", "page", "size", "version", "seal"]
-        .iter()
-        .map(|k| n(s, &format!("l2_rejects.{k}")))
-        .sum();
-    assert_eq!(rejects, n(s, "l2_rejects_total"), "l2_rejects_total is not the sum of its kinds: {s}");
-    assert_eq!(n(s, "latency.l1.count"), n(s, "l1_hits"), "one L1 latency per L1 hit: {s}");
-    assert_eq!(n(s, "latency.disk.count"), n(s, "disk_reads"), "one disk latency per disk read: {s}");
-    assert_eq!(n(s, "latency.l2.count"), attempts, "one grid latency per grid attempt: {s}");
-    let reasons = s["disk_reasons"].as_object().expect("disk_reasons");
-    assert_eq!(
-        reasons.values().filter_map(Value::as_u64).sum::<u64>(),
-        n(s, "disk_reads"),
-        "one reason per disk read: {s}"
-    );
-    assert_eq!(n(s, "disk_reasons.aged_out"), n(s, "l2_aged_skips"), "{s}");
-    assert!(n(s, "disk_reasons.evicted") >= n(s, "l2_misses"), "{s}");
+fn check_identities(s: &CacheSnapshot, with_grid: bool) {
+    let attempts = s.l2_hits + s.l2_misses + s.l2_skipped + s.l2_rejects_total + s.l2_faults.total();
+    let r = &s.l2_rejects;
+    let rejects =
+        r.length + r.format + r.checksum + r.database + r.page + r.size + r.version + r.seal + r.content + r.codec;
+    assert_eq!(rejects, s.l2_rejects_total, "l2_rejects_total is not the sum of its kinds: {s:?}");
+    assert_eq!(s.latency.l1.count, s.l1_hits, "one L1 latency per L1 hit: {s:?}");
+    assert_eq!(s.latency.disk.count, s.disk_reads, "one disk latency per disk read: {s:?}");
+    assert_eq!(s.latency.l2.count, attempts, "one grid latency per grid attempt: {s:?}");
+    assert_eq!(s.disk_reasons.total(), s.disk_reads, "one reason per disk read: {s:?}");
+    assert_eq!(s.disk_reasons.aged_out, s.l2_aged_skips, "{s:?}");
+    assert!(s.disk_reasons.evicted >= s.l2_misses, "{s:?}");
     if with_grid {
         assert_eq!(
-            n(s, "l1_misses"),
-            n(s, "read_ahead_windows")
-                + n(s, "push_queue_hits")
-                + n(s, "l2_presence_skips")
-                + n(s, "l2_aged_skips")
-                + n(s, "l2_cost_skips")
+            s.l1_misses,
+            s.read_ahead_windows
+                + s.push_queue_hits
+                + s.l2_presence_skips
+                + s.l2_aged_skips
+                + s.l2_cost_skips
                 + attempts,
-            "each L1 miss goes to the queue, skips the grid, or asks it: {s}"
+            "each L1 miss goes to the queue, skips the grid, or asks it: {s:?}"
         );
         assert_eq!(
-            n(s, "disk_reads"),
-            n(s, "l2_presence_skips") + n(s, "l2_aged_skips") + n(s, "l2_cost_skips") + attempts - n(s, "l2_hits"),
-            "each skip and each grid non-hit reads the disk: {s}"
+            s.disk_reads,
+            s.l2_presence_skips + s.l2_aged_skips + s.l2_cost_skips + attempts - s.l2_hits,
+            "each skip and each grid non-hit reads the disk: {s:?}"
         );
     } else {
         assert_eq!(
-            n(s, "disk_reads"),
-            n(s, "l1_misses") - n(s, "read_ahead_windows"),
-            "without a grid each L1 miss that is not a window reads the disk: {s}"
+            s.disk_reads,
+            s.l1_misses - s.read_ahead_windows,
+            "without a grid each L1 miss that is not a window reads the disk: {s:?}"
         );
     }
 }
@@ -112,13 +102,13 @@ fn without_a_grid_only_l1_and_disk_count() {
     {
         let conn = open_waffle(&path, &[("waffle_local", "64MiB")]);
         conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-        let s0 = stats(&conn);
+        let s0 = cache_stats(&conn);
         fill(&conn, 1, 200);
-        let s1 = stats(&conn);
+        let s1 = cache_stats(&conn);
         // 200 new leaf pages at least, plus interior pages and page 1.
-        let wrote = n(&s1, "disk_writes") - n(&s0, "disk_writes");
-        assert!((200..=260).contains(&wrote), "200 one-page rows should write 200..260 pages, wrote {wrote}: {s1}");
-        assert_eq!(n(&s1, "l2_pushes") + n(&s1, "l2_push_failures") + n(&s1, "l2_push_drops"), 0, "{s1}");
+        let wrote = s1.disk_writes - s0.disk_writes;
+        assert!((200..=260).contains(&wrote), "200 one-page rows should write 200..260 pages, wrote {wrote}: {s1:?}");
+        assert_eq!(s1.l2_pushes + s1.l2_push_failures + s1.l2_push_drops, 0, "{s1:?}");
         let flushed: String = conn.query_row("PRAGMA waffle_flush", [], |r| r.get(0)).unwrap();
         assert_eq!(flushed, "ok", "PRAGMA waffle_flush without a grid has nothing to wait for");
     }
@@ -126,51 +116,46 @@ fn without_a_grid_only_l1_and_disk_count() {
     let conn = open_waffle(&path, &[("waffle_local", "64MiB"), ("waffle_hot_list", "off")]);
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     read_all(&conn, 200);
-    let s = stats(&conn);
-    let from_disk = n(&s, "disk_reads") + n(&s, "read_ahead_pages_disk");
-    assert!(from_disk >= 200, "200 leaf pages were read from the disk: {s}");
+    let s = cache_stats(&conn);
+    let from_disk = s.disk_reads + s.read_ahead_pages_disk;
+    assert!(from_disk >= 200, "200 leaf pages were read from the disk: {s:?}");
     // Reading in rowid order is a sequential scan: most pages came in read-ahead windows.
-    assert!(n(&s, "read_ahead_pages_disk") >= 150, "the ordered read was not read ahead: {s}");
-    assert!(
-        n(&s, "read_ahead_disk_reads") * 4 <= n(&s, "read_ahead_pages_disk"),
-        "windows read several pages per call: {s}"
-    );
-    for k in
-        ["l2_hits", "l2_misses", "l2_skipped", "l2_rejects_total", "l2_pushes", "l2_push_failures", "l2_push_drops"]
-    {
-        assert_eq!(n(&s, k), 0, "{k} without a grid: {s}");
-    }
-    assert_eq!(faults(&s), 0, "{s}");
-    assert_eq!(n(&s, "latency.l2.count"), 0, "{s}");
-    assert_eq!(s["nodes"].as_array().map(|a| a.len()), Some(0), "no grid, no nodes: {s}");
-    assert_eq!(s["config"]["grid"].as_array().map(|a| a.len()), Some(0), "{s}");
-    assert_eq!(n(&s, "config.local_bytes"), 64 << 20, "{s}");
+    assert!(s.read_ahead_pages_disk >= 150, "the ordered read was not read ahead: {s:?}");
+    assert!(s.read_ahead_disk_reads * 4 <= s.read_ahead_pages_disk, "windows read several pages per call: {s:?}");
+    let grid_counts =
+        [s.l2_hits, s.l2_misses, s.l2_skipped, s.l2_rejects_total, s.l2_pushes, s.l2_push_failures, s.l2_push_drops];
+    assert_eq!(grid_counts, [0; 7], "l2_hits, l2_misses, l2_skipped, l2_rejects_total, l2_pushes, l2_push_failures, l2_push_drops without a grid: {s:?}");
+    assert_eq!(s.l2_faults.total(), 0, "{s:?}");
+    assert_eq!(s.latency.l2.count, 0, "{s:?}");
+    assert_eq!(s.nodes.len(), 0, "no grid, no nodes: {s:?}");
+    let config = &snapshot(&conn).sqlite.expect("the SQLite section").config;
+    assert_eq!((config.grid.len(), config.local_bytes), (0, 64 << 20), "{config:?}");
     check_identities(&s, false);
 
     // A hot row, re-read N times with SQLite's own cache dropped each time:
     // every page it touches (page 1, the table's root, the leaf) is an L1 hit.
     read_row(&conn, 7);
-    let s0 = stats(&conn);
+    let s0 = cache_stats(&conn);
     const N: u64 = 50;
     for _ in 0..N {
         read_row(&conn, 7);
     }
-    let s1 = stats(&conn);
-    let hits = n(&s1, "l1_hits") - n(&s0, "l1_hits");
+    let s1 = cache_stats(&conn);
+    let hits = s1.l1_hits - s0.l1_hits;
     assert_eq!(hits % N, 0, "each query should touch the same pages: {hits} L1 hits for {N} queries");
     assert_eq!(hits / N, 3, "a point query on a 2-level table touches page 1, the root and one leaf: {hits}/{N}");
     eprintln!("hot row: {hits} L1 hits for {N} queries");
-    assert_eq!(n(&s1, "l1_misses"), n(&s0, "l1_misses"), "a hot row with a big L1 never misses: {s1}");
-    assert_eq!(n(&s1, "disk_reads"), n(&s0, "disk_reads"), "{s1}");
-    assert_eq!(n(&s1, "latency.l1.count") - n(&s0, "latency.l1.count"), hits, "{s1}");
+    assert_eq!(s1.l1_misses, s0.l1_misses, "a hot row with a big L1 never misses: {s1:?}");
+    assert_eq!(s1.disk_reads, s0.disk_reads, "{s1:?}");
+    assert_eq!(s1.latency.l1.count - s0.latency.l1.count, hits, "{s1:?}");
     check_identities(&s1, false);
 
     // Writes are counted once per page written.
     fill(&conn, 201, 210);
-    let s2 = stats(&conn);
-    let wrote = n(&s2, "disk_writes") - n(&s1, "disk_writes");
-    assert!((10..=14).contains(&wrote), "10 one-page rows should write 10..14 pages, wrote {wrote}: {s2}");
-    assert_eq!(n(&s2, "partial_writes"), 0, "SQLite writes whole pages: {s2}");
+    let s2 = cache_stats(&conn);
+    let wrote = s2.disk_writes - s1.disk_writes;
+    assert!((10..=14).contains(&wrote), "10 one-page rows should write 10..14 pages, wrote {wrote}: {s2:?}");
+    assert_eq!(s2.partial_writes, 0, "SQLite writes whole pages: {s2:?}");
 
     // The stats pragma takes no value.
     let err = conn.query_row("PRAGMA waffle_stats = 1", [], |r| r.get::<_, String>(0)).unwrap_err().to_string();
@@ -184,62 +169,62 @@ fn with_a_grid_pushes_and_hits_count() {
     let path = dir.join("g.db");
     let conn = open_waffle(&path, &[("waffle_grid", &node.addr()), ("waffle_local", "16KiB")]);
     conn.execute_batch("PRAGMA cache_size = 10; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);").unwrap();
-    let s0 = stats(&conn);
-    assert_eq!(n(&s0, "l2_pushes"), 0, "{s0}");
-    assert_eq!(s0["nodes"][0]["addr"], Value::String(node.addr()), "{s0}");
+    let s0 = cache_stats(&conn);
+    assert_eq!(s0.l2_pushes, 0, "{s0:?}");
+    assert_eq!(s0.nodes[0].addr, node.addr(), "{s0:?}");
 
     fill(&conn, 1, 100);
     flush(&conn);
-    let s1 = stats(&conn);
-    let pushes = n(&s1, "l2_pushes");
+    let s1 = cache_stats(&conn);
+    let pushes = s1.l2_pushes;
     // 100 leaf pages went through a 4-page L1: nearly all were evicted and pushed.
-    assert!(pushes >= 90, "100 pages through a 16 KiB L1 should push at least 90, pushed {pushes}: {s1}");
+    assert!(pushes >= 90, "100 pages through a 16 KiB L1 should push at least 90, pushed {pushes}: {s1:?}");
     // Each push carries a page: its payload (compressed or not) in an envelope of 40 bytes.
-    let payload_bytes = n(&s1, "compression.bytes_after");
-    let raw = n(&s1, "compression.pages_raw") + n(&s1, "compression.pages_raw_behind");
-    assert_eq!(n(&s1, "compression.pages_compressed") + raw, pushes, "{s1}");
-    assert_eq!(n(&s1, "l2_push_bytes"), payload_bytes + 40 * pushes, "each push carries a page: {s1}");
-    assert!(n(&s1, "compression.bytes_before") == pushes * 4096, "{s1}");
-    assert_eq!(n(&s1, "push_queue_bytes"), 0, "flushed: nothing waits: {s1}");
-    assert_eq!(n(&s1, "l2_push_failures") + n(&s1, "l2_push_drops"), 0, "{s1}");
+    let payload_bytes = s1.compression.bytes_after;
+    let raw = s1.compression.pages_raw + s1.compression.pages_raw_behind;
+    assert_eq!(s1.compression.pages_compressed + raw, pushes, "{s1:?}");
+    assert_eq!(s1.l2_push_bytes, payload_bytes + 40 * pushes, "each push carries a page: {s1:?}");
+    assert!(s1.compression.bytes_before == pushes * 4096, "{s1:?}");
+    assert_eq!(s1.push_queue_bytes, 0, "flushed: nothing waits: {s1:?}");
+    assert_eq!(s1.l2_push_failures + s1.l2_push_drops, 0, "{s1:?}");
 
     read_all(&conn, 100);
-    let s2 = stats(&conn);
-    let hits = n(&s2, "l2_hits") - n(&s1, "l2_hits");
-    assert!(hits >= 90, "re-reading 100 pushed pages should hit the grid at least 90 times, hit {hits}: {s2}");
+    let s2 = cache_stats(&conn);
+    let hits = s2.l2_hits - s1.l2_hits;
+    assert!(hits >= 90, "re-reading 100 pushed pages should hit the grid at least 90 times, hit {hits}: {s2:?}");
     // Each hit fetched an envelope of at least 40 bytes, and compressed ones were opened.
-    assert!(n(&s2, "l2_fetch_bytes") >= hits * 40, "{s2}");
-    let decompressed = n(&s2, "compression.pages_decompressed") - n(&s1, "compression.pages_decompressed");
-    assert!(decompressed <= hits, "only hits are decompressed: {s2}");
-    assert!(n(&s2, "latency.l2.count") > n(&s1, "latency.l2.count"), "{s2}");
-    assert!(n(&s2, "latency.l2.p50_us") > 0 && n(&s2, "latency.l2.max_us") >= n(&s2, "latency.l2.p50_us"), "{s2}");
-    let node_json = &s2["nodes"][0];
-    assert!(node_json["up"].as_bool().unwrap(), "{s2}");
-    assert!(node_json["requests"].as_u64().unwrap() >= hits, "each fetch is a request to the node: {s2}");
-    assert_eq!(node_json["failures"].as_u64().unwrap(), 0, "{s2}");
-    assert_eq!(n(&s2, "l1.capacity_bytes"), 16 << 10, "{s2}");
-    assert!(n(&s2, "l1.used_bytes") <= 16 << 10, "{s2}");
+    assert!(s2.l2_fetch_bytes >= hits * 40, "{s2:?}");
+    let decompressed = s2.compression.pages_decompressed - s1.compression.pages_decompressed;
+    assert!(decompressed <= hits, "only hits are decompressed: {s2:?}");
+    assert!(s2.latency.l2.count > s1.latency.l2.count, "{s2:?}");
+    assert!(s2.latency.l2.p50_us > 0 && s2.latency.l2.max_us >= s2.latency.l2.p50_us, "{s2:?}");
+    let node_status = &s2.nodes[0];
+    assert!(node_status.up, "{s2:?}");
+    assert!(node_status.requests >= hits, "each fetch is a request to the node: {s2:?}");
+    assert_eq!(node_status.failures, 0, "{s2:?}");
+    assert_eq!(s2.l1.capacity_bytes, 16 << 10, "{s2:?}");
+    assert!(s2.l1.used_bytes <= 16 << 10, "{s2:?}");
     check_identities(&s2, true);
 
     // Misses: the node forgets everything (flush_all); re-reading finds nothing there.
     flush(&conn);
     memcached_flush_all(&node.addr());
     read_all(&conn, 100);
-    let s3 = stats(&conn);
+    let s3 = cache_stats(&conn);
     // A miss also lowers the grid's reach, so later pages of the pass may be
     // skipped as pushed too long ago (`l2_aged_skips`) rather than asked and missed.
-    let misses = n(&s3, "l2_misses") - n(&s2, "l2_misses");
-    let aged = n(&s3, "l2_aged_skips") - n(&s2, "l2_aged_skips");
-    assert!(misses >= 1, "the flushed node answered misses: {s3}");
+    let misses = s3.l2_misses - s2.l2_misses;
+    let aged = s3.l2_aged_skips - s2.l2_aged_skips;
+    assert!(misses >= 1, "the flushed node answered misses: {s3:?}");
     assert!(
         misses + aged >= 90,
-        "after flush_all at least 90 of 100 pages should miss or be skipped as gone, {misses} + {aged}: {s3}"
+        "after flush_all at least 90 of 100 pages should miss or be skipped as gone, {misses} + {aged}: {s3:?}"
     );
-    assert!(n(&s3, "disk_reads") - n(&s2, "disk_reads") >= misses, "each miss reads the disk: {s3}");
+    assert!(s3.disk_reads - s2.disk_reads >= misses, "each miss reads the disk: {s3:?}");
     // Why: the grid lost them (asked and missed: evicted), or they were skipped as aged out.
-    let evicted = n(&s3, "disk_reasons.evicted") - n(&s2, "disk_reasons.evicted");
-    let aged_out = n(&s3, "disk_reasons.aged_out") - n(&s2, "disk_reasons.aged_out");
-    assert!(evicted >= misses && aged_out == aged, "misses {misses}, aged {aged}: {s3}");
+    let evicted = s3.disk_reasons.evicted - s2.disk_reasons.evicted;
+    let aged_out = s3.disk_reasons.aged_out - s2.disk_reasons.aged_out;
+    assert!(evicted >= misses && aged_out == aged, "misses {misses}, aged {aged}: {s3:?}");
     check_identities(&s3, true);
     eprintln!("grid: {pushes} pushes, {hits} hits, {misses} misses after flush_all");
 }

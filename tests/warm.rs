@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rusqlite::{params, Connection};
-use serde_json::Value;
-use waffle_testkit::db::{drop_pager_cache, flush, n, open_plain, open_waffle, stats};
+use waffle_core::stats::{CacheSnapshot, WarmSnapshot};
+use waffle_testkit::db::{cache_stats, drop_pager_cache, flush, open_plain, open_waffle, snapshot};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
@@ -34,13 +34,18 @@ fn warm(conn: &Connection, name: Option<&str>) -> rusqlite::Result<String> {
 }
 
 /// Waits for the running warm to end; returns the stats' "warm" object.
-fn warm_done(conn: &Connection) -> Value {
-    let mut last = Value::Null;
+fn warm_done(conn: &Connection) -> WarmSnapshot {
+    let mut last = WarmSnapshot::default();
     wait_for(Duration::from_secs(120), "the warm to end", || {
-        last = stats(conn)["warm"].clone();
-        last["state"] != "running"
+        last = warm_stats(conn);
+        last.state != "running"
     });
     last
+}
+
+/// The stats' "warm" object now.
+fn warm_stats(conn: &Connection) -> WarmSnapshot {
+    snapshot(conn).warming().warm.clone()
 }
 
 fn count(conn: &Connection, sql: &str) -> u64 {
@@ -88,19 +93,18 @@ fn a_warmed_table_reaches_the_grid_and_its_reads_come_from_l2() {
     assert!(said.starts_with("started: table t and 1 index"), "{said}");
     let w = warm_done(&conn);
     flush(&conn);
-    assert_eq!(w["state"], "done", "{w}");
-    let g = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("no {k} in {w}"));
-    assert_eq!(g("planned_pages"), expected, "the walk found other pages than dbstat counts: {w}");
-    assert_eq!(g("l1_pages") + g("queued_pages") + g("skipped_pages") + g("dropped_pages"), expected, "{w}");
-    assert_eq!(g("dropped_pages"), 0, "warm pages wait for the push queue, never dropped: {w}");
-    assert!(g("l1_pages") <= 16, "64 KiB of L1 holds 16 pages: {w}");
+    assert_eq!(w.state, "done", "{w:?}");
+    assert_eq!(w.planned_pages, expected, "the walk found other pages than dbstat counts: {w:?}");
+    assert_eq!(w.l1_pages + w.queued_pages + w.skipped_pages + w.dropped_pages, expected, "{w:?}");
+    assert_eq!(w.dropped_pages, 0, "warm pages wait for the push queue, never dropped: {w:?}");
+    assert!(w.l1_pages <= 16, "64 KiB of L1 holds 16 pages: {w:?}");
     // Done means settled: what it queued, the grid stored (a live node, nobody reading meanwhile).
-    assert_eq!((g("pushed_pages"), g("not_stored_pages")), (g("queued_pages"), 0), "{w}");
-    assert!(g("pushed_pages") >= expected * 9 / 10, "past L1 the pages go to the grid: {w}");
-    assert!(g("disk_reads") < expected / 4, "large reads, not page by page: {w}");
-    let s0 = stats(&conn);
-    assert!(n(&s0, "l2_pushes") >= g("pushed_pages"), "the grid stored the warm's pages: {s0}");
-    assert!(expected + u_pages > n(&s0, "l2_pushes"), "u was not warmed: {s0}");
+    assert_eq!((w.pushed_pages, w.not_stored_pages), (w.queued_pages, 0), "{w:?}");
+    assert!(w.pushed_pages >= expected * 9 / 10, "past L1 the pages go to the grid: {w:?}");
+    assert!(w.disk_reads < expected / 4, "large reads, not page by page: {w:?}");
+    let s0 = cache_stats(&conn);
+    assert!(s0.l2_pushes >= w.pushed_pages, "the grid stored the warm's pages: {s0:?}");
+    assert!(expected + u_pages > s0.l2_pushes, "u was not warmed: {s0:?}");
 
     // Point reads of t, in random order: the grid answers what L1 lacks, the disk nothing.
     let mut ids: Vec<i64> = (0..1500).step_by(3).collect();
@@ -110,14 +114,14 @@ fn a_warmed_table_reaches_the_grid_and_its_reads_come_from_l2() {
         let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?1", [id], |r| r.get(0)).unwrap();
         assert!(v.starts_with(format!("{id}:init;").as_bytes()));
     }
-    let s1 = stats(&conn);
-    let d = |k: &str| n(&s1, k) - n(&s0, k);
-    assert_eq!(d("disk_reads") + d("read_ahead_disk_reads"), 0, "t's pages were warmed: {s1}");
-    assert!(d("l2_hits") >= ids.len() as u64 / 2, "the grid answered t's reads: {s1}");
+    let s1 = cache_stats(&conn);
+    let d = |f: fn(&CacheSnapshot) -> u64| f(&s1) - f(&s0);
+    assert_eq!(d(|c| c.disk_reads) + d(|c| c.read_ahead_disk_reads), 0, "t's pages were warmed: {s1:?}");
+    assert!(d(|c| c.l2_hits) >= ids.len() as u64 / 2, "the grid answered t's reads: {s1:?}");
     // Control: u was not warmed, so reading it goes to the disk.
     assert!(count(&conn, "SELECT count(*) FROM u WHERE length(x) > 0") > 0);
-    let s2 = stats(&conn);
-    assert!(n(&s2, "disk_reads") + n(&s2, "read_ahead_disk_reads") > n(&s1, "disk_reads"), "{s2}");
+    let s2 = cache_stats(&conn);
+    assert!(s2.disk_reads + s2.read_ahead_disk_reads > s1.disk_reads, "{s2:?}");
 }
 
 #[test]
@@ -131,22 +135,21 @@ fn warming_the_whole_database_leaves_a_scan_nothing_to_read_from_disk() {
     let said = warm(&conn, None).unwrap();
     assert_eq!(said, format!("started: the whole database, {pages} pages planned"));
     let w = warm_done(&conn);
-    assert_eq!(w["state"], "done", "{w}");
-    let g = |k: &str| w[k].as_u64().unwrap();
-    assert_eq!(g("l1_pages") + g("skipped_pages"), pages, "{w}");
-    assert!(g("l1_pages") >= pages - 4, "only what the open read was there before: {w}");
-    assert!(g("disk_reads") <= pages * 4096 / (1 << 20) + 2, "1 MiB reads: {w}");
-    assert!(g("read_bytes") >= (pages - 4) * 4096, "{w}");
+    assert_eq!(w.state, "done", "{w:?}");
+    assert_eq!(w.l1_pages + w.skipped_pages, pages, "{w:?}");
+    assert!(w.l1_pages >= pages - 4, "only what the open read was there before: {w:?}");
+    assert!(w.disk_reads <= pages * 4096 / (1 << 20) + 2, "1 MiB reads: {w:?}");
+    assert!(w.read_bytes >= (pages - 4) * 4096, "{w:?}");
 
-    let s0 = stats(&conn);
+    let s0 = cache_stats(&conn);
     drop_pager_cache(&conn);
     assert!(count(&conn, "SELECT sum(length(v)) FROM t") > 1000 * 3000);
     assert!(count(&conn, "SELECT sum(length(x)) FROM u") > 0);
     assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
-    let s1 = stats(&conn);
-    let d = |k: &str| n(&s1, k) - n(&s0, k);
-    assert_eq!(d("disk_reads") + d("read_ahead_disk_reads"), 0, "a scan after a whole warm: {s1}");
-    assert!(d("l1_hits") > pages / 2, "{s1}");
+    let s1 = cache_stats(&conn);
+    let d = |f: fn(&CacheSnapshot) -> u64| f(&s1) - f(&s0);
+    assert_eq!(d(|c| c.disk_reads) + d(|c| c.read_ahead_disk_reads), 0, "a scan after a whole warm: {s1:?}");
+    assert!(d(|c| c.l1_hits) > pages / 2, "{s1:?}");
 }
 
 /// Writers during warms, in `journal` mode: a waffle connection of this process (even rows), a
@@ -257,11 +260,11 @@ fn writers_during_warms(journal: &str) {
     }
     assert_eq!(seen, ROWS);
     assert_eq!(reader.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
-    let s = stats(&reader);
-    eprintln!("{journal}: {warms} warms; foreign changes {}; warm {}", n(&s, "foreign_changes"), s["warm"]);
+    let s = cache_stats(&reader);
+    eprintln!("{journal}: {warms} warms; foreign changes {}; warm {:?}", s.foreign_changes, warm_stats(&reader));
     if journal != "wal" {
         // (In WAL mode the plain writer's commits stay in the WAL, which SQLite reads itself.)
-        assert!(n(&s, "foreign_changes") > 0, "the plain writer's commits were seen: {s}");
+        assert!(s.foreign_changes > 0, "the plain writer's commits were seen: {s:?}");
     }
 }
 
@@ -295,16 +298,16 @@ fn closing_during_a_warm_returns_promptly_and_a_second_warm_is_refused() {
     warm(&conn, None).unwrap();
     let refused = warm(&conn, Some("t")).unwrap_err().to_string();
     assert!(refused.contains("refused") && refused.contains("is running"), "{refused}");
-    wait_for(Duration::from_secs(20), "the warm to read a first MiB", || n(&stats(&conn), "warm.read_pages") > 0);
-    let w = stats(&conn)["warm"].clone();
-    assert_eq!(w["state"], "running", "{w}");
+    wait_for(Duration::from_secs(20), "the warm to read a first MiB", || warm_stats(&conn).read_pages > 0);
+    let w = warm_stats(&conn);
+    assert_eq!(w.state, "running", "{w:?}");
     let t0 = Instant::now();
     drop(conn);
     let took = t0.elapsed();
     assert!(took < Duration::from_millis(1500), "the close waited {took:?} for the warm");
     // The database opens again, with no warm running.
     let again = open_waffle(&path, &[("waffle_local", "64MiB")]);
-    assert_eq!(stats(&again)["warm"]["state"], "idle");
+    assert_eq!(warm_stats(&again).state, "idle");
     assert_eq!(count(&again, "SELECT count(*) FROM t"), 5000);
     assert!(slow_disk::slowed_reads("cloud-block") > 0, "the warm's reads waited for the EMULATED disk");
 }
@@ -317,10 +320,10 @@ fn an_unknown_name_is_an_error_naming_it() {
     let conn = open_waffle(&path, &[]);
     let e = warm(&conn, Some("no_such_table")).unwrap_err().to_string();
     assert!(e.contains("'no_such_table'"), "{e}");
-    let w = stats(&conn)["warm"].clone();
-    assert_eq!(w["state"], "failed", "{w}");
+    let w = warm_stats(&conn);
+    assert_eq!(w.state, "failed", "{w:?}");
     // An index by its own name warms just that index; the failure did not block the next warm.
     let said = warm(&conn, Some("t_k")).unwrap();
     assert!(said.starts_with("started: index t_k"), "{said}");
-    assert_eq!(warm_done(&conn)["state"], "done");
+    assert_eq!(warm_done(&conn).state, "done");
 }

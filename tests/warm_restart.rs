@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection};
 use waffle_testkit::artefact;
-use waffle_testkit::db::{cache_id, create_blob_table, flush, n, open_waffle, stats};
+use waffle_testkit::db::{cache_id, cache_stats, create_blob_table, flush, open_waffle};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::spawn_until_ready;
 use waffle_testkit::raw_client::{key, mg, node_stat};
@@ -49,10 +49,10 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
         let conn = reopen(&db, &addr);
         assert_eq!(cache_id(&conn), first_id, "a clean close followed by a reopen must be warm (same cache id)");
         check_rows(&conn, |id| value(id, 1), 200);
-        let s = stats(&conn);
-        assert!(n(&s, "l2_hits") >= 190, "a warm reopen should read (nearly) every page from the grid: {s}");
-        assert!(n(&s, "disk_reads") <= 10, "a warm reopen should hardly read the disk: {s}");
-        assert_eq!(n(&s, "l2_rejects_total"), 0, "the saved versions must match the grid's copies: {s}");
+        let s = cache_stats(&conn);
+        assert!(s.l2_hits >= 190, "a warm reopen should read (nearly) every page from the grid: {s:?}");
+        assert!(s.disk_reads <= 10, "a warm reopen should hardly read the disk: {s:?}");
+        assert_eq!(s.l2_rejects_total, 0, "the saved versions must match the grid's copies: {s:?}");
     }
 
     // Session 3: a child process opens it (warm), writes, pushes, and is killed.
@@ -70,11 +70,11 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     let new_id = cache_id(&conn);
     assert_ne!(new_id, child_id, "after a crash the reopen must take a new cache id");
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
-    let s = stats(&conn);
-    assert_eq!(n(&s, "l2_hits"), 0, "a single scan after a crash must not hit any copy from before it: {s}");
+    let s = cache_stats(&conn);
+    assert_eq!(s.l2_hits, 0, "a single scan after a crash must not hit any copy from before it: {s:?}");
     // A cold cache pushed nothing yet: its presence set sends every miss straight to the disk.
-    assert!(n(&s, "l2_presence_skips") > 0 && n(&s, "disk_reads") >= 300, "the scan reads the disk: {s}");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "old copies are under keys never asked for, not rejected: {s}");
+    assert!(s.l2_presence_skips > 0 && s.disk_reads >= 300, "the scan reads the disk: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "old copies are under keys never asked for, not rejected: {s:?}");
     let still_there = before_crash.iter().filter(|k| mg(&addr, k).is_some()).count();
     assert_eq!(still_there, before_crash.len(), "the old copies were not even asked for (fetching expires them)");
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
@@ -140,10 +140,10 @@ fn a_crash_inside_a_transaction_rolls_back_and_is_cold() {
     // The committed state: generation 2 for 1..=50 and 201..=300, 1 otherwise; never 3.
     check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
     assert!(!journal.exists(), "the hot journal should have been rolled back");
-    let s = stats(&conn);
-    assert!(n(&s, "disk_writes") > 0, "the rollback writes the original pages back through waffle: {s}");
+    let s = cache_stats(&conn);
+    assert!(s.disk_writes > 0, "the rollback writes the original pages back through waffle: {s:?}");
     eprintln!("{spilled} uncommitted rows were in the file after the kill; rolled back");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
     let untouched = old_keys.iter().filter(|k| mg(&addr, k).is_some()).count();
     assert_eq!(untouched, old_keys.len(), "a copy from before the crash was fetched");
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
@@ -163,9 +163,9 @@ fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
     let conn = open_waffle(&db, &params);
     create_blob_table(&conn, 10, 1..=800, |id| value(id, 1));
     check_rows(&conn, |id| value(id, 1), 800);
-    let s = stats(&conn);
-    let l1_pages = n(&s, "l1.pages");
-    assert!(l1_pages > 700, "L1 holds the table: {s}");
+    let s = cache_stats(&conn);
+    let l1_pages = s.l1.pages;
+    assert!(l1_pages > 700, "L1 holds the table: {s:?}");
     let items_before = node_stat(&node.addr(), "curr_items");
     drop(conn);
     let kept = node_stat(&node.addr(), "curr_items") - items_before;
@@ -174,10 +174,10 @@ fn a_clean_close_pushes_all_of_l1_whatever_the_push_queue_bound() {
     // The hot list's reload off: the rows' reads themselves bring L1's pages from the grid.
     let conn = open_waffle(&db, &[params.clone(), vec![("waffle_hot_list", "off")]].concat());
     check_rows(&conn, |id| value(id, 1), 800);
-    let s = stats(&conn);
-    let from_grid = n(&s, "l2_hits") + n(&s, "read_ahead_pages_l2");
-    assert!(from_grid * 10 >= l1_pages * 9, "the warm open read L1's pages from the grid: {s}");
-    assert_eq!(n(&s, "l2_rejects_total"), 0, "{s}");
+    let s = cache_stats(&conn);
+    let from_grid = s.l2_hits + s.read_ahead_pages_l2;
+    assert!(from_grid * 10 >= l1_pages * 9, "the warm open read L1's pages from the grid: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "{s:?}");
 }
 
 /// A filesystem or VM snapshot rolled back (database and sidecar as they were
@@ -283,8 +283,8 @@ fn a_file_replaced_by_a_copy_of_the_same_size_and_mtime_opens_cold() {
     // bytes"). Grid hits may follow, of pages this session pushed after starting afresh.
     let conn = reopen(&db, &addr);
     check_rows(&conn, |id| value(id, 2), 200);
-    let s = stats(&conn);
-    assert!(n(&s, "foreign_resets") + n(&s, "resets") >= 1 || cache_id(&conn) != first_id, "not a fresh start: {s}");
+    let s = cache_stats(&conn);
+    assert!(s.foreign_resets + s.resets >= 1 || cache_id(&conn) != first_id, "not a fresh start: {s:?}");
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(r, "ok");
 }

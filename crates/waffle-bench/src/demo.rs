@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use waffle_core::stats::CacheSnapshot;
 use waffle_nodes::Node;
 
 use crate::bench::emulation;
@@ -147,21 +148,21 @@ fn measure(
     let after = open::stats(&conns[0]).map_err(err)?;
     drop(conns);
 
-    let d = |k: &str| after[k].as_u64().unwrap_or(0) - before[k].as_u64().unwrap_or(0);
-    let l1 = d("l1_hits") + d("push_queue_hits");
-    let page_reads = d("l1_hits") + d("l1_misses");
+    let d = |f: fn(&CacheSnapshot) -> u64| f(&after) - f(&before);
+    let l1 = d(|c| c.l1_hits) + d(|c| c.push_queue_hits);
+    let page_reads = d(|c| c.l1_hits) + d(|c| c.l1_misses);
     Ok(Outcome {
         device: String::new(),
         name,
         queries: queries.0,
         seconds,
         l1_hits: l1,
-        l2_hits: d("l2_hits"),
-        disk_reads: d("disk_reads"),
+        l2_hits: d(|c| c.l2_hits),
+        disk_reads: d(|c| c.disk_reads),
         page_reads,
         errors: queries.1,
-        grid_p50_us: after["latency"]["l2"]["p50_us"].as_u64().unwrap_or(0),
-        disk_p50_us: after["latency"]["disk"]["p50_us"].as_u64().unwrap_or(0),
+        grid_p50_us: after.latency.l2.p50_us,
+        disk_p50_us: after.latency.disk.p50_us,
     })
 }
 

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
+use waffle_core::stats::{CacheSnapshot, StatsSnapshot};
 
 /// The cache settings of one configuration.
 #[derive(Clone, Debug, Default)]
@@ -31,8 +32,9 @@ pub fn open(path: &Path, settings: &Settings, sqlite_cache_kib: u64) -> rusqlite
     Ok(conn)
 }
 
-/// `PRAGMA waffle_stats` as JSON.
-pub fn stats(conn: &Connection) -> rusqlite::Result<serde_json::Value> {
+/// The cache's part of `PRAGMA waffle_stats`.
+pub fn stats(conn: &Connection) -> rusqlite::Result<CacheSnapshot> {
     let text: String = conn.query_row("PRAGMA waffle_stats", [], |r| r.get(0))?;
-    Ok(serde_json::from_str(&text).expect("waffle_stats is JSON"))
+    let v: serde_json::Value = serde_json::from_str(&text).expect("waffle_stats is JSON");
+    Ok(StatsSnapshot::from_json(&v).expect("waffle_stats is a stats snapshot").cache().clone())
 }

@@ -26,7 +26,7 @@ use crate::grid::{Grid, ItemFate};
 use crate::pool::Evicted;
 use crate::presence::{Fate, Presence};
 use crate::seal::SealKey;
-use crate::stats::{Counter, Stats};
+use crate::stats::{Counter, Stats, WarmNotStored};
 
 /// Pages per pipelined batch; one round trip per node per batch.
 pub const BATCH_PAGES: usize = 64;
@@ -66,17 +66,17 @@ impl PushTally {
         self.fates[ItemFate::Stored.index()].get()
     }
 
-    /// (why, pages) of the tallied pages the grid did not store.
-    pub fn not_stored(&self) -> [(&'static str, u64); 6] {
-        let fate = |f: ItemFate| (f.name(), self.fates[f.index()].get());
-        [
-            fate(ItemFate::NodeDown),
-            fate(ItemFate::Refused),
-            fate(ItemFate::Lost),
-            ("backed_off", self.backed_off.get()),
-            ("dropped", self.dropped.get()),
-            ("other", self.other.get()),
-        ]
+    /// The tallied pages the grid did not store, by why.
+    pub fn not_stored(&self) -> WarmNotStored {
+        let fate = |f: ItemFate| self.fates[f.index()].get();
+        WarmNotStored {
+            node_down: fate(ItemFate::NodeDown),
+            refused: fate(ItemFate::Refused),
+            lost: fate(ItemFate::Lost),
+            backed_off: self.backed_off.get(),
+            dropped: self.dropped.get(),
+            other: self.other.get(),
+        }
     }
 }
 

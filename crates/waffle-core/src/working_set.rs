@@ -25,9 +25,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::{json, Value};
-
 use crate::grid::GridMemory;
+use crate::stats::WorkingSetSnapshot;
 
 /// Index bits: 2^12 registers per sketch.
 const INDEX_BITS: u32 = 12;
@@ -212,25 +211,24 @@ fn tau(mut x: f64) -> f64 {
 
 /// What the stats show: the estimate in pages and bytes, what L1 and the
 /// grid hold, and one line of advice about the 5-minute window.
-pub fn to_json(pages: [u64; 3], page_bytes: u64, l1_bytes: u64, grid: Option<GridMemory>) -> Value {
+pub fn snapshot(pages: [u64; 3], page_bytes: u64, l1_bytes: u64, grid: Option<GridMemory>) -> WorkingSetSnapshot {
     let bytes = pages.map(|p| p * page_bytes);
     let grid_bytes = grid.map(|g| g.bytes);
-    let held = l1_bytes + grid_bytes.unwrap_or(0);
     let window = WINDOWS_MIN.iter().position(|&w| w == ADVICE_WINDOW_MIN).expect("the advice window is reported");
-    json!({
-        "pages_1m": pages[0],
-        "pages_5m": pages[1],
-        "pages_15m": pages[2],
-        "bytes_1m": bytes[0],
-        "bytes_5m": bytes[1],
-        "bytes_15m": bytes[2],
-        "l1_bytes": l1_bytes,
-        "grid_bytes": grid_bytes,
-        "grid_nodes_known": grid.map(|g| g.known_nodes),
-        "grid_nodes": grid.map(|g| g.nodes),
-        "held_bytes": held,
-        "advice": advice(bytes[window], l1_bytes, grid),
-    })
+    WorkingSetSnapshot {
+        pages_1m: pages[0],
+        pages_5m: pages[1],
+        pages_15m: pages[2],
+        bytes_1m: bytes[0],
+        bytes_5m: bytes[1],
+        bytes_15m: bytes[2],
+        l1_bytes,
+        grid_bytes,
+        grid_nodes_known: grid.map(|g| g.known_nodes as u64),
+        grid_nodes: grid.map(|g| g.nodes as u64),
+        held_bytes: l1_bytes + grid_bytes.unwrap_or(0),
+        advice: advice(bytes[window], l1_bytes, grid),
+    }
 }
 
 /// One line: whether L1 and the grid hold the last 5 minutes' pages, and if
@@ -416,14 +414,14 @@ mod tests {
     }
 
     #[test]
-    fn json_has_pages_bytes_and_advice() {
-        let v = to_json([10, 20, 30], 4096, 1 << 20, Some(GridMemory { bytes: 1 << 20, nodes: 1, known_nodes: 1 }));
-        assert_eq!(v["pages_5m"], 20);
-        assert_eq!(v["bytes_15m"], 30 * 4096);
-        assert_eq!(v["held_bytes"], 2 << 20);
-        assert_eq!(v["advice"], "the last 5 minutes touched 80.0 KiB; L1 + grid hold 2.0 MiB: enough");
-        let none = to_json([0; 3], 0, 1 << 20, None);
-        assert_eq!(none["grid_bytes"], Value::Null);
-        assert_eq!(none["held_bytes"], 1 << 20);
+    fn snapshot_has_pages_bytes_and_advice() {
+        let v = snapshot([10, 20, 30], 4096, 1 << 20, Some(GridMemory { bytes: 1 << 20, nodes: 1, known_nodes: 1 }));
+        assert_eq!(v.pages_5m, 20);
+        assert_eq!(v.bytes_15m, 30 * 4096);
+        assert_eq!(v.held_bytes, 2 << 20);
+        assert_eq!(v.advice, "the last 5 minutes touched 80.0 KiB; L1 + grid hold 2.0 MiB: enough");
+        let none = snapshot([0; 3], 0, 1 << 20, None);
+        assert_eq!(none.grid_bytes, None);
+        assert_eq!(none.held_bytes, 1 << 20);
     }
 }

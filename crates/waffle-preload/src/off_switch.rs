@@ -28,9 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
 use waffle_core::grid::Grid;
-use waffle_core::stats::Counter;
+use waffle_core::stats::{Counter, SwitchSnapshot};
 use waffle_core::PageCache;
 
 use crate::log;
@@ -163,16 +162,16 @@ impl OffSwitch {
     }
 
     /// The stats file's `"switch"`.
-    pub fn json(&self) -> Value {
-        json!({
-            "state": if self.is_off() { "off" } else { "on" },
-            "control_file": self.control.display().to_string(),
-            "since_unix_ms": self.since_ms.load(Ordering::Relaxed),
-            "turned_off": self.turned_off.get(),
-            "turned_on": self.turned_on.get(),
-            "reads_passed": self.reads_passed.get(),
-            "writes_passed": self.writes_passed.get(),
-        })
+    pub fn snapshot(&self) -> SwitchSnapshot {
+        SwitchSnapshot {
+            state: if self.is_off() { "off" } else { "on" }.to_string(),
+            control_file: self.control.display().to_string(),
+            since_unix_ms: self.since_ms.load(Ordering::Relaxed),
+            turned_off: self.turned_off.get(),
+            turned_on: self.turned_on.get(),
+            reads_passed: self.reads_passed.get(),
+            writes_passed: self.writes_passed.get(),
+        }
     }
 }
 
@@ -240,11 +239,8 @@ mod tests {
         let _pass = sw.enter().expect("on again");
         assert_eq!(c.read(2, &mut buf, &disk).unwrap(), (PS, Source::Disk), "cold: from the file");
         assert_eq!(buf, vec![3u8; PS], "the write made while off");
-        let j = sw.json();
-        assert_eq!(
-            (j["state"].as_str(), j["turned_off"].as_u64(), j["turned_on"].as_u64()),
-            (Some("on"), Some(1), Some(1))
-        );
+        let j = sw.snapshot();
+        assert_eq!((j.state.as_str(), j.turned_off, j.turned_on), ("on", 1, 1));
         let _ = std::fs::remove_dir_all(&d);
     }
 

@@ -30,7 +30,7 @@
 //!  ffi, api, host_log, connection, btree, descriptor, wal_index, coherence, vfs_name
 //!  job.rs            a database's background job (one at a time) and its PieceGate
 //!  open_db.rs        OpenDb, one open database's state; Warmers (the registry's, handed in)
-//!  stats_map.rs      the stats JSON (pragma.rs, stats_file.rs)
+//!  stats_map.rs      the stats snapshot (pragma.rs, stats_file.rs)
 //!  warm.rs, hot_reload.rs, stats_file.rs      the jobs
 //!  registry.rs       attach/detach; starts the reload, stops the jobs at the last close
 //!  pragma.rs         PRAGMA waffle_* (starts a warm with registry::WARMERS)

@@ -12,13 +12,12 @@
 use std::os::raw::c_int;
 use std::time::Duration;
 
-use serde_json::Value;
 use waffle_core::grid::NodeSpec;
 
 use crate::ffi::{SQLITE_ERROR, SQLITE_OK};
 use crate::open_db::OpenDb;
 use crate::registry;
-use crate::stats_map::{grid_nodes, stats_map};
+use crate::stats_map::{grid_nodes, stats_snapshot};
 
 /// How long `PRAGMA waffle_flush` waits for the push queue to empty.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -77,5 +76,5 @@ fn read_only(name: &str, value: Option<&str>) -> Option<(c_int, Option<String>)>
 
 /// One JSON object: the cache's counters, latencies, nodes and settings.
 pub fn stats(db: &OpenDb) -> String {
-    Value::Object(stats_map(db)).to_string()
+    stats_snapshot(db).to_json().to_string()
 }

@@ -26,7 +26,6 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
 use waffle_core::side_file::Beside;
 use waffle_core::stats_file::{self, INTERVAL_MS, STATS_FILE};
 
@@ -87,10 +86,10 @@ struct Target {
 
 impl Target {
     fn write(&self, db: &OpenDb, final_write: bool) {
-        let mut m = crate::stats_map::stats_map(db);
-        m.insert("state".into(), json!(if final_write { "closed" } else { "active" }));
-        stats_file::stamp(&mut m, "sqlite", final_write);
-        match stats_file::write(&self.path, &self.like, &Value::Object(m)) {
+        let mut stats = crate::stats_map::stats_snapshot(db);
+        stats.stamp = stats_file::stamp("sqlite", final_write);
+        stats.stamp.state = Some(if final_write { "closed" } else { "active" }.to_string());
+        match stats_file::write(&self.path, &self.like, &stats) {
             Ok(()) => self.warned.store(false, Ordering::Relaxed),
             Err(e) if !self.warned.swap(true, Ordering::Relaxed) => waffle_core::warn!(
                 key: format!("stats file {}", self.path.display()),

@@ -142,12 +142,12 @@ pub fn start(db: &OpenDb, value: Option<&str>, warmers: Warmers) -> (c_int, Opti
             db.warm.begin()
         });
     if !began {
-        let running = db.warming.warm_progress().to_json();
+        let running = db.warming.warm_progress().snapshot();
         return (
             SQLITE_ERROR,
             Some(format!(
                 "PRAGMA waffle_warm refused: a warm of {} is running; PRAGMA waffle_stats shows its progress",
-                running["target"]
+                serde_json::Value::from(running.target)
             )),
         );
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use waffle_core::stats::{CacheSnapshot, StatsSnapshot};
 
 /// Registers the `waffle` VFS with the SQLite rusqlite links (once per process).
 pub fn register() {
@@ -102,7 +103,18 @@ pub fn stats(conn: &Connection) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("PRAGMA waffle_stats is not JSON ({e}): {text}"))
 }
 
-/// A counter by JSON path, e.g. `n(&s, "l2_rejects.version")`.
+/// `PRAGMA waffle_stats` as the typed snapshot (prefer it to string keys: a renamed field fails to build).
+pub fn snapshot(conn: &Connection) -> StatsSnapshot {
+    let v = stats(conn);
+    StatsSnapshot::from_json(&v).unwrap_or_else(|e| panic!("PRAGMA waffle_stats is not a stats snapshot ({e}): {v}"))
+}
+
+/// The cache's counters and levels of `PRAGMA waffle_stats`.
+pub fn cache_stats(conn: &Connection) -> CacheSnapshot {
+    snapshot(conn).cache().clone()
+}
+
+/// A counter by JSON path, e.g. `n(&s, "l2_rejects.version")` (where a test checks the JSON itself).
 pub fn n(stats: &Value, path: &str) -> u64 {
     let mut v = stats;
     for part in path.split('.') {

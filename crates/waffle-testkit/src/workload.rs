@@ -15,8 +15,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 use rusqlite::types::Value;
 use rusqlite::Connection;
+use waffle_core::stats::CacheSnapshot;
 
-use crate::db::{drop_pager_cache, open_plain, open_waffle, stats};
+use crate::db::{cache_stats, drop_pager_cache, open_plain, open_waffle, stats};
 use crate::soak::soak_seed;
 use crate::temp_dir::TempDir;
 
@@ -508,7 +509,7 @@ impl Differential {
     /// counters, which depend on how often SQLite re-read page 1).
     pub fn finish(mut self) -> FinalReport {
         self.check();
-        let s = stats(&self.cached);
+        let s = cache_stats(&self.cached);
         let report = FinalReport { tag: self.tag.clone(), tally: self.tally.clone(), stats: s };
         let Differential { plain, cached, plain_path, waffle_path, journal, page_size, tag, dir, .. } = self;
         drop(plain);
@@ -552,7 +553,7 @@ pub struct FinalReport {
     pub tag: String,
     pub tally: Tally,
     /// The `waffle` database's stats just before it was closed.
-    pub stats: serde_json::Value,
+    pub stats: CacheSnapshot,
 }
 
 impl FinalReport {
@@ -569,12 +570,12 @@ impl FinalReport {
             t.checks,
             t.errors,
             t.error_kinds,
-            s["l2_hits"],
-            s["l2_misses"],
-            s["l2_skipped"],
-            s["l2_rejects"],
-            s["l2_faults"],
-            s["l2_push_failures"],
+            s.l2_hits,
+            s.l2_misses,
+            s.l2_skipped,
+            serde_json::json!(s.l2_rejects),
+            serde_json::json!(s.l2_faults),
+            s.l2_push_failures,
             t.slowest,
             t.slowest_op.chars().take(80).collect::<String>()
         )

@@ -7,6 +7,7 @@ use std::path::Path;
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use waffle_core::stats::StatsSnapshot;
 
 use super::configs::Plan;
 
@@ -39,10 +40,11 @@ pub(super) fn open_conn(path: &Path, plan: &Plan, timeout_ms: u64, grid: &[Strin
 }
 
 /// `PRAGMA waffle_stats` on `conn` (Null if not JSON); `reset`: and its counters reset.
-pub(super) fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<Value> {
+pub(super) fn waffle_stats(conn: &Connection, reset: bool) -> rusqlite::Result<StatsSnapshot> {
     let sql = if reset { "PRAGMA waffle_stats=reset" } else { "PRAGMA waffle_stats" };
     let text: String = conn.query_row(sql, [], |r| r.get(0))?;
-    Ok(serde_json::from_str(&text).unwrap_or(Value::Null))
+    let v: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Ok(StatsSnapshot::from_json(&v).unwrap_or_default())
 }
 
 /// SQLite's own page cache hits and misses on `conn` since the last call (which resets them).

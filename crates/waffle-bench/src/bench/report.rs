@@ -44,11 +44,11 @@ pub fn restart_line(r: &Restart) -> String {
         r.l1_hits,
         r.l2_pages,
         r.disk_pages,
-        h["state"].as_str().unwrap_or("?"),
-        if h["trusted"].as_bool() == Some(true) { "trusted".to_string() } else { h["why"].as_str().unwrap_or("-").to_string() },
-        h["from_grid_pages"],
-        h["from_disk_pages"],
-        h["elapsed_ms"],
+        if h.state.is_empty() { "?" } else { &h.state },
+        if h.trusted { "trusted" } else { h.why.as_deref().unwrap_or("-") },
+        h.from_grid_pages,
+        h.from_disk_pages,
+        h.elapsed_ms,
     )
 }
 
@@ -261,8 +261,8 @@ pub fn print_table(results: &[ConfigResult]) {
         for node in &g.nodes {
             println!(
                 "    node {}: {}",
-                node["addr"].as_str().unwrap_or("?"),
-                node["cost"]["reason"].as_str().unwrap_or("no cost figures")
+                node.addr,
+                if node.cost.reason.is_empty() { "no cost figures" } else { &node.cost.reason }
             );
         }
     }
@@ -364,7 +364,14 @@ mod tests {
             ratio: 0.9,
             per_second: vec![500, 950],
             seconds_to_90pct: Some(1),
-            hot_list: serde_json::json!({"state": "done", "trusted": true, "from_grid_pages": 10, "from_disk_pages": 2, "elapsed_ms": 40}),
+            hot_list: waffle_core::stats::HotListSnapshot {
+                state: "done".into(),
+                trusted: true,
+                from_grid_pages: 10,
+                from_disk_pages: 2,
+                elapsed_ms: 40,
+                ..Default::default()
+            },
             ..Restart::default()
         };
         let s = restart_line(&r);

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use rusqlite::Connection;
+use waffle_core::stats::CacheSnapshot;
 
 use super::configs::Plan;
 use super::connection::{open_conn, waffle_stats};
@@ -47,7 +48,9 @@ pub fn measure(
     let mut per_second = Vec::new();
     let (tally, _, seconds) = phase(workload, &mut conns, opts.restart, opts.seed ^ 0x7e57a7, Some(&mut per_second));
     let after = waffle_stats(&conns[0], false).map_err(|e| err("stats", e))?;
-    let d = |k: &str| after[k].as_u64().unwrap_or(0).saturating_sub(before[k].as_u64().unwrap_or(0));
+    let hot_list = after.warming.map(|w| w.hot_list).unwrap_or_default();
+    let (before, after) = (before.cache.unwrap_or_default(), after.cache.unwrap_or_default());
+    let d = |f: fn(&CacheSnapshot) -> u64| f(&after).saturating_sub(f(&before));
     let tps = tally.done as f64 / seconds.max(f64::MIN_POSITIVE);
     Ok(Restart {
         close_ms,
@@ -58,10 +61,10 @@ pub fn measure(
         ratio: if steady_tps > 0.0 { tps / steady_tps } else { 0.0 },
         seconds_to_90pct: per_second.iter().position(|&n| n as f64 >= 0.9 * steady_tps),
         per_second,
-        hot_list: after["hot_list"].clone(),
-        l1_hits: d("l1_hits") + d("push_queue_hits") + d("read_ahead_hits"),
-        l2_pages: d("l2_hits") + d("read_ahead_pages_l2"),
-        disk_pages: d("disk_reads") + d("read_ahead_pages_disk"),
+        hot_list,
+        l1_hits: d(|c| c.l1_hits) + d(|c| c.push_queue_hits) + d(|c| c.read_ahead_hits),
+        l2_pages: d(|c| c.l2_hits) + d(|c| c.read_ahead_pages_l2),
+        disk_pages: d(|c| c.disk_reads) + d(|c| c.read_ahead_pages_disk),
     })
 }
 

@@ -7,7 +7,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use serde_json::Value;
+use waffle_core::grid::NodeStatus;
+use waffle_core::stats::{CacheSnapshot, HotListSnapshot};
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct Latency {
@@ -101,7 +102,7 @@ pub struct GridTraffic {
     pub push_cost_skips: u64,
     /// Each node's status at the end of the run: health, counters, and its
     /// cost decision (`cost.state`, `cost.lookup_us`, `cost.saved_us`, `cost.reason`).
-    pub nodes: Vec<Value>,
+    pub nodes: Vec<NodeStatus>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -133,18 +134,17 @@ pub struct WorkingSet {
 
 impl WorkingSet {
     /// From `PRAGMA waffle_stats` (`after`), the pages known read and whether the whole run fits the 15-minute window.
-    pub fn from_stats(after: &Value, known_pages: u64, run_within_15m: bool) -> Option<WorkingSet> {
-        let ws = after.get("working_set")?;
-        let n = |k: &str| ws[k].as_u64().unwrap_or(0);
-        let ratio_15m = (run_within_15m && known_pages > 0).then(|| n("pages_15m") as f64 / known_pages as f64);
-        Some(WorkingSet {
-            pages_1m: n("pages_1m"),
-            pages_5m: n("pages_5m"),
-            pages_15m: n("pages_15m"),
+    pub fn from_stats(after: &CacheSnapshot, known_pages: u64, run_within_15m: bool) -> WorkingSet {
+        let ws = &after.working_set;
+        let ratio_15m = (run_within_15m && known_pages > 0).then(|| ws.pages_15m as f64 / known_pages as f64);
+        WorkingSet {
+            pages_1m: ws.pages_1m,
+            pages_5m: ws.pages_5m,
+            pages_15m: ws.pages_15m,
             known_pages,
             ratio_15m,
-            advice: ws["advice"].as_str().unwrap_or("").to_string(),
-        })
+            advice: ws.advice.clone(),
+        }
     }
 }
 
@@ -204,7 +204,7 @@ pub struct Restart {
     /// The first second whose count reached 90% of the steady state (None: none did).
     pub seconds_to_90pct: Option<usize>,
     /// The cache's `hot_list` stats at the end of the restart's run.
-    pub hot_list: Value,
+    pub hot_list: HotListSnapshot,
     /// Where the restart's page reads were answered (counters over its run).
     pub l1_hits: u64,
     pub l2_pages: u64,
@@ -214,14 +214,16 @@ pub struct Restart {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
 
     #[test]
     fn the_working_set_is_compared_with_the_file_while_the_run_fits_the_window() {
-        let after = json!({"working_set": {"pages_1m": 10, "pages_5m": 90, "pages_15m": 99, "advice": "a"}});
-        let ws = WorkingSet::from_stats(&after, 100, true).unwrap();
+        let mut after = CacheSnapshot::default();
+        after.working_set.pages_1m = 10;
+        after.working_set.pages_15m = 99;
+        after.working_set.advice = "a".into();
+        let ws = WorkingSet::from_stats(&after, 100, true);
         assert_eq!((ws.pages_1m, ws.pages_15m, ws.known_pages, ws.ratio_15m), (10, 99, 100, Some(0.99)));
-        assert_eq!(WorkingSet::from_stats(&after, 100, false).unwrap().ratio_15m, None, "the warm-up left the window");
-        assert!(WorkingSet::from_stats(&json!({}), 100, true).is_none(), "no estimate");
+        assert_eq!(WorkingSet::from_stats(&after, 100, false).ratio_15m, None, "the warm-up left the window");
+        assert_eq!(WorkingSet::from_stats(&after, 0, true).ratio_15m, None, "no pages known");
     }
 }

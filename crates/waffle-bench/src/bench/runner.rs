@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OpenFlags};
 use serde_json::Value;
+use waffle_core::stats::{CacheSnapshot, DiskReasons};
 use waffle_nodes::Node;
 
 use super::configs::{Kind, Plan};
@@ -43,8 +44,10 @@ pub fn memcached_stats(addr: &str) -> Option<std::collections::HashMap<String, u
 /// The pages the warm-up's pass read: the whole file, or the tables and
 /// indexes the workload names and page 1 (counted by SQLite's `dbstat` on a
 /// connection of its own). 0 when unknown.
-fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, stats: &Value) -> u64 {
-    let Some(page_bytes) = stats["page_bytes"].as_u64().filter(|&b| b > 0) else { return 0 };
+fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, page_bytes: u64) -> u64 {
+    if page_bytes == 0 {
+        return 0;
+    }
     let Some(names) = names else {
         return std::fs::metadata(path).map_or(0, |m| m.len()) / page_bytes;
     };
@@ -56,8 +59,22 @@ fn prewarmed_pages(names: Option<Vec<&'static str>>, path: &Path, stats: &Value)
     count().map_or(0, |n| n + 1)
 }
 
-fn delta(after: &Value, before: &Value, key: &str) -> u64 {
-    after[key].as_u64().unwrap_or(0).saturating_sub(before[key].as_u64().unwrap_or(0))
+/// `disk_reasons`' change over the run, by reason.
+fn reason_deltas(after: &DiskReasons, before: &DiskReasons) -> std::collections::BTreeMap<String, u64> {
+    counter_deltas_of(after, before)
+}
+
+/// Every count of `after` (a serialized struct's top-level counts) as its change since `before`, by name.
+fn counter_deltas_of<T: serde::Serialize>(after: &T, before: &T) -> std::collections::BTreeMap<String, u64> {
+    let (a, b) = (serde_json::to_value(after).unwrap_or_default(), serde_json::to_value(before).unwrap_or_default());
+    let count = |v: &Value, k: &str| v[k].as_u64().unwrap_or(0);
+    let counts = a.as_object().into_iter().flatten().filter(|(_, v)| v.is_u64());
+    counts.map(|(k, _)| (k.clone(), count(&a, k).saturating_sub(count(&b, k)))).collect()
+}
+
+/// Every counter of the cache's stats (its top-level counts) as its change over the run.
+fn counter_deltas(after: &CacheSnapshot, before: &CacheSnapshot) -> serde_json::Map<String, Value> {
+    counter_deltas_of(after, before).into_iter().map(|(k, n)| (k, Value::from(n))).collect()
 }
 
 /// Runs one configuration on `ds` and measures it.
@@ -119,7 +136,12 @@ pub fn run_config(
         }
     }
 
-    let before = if plan.waffle { waffle_stats(&conns[0], true).map_err(|e| err("stats", e))? } else { Value::Null };
+    let cache_stats = |c: &Connection, reset: bool| -> Result<CacheSnapshot, String> {
+        let s = waffle_stats(c, reset).map_err(|e| err("stats", e))?;
+        Ok(s.cache.unwrap_or_default())
+    };
+    // Without waffle: no stats (zeros, and no counters in the result).
+    let before = if plan.waffle { cache_stats(&conns[0], true)? } else { CacheSnapshot::default() };
     conns.iter().for_each(|c| {
         sqlite_cache_counts(c);
     });
@@ -134,7 +156,7 @@ pub fn run_config(
         sq_hit += h;
         sq_miss += m;
     }
-    let after = if plan.waffle { waffle_stats(&conns[0], false).map_err(|e| err("stats", e))? } else { Value::Null };
+    let after = if plan.waffle { cache_stats(&conns[0], false)? } else { CacheSnapshot::default() };
     let within_15m = started.elapsed() < Duration::from_secs(15 * 60);
     // The pages the warm-up pass touched are known; PRAGMA waffle_warm (a
     // `+warm` configuration) reads pages without touching them (only reads by
@@ -142,7 +164,7 @@ pub fn run_config(
     // Counted on the dataset itself when it is the same bytes: dbstat's reads need no emulated device.
     let count_on = if workload.writes() { &path } else { &ds.path };
     let known_pages =
-        if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), count_on, &after) } else { 0 };
+        if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), count_on, after.page_bytes) } else { 0 };
 
     let mc: Vec<_> = node_addrs.iter().filter_map(|a| memcached_stats(a)).collect();
     let restart = if plan.restart {
@@ -164,16 +186,16 @@ pub fn run_config(
         Rate::CountedPerMinute => tally.counted as f64 * 60.0 / seconds,
     };
     let sqlite_cache = (sq_hit + sq_miss > 0).then(|| sq_hit as f64 / (sq_hit + sq_miss) as f64);
+    let d = |f: fn(&CacheSnapshot) -> u64| f(&after).saturating_sub(f(&before));
     let hits = plan.waffle.then(|| {
-        let d = |k: &str| delta(&after, &before, k);
-        let reads = d("l1_hits") + d("l1_misses") + d("read_ahead_hits");
-        let l1 = d("l1_hits") + d("push_queue_hits") + d("read_ahead_hits");
+        let reads = d(|c| c.l1_hits) + d(|c| c.l1_misses) + d(|c| c.read_ahead_hits);
+        let l1 = d(|c| c.l1_hits) + d(|c| c.push_queue_hits) + d(|c| c.read_ahead_hits);
         let f = |n: f64| if reads == 0 { 0.0 } else { n / reads as f64 };
-        let (ra_l2, ra_disk) = (d("read_ahead_pages_l2") as f64, d("read_ahead_pages_disk") as f64);
-        let windows = d("read_ahead_windows") as f64;
+        let (ra_l2, ra_disk) = (d(|c| c.read_ahead_pages_l2) as f64, d(|c| c.read_ahead_pages_disk) as f64);
+        let windows = d(|c| c.read_ahead_windows) as f64;
         let l2_share = if ra_l2 + ra_disk > 0.0 { ra_l2 / (ra_l2 + ra_disk) } else { 0.0 };
-        let l2 = d("l2_hits") as f64 + windows * l2_share;
-        let disk = d("disk_reads") as f64 + windows * (1.0 - l2_share);
+        let l2 = d(|c| c.l2_hits) as f64 + windows * l2_share;
+        let disk = d(|c| c.disk_reads) as f64 + windows * (1.0 - l2_share);
         Hits {
             vfs_reads: reads,
             l1: f(l1 as f64),
@@ -181,49 +203,40 @@ pub fn run_config(
             disk: f(disk),
             l1_l2: f(l1 as f64 + l2),
             read_ahead: f(windows),
-            disk_pages: d("disk_reads") + d("read_ahead_pages_disk"),
-            ahead_pages_disk: d("ahead_pages_disk"),
-            ahead_used_disk: d("ahead_used_disk"),
-            ahead_pages_l2: d("ahead_pages_l2"),
-            ahead_used_l2: d("ahead_used_l2"),
-            disk_reads: d("disk_reads"),
-            disk_reasons: waffle_core::presence::DiskReason::ALL
-                .iter()
-                .map(|r| {
-                    let n = |s: &Value| s["disk_reasons"][r.name()].as_u64().unwrap_or(0);
-                    (r.name().to_string(), n(&after).saturating_sub(n(&before)))
-                })
-                .collect(),
+            disk_pages: d(|c| c.disk_reads) + d(|c| c.read_ahead_pages_disk),
+            ahead_pages_disk: d(|c| c.ahead_pages_disk),
+            ahead_used_disk: d(|c| c.ahead_used_disk),
+            ahead_pages_l2: d(|c| c.ahead_pages_l2),
+            ahead_used_l2: d(|c| c.ahead_used_l2),
+            disk_reads: d(|c| c.disk_reads),
+            disk_reasons: reason_deltas(&after.disk_reasons, &before.disk_reasons),
         }
     });
     let grid_traffic = matches!(plan.kind, Kind::Grid { .. }).then(|| {
-        let d = |k: &str| delta(&after, &before, k);
-        let lat = |tier: &str, q: &str| after["latency"][tier][q].as_u64().unwrap_or(0);
         let sum = |k: &str| mc.iter().map(|m| m.get(k).copied().unwrap_or(0)).sum::<u64>();
-        let faults = after["l2_faults"].as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>())
-            - before["l2_faults"].as_object().map_or(0, |o| o.values().filter_map(Value::as_u64).sum::<u64>());
+        let lat = &after.latency;
         GridTraffic {
-            pushes: d("l2_pushes"),
-            push_drops: d("l2_push_drops"),
-            pushed_bytes: d("l2_push_bytes"),
-            fetched_bytes: d("l2_fetch_bytes"),
-            l2_p50_us: lat("l2", "p50_us"),
-            l2_p99_us: lat("l2", "p99_us"),
-            disk_p50_us: lat("disk", "p50_us"),
-            disk_p99_us: lat("disk", "p99_us"),
-            rejects: d("l2_rejects_total"),
-            faults,
+            pushes: d(|c| c.l2_pushes),
+            push_drops: d(|c| c.l2_push_drops),
+            pushed_bytes: d(|c| c.l2_push_bytes),
+            fetched_bytes: d(|c| c.l2_fetch_bytes),
+            l2_p50_us: lat.l2.p50_us,
+            l2_p99_us: lat.l2.p99_us,
+            disk_p50_us: lat.disk.p50_us,
+            disk_p99_us: lat.disk.p99_us,
+            rejects: d(|c| c.l2_rejects_total),
+            faults: d(|c| c.l2_faults.total()),
             memcached_items: sum("curr_items"),
             memcached_bytes: sum("bytes"),
             memcached_limit_bytes: sum("limit_maxbytes"),
             memcached_evictions: sum("evictions"),
-            presence_pages: after["l2_presence_pages"].as_u64().unwrap_or(0),
-            presence_skips: d("l2_presence_skips"),
-            aged_skips: d("l2_aged_skips"),
-            cost_skips: d("l2_cost_skips"),
-            reach_pushes: after["l2_reach_pushes"].as_u64().unwrap_or(0),
-            push_cost_skips: d("l2_push_cost_skips"),
-            nodes: after["nodes"].as_array().cloned().unwrap_or_default(),
+            presence_pages: after.l2_presence_pages,
+            presence_skips: d(|c| c.l2_presence_skips),
+            aged_skips: d(|c| c.l2_aged_skips),
+            cost_skips: d(|c| c.l2_cost_skips),
+            reach_pushes: after.l2_reach_pushes,
+            push_cost_skips: d(|c| c.l2_push_cost_skips),
+            nodes: after.nodes.clone(),
         }
     });
     let kinds = workload.kinds();
@@ -256,18 +269,10 @@ pub fn run_config(
         rollbacks: tally.rollbacks,
         errors: tally.errors,
         sqlite_cache_hit_ratio: sqlite_cache,
-        counters: after
-            .as_object()
-            .map(|m| {
-                m.iter()
-                    .filter(|(_, v)| v.is_u64())
-                    .map(|(k, _)| (k.clone(), serde_json::json!(delta(&after, &before, k))))
-                    .collect()
-            })
-            .unwrap_or_default(),
+        counters: if plan.waffle { counter_deltas(&after, &before) } else { serde_json::Map::new() },
         hits,
         grid: grid_traffic,
-        working_set: if plan.waffle { WorkingSet::from_stats(&after, known_pages, within_15m) } else { None },
+        working_set: plan.waffle.then(|| WorkingSet::from_stats(&after, known_pages, within_15m)),
         warm: warmed,
         restart,
         ratio_to_local: None,

@@ -41,6 +41,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use serde_json::{json, Value};
+use waffle_core::stats::StatsSnapshot;
 use waffle_emulation::{slow_disk, DeviceProfile, LinkProfile};
 use waffle_nodes::Node;
 use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SlowDisk, SysbenchResult, Tools};
@@ -48,6 +49,7 @@ use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, Sl
 use crate::args::{check_rounds, median_round, size, GridTimeout, Rounds};
 use crate::bench::{emulation, report};
 use crate::mysql::stats;
+use crate::mysql::waffle_delta::WaffleDelta;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
 pub const ROW_BYTES: u64 = 460;
@@ -186,7 +188,7 @@ pub struct RunResult {
     /// pool writes a page each time it must make room for a dirty one).
     pub bp_flushed: u64,
     /// Waffle: where the buffer pool's misses were answered, during the measured period.
-    pub waffle: Option<Value>,
+    pub waffle: Option<WaffleDelta>,
     /// `--warm`: the warm before this configuration's first workload.
     pub warm: Option<waffle_warm_client::Warmed>,
 }
@@ -228,17 +230,14 @@ fn innodb_status(s: &Server) -> Result<InnoDbCounters, String> {
     Ok(c)
 }
 
-/// The stats file as written after `after` (it is rewritten every 200 ms here).
-fn fresh_stats(s: &Server, after: Instant) -> Option<Value> {
+/// The stats file as written after `after` (it is rewritten every 200 ms here), with its cache's section.
+fn fresh_stats(s: &Server, after: Instant) -> Option<StatsSnapshot> {
     let since = after.elapsed().as_millis() as u64;
     let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as u64;
     let t = now_ms.saturating_sub(since);
-    s.wait_stats(Duration::from_secs(5), |v| v.get("updated_unix_ms").and_then(Value::as_u64).is_some_and(|u| u > t))
-}
-
-fn delta(after: &Value, before: &Value, k: &str) -> u64 {
-    let g = |v: &Value| v.get(k).and_then(Value::as_u64).unwrap_or(0);
-    g(after).saturating_sub(g(before))
+    let written_since = |s: &StatsSnapshot| s.cache.is_some() && s.stamp.updated_unix_ms.is_some_and(|u| u > t);
+    let v = s.wait_stats(Duration::from_secs(5), |v| StatsSnapshot::from_json(v).is_ok_and(|s| written_since(&s)))?;
+    StatsSnapshot::from_json(&v).ok()
 }
 
 struct Dataset {
@@ -550,33 +549,7 @@ fn run_config(
         let t1 = Instant::now();
         let c1 = innodb_status(&s)?;
         let waffle = match (&before, is_waffle) {
-            (Some(b), true) => fresh_stats(&s, t1).map(|after| {
-                let mut m = serde_json::Map::new();
-                for k in [
-                    "l1_hits",
-                    "l1_misses",
-                    "push_queue_hits",
-                    "l2_hits",
-                    "l2_misses",
-                    "disk_reads",
-                    "l2_pushes",
-                    "l2_rejects_total",
-                    "l2_presence_skips",
-                    "l2_aged_skips",
-                    "l2_cost_skips",
-                    "l2_push_cost_skips",
-                    "disk_writes",
-                ] {
-                    m.insert(k.into(), json!(delta(&after, b, k)));
-                }
-                m.insert("l2_latency_p95_us".into(), after["latency"]["l2"]["p95_us"].clone());
-                m.insert("disk_latency_p95_us".into(), after["latency"]["disk"]["p95_us"].clone());
-                // At the end: what the cache counts on in the grid, and each node's cost decision.
-                m.insert("l2_presence_pages".into(), after["l2_presence_pages"].clone());
-                m.insert("l2_reach_pushes".into(), after["l2_reach_pushes"].clone());
-                m.insert("nodes".into(), after["nodes"].clone());
-                Value::Object(m)
-            }),
+            (Some(b), true) => fresh_stats(&s, t1).map(|after| WaffleDelta::between(b.cache(), after.cache())),
             _ => None,
         };
         eprintln!("waffle bench mysql: {} {}: {:.1} tps, p95 {:.2} ms", kind.name(), w, r.tps, r.latency_p95_ms);
@@ -594,7 +567,7 @@ fn run_config(
         });
     }
     if is_waffle {
-        if let Some(v) = s.stats() {
+        if let Some(v) = s.stats().and_then(|v| StatsSnapshot::from_json(&v).ok()) {
             eprint!("{}", stats::render(&v, "waffle stats at the end of the waffle configuration"));
         }
     }
@@ -607,11 +580,6 @@ fn run_config(
 
 fn pct(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{:.1}%", v * 100.0))
-}
-
-fn waffle_split(w: &Value) -> (u64, u64, u64, u64) {
-    let g = |k: &str| w.get(k).and_then(Value::as_u64).unwrap_or(0);
-    (g("l1_hits") + g("push_queue_hits"), g("l2_hits"), g("disk_reads"), g("l1_hits") + g("l1_misses"))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -680,7 +648,7 @@ fn table(
         let secs = a.duration as f64;
         let (l1, l2, disk) = match &r.waffle {
             Some(w) => {
-                let (l1, l2, disk, reads) = waffle_split(w);
+                let (l1, l2, disk, reads) = w.split();
                 let f = |n: u64| {
                     if reads == 0 {
                         "-".to_string()

@@ -2,18 +2,15 @@
 //! (the command itself is the CLI's, crates/waffle-cli/src/stats) and what
 //! `waffle bench mysql` shows after its waffle configuration.
 //!
-//! Reads the JSON of the preload's `waffle-stats.json`, of a SQLite
-//! database's stats file or of `PRAGMA waffle_stats` (the same counters) and
-//! prints where reads were answered, the grid's health, writes, latencies,
+//! Reads the [`StatsSnapshot`] of the preload's `waffle-stats.json`, of a
+//! SQLite database's stats file or of `PRAGMA waffle_stats` (the same
+//! counters) and prints where reads were answered, the grid's health, writes, latencies,
 //! the working set, the nodes, and (for the preload) one line per tablespace.
 
 use std::fmt::Write as _;
 
-use serde_json::Value;
-
-fn u(v: &Value, k: &str) -> u64 {
-    v.get(k).and_then(Value::as_u64).unwrap_or(0)
-}
+use serde::Serialize;
+use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot};
 
 fn pct(n: u64, d: u64) -> String {
     if d == 0 {
@@ -35,16 +32,12 @@ fn bytes(n: u64) -> String {
     }
 }
 
-fn sum_object(v: &Value, k: &str) -> u64 {
-    v.get(k).and_then(Value::as_object).map_or(0, |m| m.values().filter_map(Value::as_u64).sum())
-}
-
 /// `, grid a,b` from the preload's `grid` or SQLite's `config.grid`; empty without one.
-fn grid_text(v: &Value) -> String {
-    let grid = match (v.get("grid"), v.get("config").and_then(|c| c.get("grid")).and_then(Value::as_array)) {
-        (Some(Value::String(g)), _) => g.clone(),
-        (_, Some(nodes)) => nodes.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(","),
-        _ => String::new(),
+fn grid_text(s: &StatsSnapshot) -> String {
+    let grid = match (&s.preload, &s.sqlite) {
+        (Some(p), _) => p.grid.clone(),
+        (None, Some(q)) => q.config.grid.join(","),
+        (None, None) => String::new(),
     };
     if grid.is_empty() {
         grid
@@ -54,11 +47,10 @@ fn grid_text(v: &Value) -> String {
 }
 
 /// `, datadir D` (the preload) or `, database F` (SQLite).
-fn place(v: &Value) -> String {
-    let text = |k: &str| v.get(k).and_then(Value::as_str);
-    match (text("datadir"), text("file")) {
-        (Some(d), _) => format!(", datadir {d}"),
-        (None, Some(f)) => format!(", database {f}"),
+fn place(s: &StatsSnapshot) -> String {
+    match (&s.preload, &s.sqlite) {
+        (Some(p), _) => format!(", datadir {}", p.datadir),
+        (None, Some(q)) => format!(", database {}", q.file),
         (None, None) => String::new(),
     }
 }
@@ -73,21 +65,27 @@ fn event(n: u64, what: impl Into<String>) -> Event {
     Event { n, what: what.into() }
 }
 
-/// `a 1, b 2` of the nonzero members of the object `v[k]`.
-fn parts(v: &Value, k: &str) -> String {
-    let m = v.get(k).and_then(Value::as_object);
-    let nonzero = m.into_iter().flatten().filter_map(|(name, n)| Some((name, n.as_u64()?))).filter(|(_, n)| *n > 0);
-    nonzero.map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
+/// The nonzero counts of a group of counters (`l2_faults`, ...) by their JSON
+/// names, in the JSON's order.
+fn nonzero<T: Serialize>(counts: &T) -> Vec<(String, u64)> {
+    let v = serde_json::to_value(counts).unwrap_or_default();
+    let m = v.as_object().into_iter().flatten();
+    m.filter_map(|(name, n)| Some((name.clone(), n.as_u64()?))).filter(|(_, n)| *n > 0).collect()
+}
+
+/// `a 1, b 2` of the nonzero counts of a group.
+fn parts<T: Serialize>(counts: &T) -> String {
+    nonzero(counts).into_iter().map(|(name, n)| format!("{name} {n}")).collect::<Vec<_>>().join(", ")
 }
 
 /// What happened that a DBA may wonder about, in two groups: what the cache
 /// does by design (nothing is lost: the disk has every page), and faults
 /// worth a look (each cost a disk read, never a wrong page). Zero counts
 /// are left out; a group with none says so.
-fn events(o: &mut String, v: &Value) {
+fn events(o: &mut String, c: &CacheSnapshot, p: Option<&PreloadSection>) {
     let groups = [
-        ("expected", "the cache at work; nothing is lost: the disk has every page", expected_events(v)),
-        ("faults", "worth a look; each cost a disk read or a push, none served a wrong page", fault_events(v)),
+        ("expected", "the cache at work; nothing is lost: the disk has every page", expected_events(c, p)),
+        ("faults", "worth a look; each cost a disk read or a push, none served a wrong page", fault_events(c, p)),
     ];
     for (group, meaning, rows) in groups {
         let rows: Vec<Event> = rows.into_iter().filter(|e| e.n > 0).collect();
@@ -103,127 +101,130 @@ fn events(o: &mut String, v: &Value) {
 }
 
 /// `l2_push_not_stored` for people: "1300 not sent (the node was down), 6 refused by the node (...)".
-fn not_stored_words(v: &Value) -> String {
+fn not_stored_words(c: &CacheSnapshot) -> String {
     let words = |why: &str| match why {
         "node_down" => "not sent (the node was down or unreachable)",
         "refused" => "refused by the node (memcached out of memory, or too large)",
         "lost" => "lost on the way (a timeout or a reset)",
         _ => "not sent (no grid any more, or not sealable)",
     };
-    let m = v.get("l2_push_not_stored").and_then(Value::as_object);
-    let nonzero = m.into_iter().flatten().filter_map(|(why, n)| Some((why, n.as_u64()?))).filter(|(_, n)| *n > 0);
-    nonzero.map(|(why, n)| format!("{n} {}", words(why))).collect::<Vec<_>>().join(", ")
+    let rows = nonzero(&c.l2_push_not_stored);
+    rows.into_iter().map(|(why, n)| format!("{n} {}", words(&why))).collect::<Vec<_>>().join(", ")
 }
 
 /// The cache at work: counted so the figures add up, not a sign of trouble.
-fn expected_events(v: &Value) -> Vec<Event> {
+fn expected_events(c: &CacheSnapshot, p: Option<&PreloadSection>) -> Vec<Event> {
     let mut rows = vec![event(
-        u(v, "l2_rejects_stale"),
+        c.l2_rejects_stale,
         "stale grid copies refused: the page was rewritten after its copy was pushed (read from disk)",
     )];
-    match v.get("preload") {
+    match p.map(|p| &p.preload) {
         Some(p) => {
-            let (doublewrite, partial) = (u(p, "multi_page_writes"), u(p, "partial_writes"));
+            let (doublewrite, partial) = (p.multi_page_writes, p.partial_writes);
             rows.push(event(
                 doublewrite,
                 "pages of InnoDB's doublewrite buffer dropped from the cache: written several at once, read only by crash recovery; not lost writes",
             ));
             // Failed writes are faults (below); the rest of the partial ones are the server's to make.
             rows.push(event(
-                partial.saturating_sub(u(p, "failed_writes")),
+                partial.saturating_sub(p.failed_writes),
                 "pages dropped from the cache after a write of part of a page (the file has the write)",
             ));
-            let other = u(v, "partial_writes").saturating_sub(doublewrite + partial);
+            let other = c.partial_writes.saturating_sub(doublewrite + partial);
             rows.push(event(other, "pages dropped from the cache after hole punches and vectored writes"));
         }
         None => rows.push(event(
-            u(v, "partial_writes"),
+            c.partial_writes,
             "pages dropped from the cache after a write of part of a page (the file has the write)",
         )),
     }
-    rows.push(event(u(v, "truncates"), "truncations: the pages past the new end left the cache"));
+    rows.push(event(c.truncates, "truncations: the pages past the new end left the cache"));
     rows.push(event(
-        u(v, "l2_push_cost_skips"),
+        c.l2_push_cost_skips,
         "evicted pages not pushed: their node is backed off (asking it costs more than the disk read it saves)",
     ));
     rows
 }
 
 /// Faults: each one cost a disk read (or a push), none served a wrong page.
-fn fault_events(v: &Value) -> Vec<Event> {
+fn fault_events(c: &CacheSnapshot, p: Option<&PreloadSection>) -> Vec<Event> {
     let mut rows = vec![
+        event(c.l2_push_failures, format!("evicted pages the grid did not store: {}", not_stored_words(c))),
+        event(c.l2_push_drops, "evicted pages dropped: the push queue was full (the grid fell behind the evictions)"),
         event(
-            u(v, "l2_push_failures"),
-            match v.get("l2_push_not_stored") {
-                Some(_) => format!("evicted pages the grid did not store: {}", not_stored_words(v)),
-                None => "evicted pages the grid did not store (node down, refused or lost)".into(),
-            },
+            c.l2_rejects_bad,
+            format!("grid copies refused as damaged, foreign or forged (by reason: {})", parts(&c.l2_rejects)),
         ),
-        event(
-            u(v, "l2_push_drops"),
-            "evicted pages dropped: the push queue was full (the grid fell behind the evictions)",
-        ),
-        event(
-            v.get("l2_rejects_bad")
-                .map_or(u(v, "l2_rejects_total").saturating_sub(u(v, "l2_rejects_stale")), |_| u(v, "l2_rejects_bad")),
-            format!("grid copies refused as damaged, foreign or forged (by reason: {})", parts(v, "l2_rejects")),
-        ),
-        event(sum_object(v, "l2_faults"), format!("grid requests that failed ({})", parts(v, "l2_faults"))),
+        event(c.l2_faults.total(), format!("grid requests that failed ({})", parts(&c.l2_faults))),
     ];
-    if let Some(p) = v.get("preload") {
+    if let Some(p) = p.map(|p| &p.preload) {
         rows.push(event(
-            sum_object(p, "innodb_rejects"),
-            format!("grid copies refused by InnoDB's page check ({})", parts(p, "innodb_rejects")),
+            p.innodb_rejects.total(),
+            format!("grid copies refused by InnoDB's page check ({})", parts(&p.innodb_rejects)),
         ));
-        rows.push(event(u(p, "fallback_reads"), "page reads the cache could not answer (the server read them itself)"));
+        rows.push(event(p.fallback_reads, "page reads the cache could not answer (the server read them itself)"));
         rows.push(event(
-            u(p, "failed_writes"),
+            p.failed_writes,
             "pages of the server's writes that failed or wrote less than asked (dropped from the cache; see the server's log)",
         ));
     }
-    rows.push(event(
-        u(v, "verify_mismatches"),
-        "verify mode: pages that differed from the file (the file's were served)",
-    ));
+    rows.push(event(c.verify_mismatches, "verify mode: pages that differed from the file (the file's were served)"));
     rows
 }
 
-/// The report for one stats JSON object.
-pub fn render(v: &Value, source: &str) -> String {
-    let mut o = String::new();
-    let adapter = v.get("adapter").and_then(Value::as_str).unwrap_or("sqlite");
-    let state = v.get("state").and_then(Value::as_str).unwrap_or("active");
+/// The first line: who wrote the stats, its state, when, and whether it is the last.
+fn head(s: &StatsSnapshot, source: &str) -> String {
+    let st = &s.stamp;
+    let adapter = st.adapter.as_deref().unwrap_or("sqlite");
     let mut head = format!("{source}: {adapter}");
-    if let Some(pid) = v.get("pid").and_then(Value::as_u64) {
+    if let Some(pid) = st.pid {
         let _ = write!(head, ", pid {pid}");
     }
-    let _ = write!(head, ", {state}");
-    if let Some(ms) = v.get("updated_unix_ms").and_then(Value::as_u64) {
+    let _ = write!(head, ", {}", st.state.as_deref().unwrap_or("active"));
+    if let Some(ms) = st.updated_unix_ms {
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(ms);
         let _ = write!(head, ", written {:.1} s ago", now.saturating_sub(ms) as f64 / 1000.0);
     }
-    if v.get("final").and_then(Value::as_bool) == Some(true) {
+    if st.final_write == Some(true) {
         head.push_str(if adapter == "sqlite" {
             " (final: the database was closed)"
         } else {
             " (final: the server exited)"
         });
     }
-    let _ = writeln!(o, "{head}");
-    if let Some(r) = v.get("disabled_reason").and_then(Value::as_str) {
+    head
+}
+
+/// The report for one stats snapshot.
+pub fn render(s: &StatsSnapshot, source: &str) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "{}", head(s, source));
+    if let Some(r) = &s.stamp.disabled_reason {
         let _ = writeln!(o, "OFF: {r}");
     }
-    if v.get("l1_hits").is_none() {
+    let Some(c) = &s.cache else {
         return o; // turned off before the cache started: nothing else to show
+    };
+    if !c.cache_id.is_empty() {
+        let _ = writeln!(o, "cache id {}, page {} bytes{}{}", c.cache_id, c.page_bytes, grid_text(s), place(s));
     }
-    if let Some(id) = v.get("cache_id").and_then(Value::as_str) {
-        let _ = writeln!(o, "cache id {id}, page {} bytes{}{}", u(v, "page_bytes"), grid_text(v), place(v));
+    reads(&mut o, c);
+    events(&mut o, c, s.preload.as_ref());
+    levels(&mut o, c);
+    nodes(&mut o, c);
+    if let Some(p) = &s.preload {
+        preload(&mut o, p);
     }
-    let (l1, pq, l2, disk) = (u(v, "l1_hits"), u(v, "push_queue_hits"), u(v, "l2_hits"), u(v, "disk_reads"));
-    let reads = l1 + u(v, "l1_misses");
+    o
+}
+
+/// Where reads were answered, the grid's hits, pushes and writes.
+fn reads(o: &mut String, c: &CacheSnapshot) {
+    let (l1, pq, l2, disk) = (c.l1_hits, c.push_queue_hits, c.l2_hits, c.disk_reads);
+    let reads = l1 + c.l1_misses;
     let _ = writeln!(
         o,
         "reads    {reads} pages: L1 {} | push queue {} | grid {} | disk {}",
@@ -232,121 +233,120 @@ pub fn render(v: &Value, source: &str) -> String {
         pct(l2, reads),
         pct(disk, reads)
     );
-    let asked = l2 + u(v, "l2_misses");
+    let asked = l2 + c.l2_misses;
     let _ = writeln!(
         o,
         "grid     hits {l2}, misses {}, hit ratio {}; not asked while a node was down {}",
-        u(v, "l2_misses"),
+        c.l2_misses,
         pct(l2, asked),
-        u(v, "l2_skipped"),
+        c.l2_skipped,
     );
     let _ = writeln!(
         o,
         "pushes   {} stored ({}); fetched {}",
-        u(v, "l2_pushes"),
-        bytes(u(v, "l2_push_bytes")),
-        bytes(u(v, "l2_fetch_bytes"))
+        c.l2_pushes,
+        bytes(c.l2_push_bytes),
+        bytes(c.l2_fetch_bytes)
     );
-    let _ = writeln!(o, "writes   {} pages", u(v, "disk_writes"));
-    events(&mut o, v);
-    if let Some(l1v) = v.get("l1") {
+    let _ = writeln!(o, "writes   {} pages", c.disk_writes);
+}
+
+/// L1, the working set and its advice, the latencies.
+fn levels(o: &mut String, c: &CacheSnapshot) {
+    let _ = writeln!(
+        o,
+        "L1       {} of {} ({} pages); push queue {}",
+        bytes(c.l1.used_bytes),
+        bytes(c.l1.capacity_bytes),
+        c.l1.pages,
+        bytes(c.push_queue_bytes)
+    );
+    let ws = &c.working_set;
+    let _ = writeln!(
+        o,
+        "touched  1m {} | 5m {} | 15m {} (working set: {} | {} | {} pages); L1 + grid hold {}",
+        bytes(ws.bytes_1m),
+        bytes(ws.bytes_5m),
+        bytes(ws.bytes_15m),
+        ws.pages_1m,
+        ws.pages_5m,
+        ws.pages_15m,
+        bytes(ws.held_bytes)
+    );
+    if !ws.advice.is_empty() {
+        let _ = writeln!(o, "advice   {}", ws.advice);
+    }
+    // Since the cache opened (or PRAGMA waffle_stats='reset'); a recent window is Prometheus' (the buckets).
+    let mut line = "latency  p50/p95/p99 us since the open:".to_string();
+    for (t, label) in [(&c.latency.l1, "L1"), (&c.latency.l2, "grid"), (&c.latency.disk, "disk")] {
+        let _ = write!(line, "  {label} {}/{}/{}", t.p50_us, t.p95_us, t.p99_us);
+    }
+    let _ = writeln!(o, "{line}");
+}
+
+fn nodes(o: &mut String, c: &CacheSnapshot) {
+    for n in &c.nodes {
         let _ = writeln!(
             o,
-            "L1       {} of {} ({} pages); push queue {}",
-            bytes(u(l1v, "used_bytes")),
-            bytes(u(l1v, "capacity_bytes")),
-            u(l1v, "pages"),
-            bytes(u(v, "push_queue_bytes"))
+            "node     {} {}: {} requests, {} failures, {} timeouts, marked down {}x{}",
+            n.addr,
+            if n.up { "up" } else { "DOWN" },
+            n.requests,
+            n.failures,
+            n.timeouts,
+            n.marked_down,
+            n.memory_bytes.map(|m| format!("; memory {}", bytes(m))).unwrap_or_default()
         );
+        if !n.cost.reason.is_empty() {
+            let _ = writeln!(o, "         cost: {}", n.cost.reason);
+        }
     }
-    if let Some(ws) = v.get("working_set") {
+}
+
+/// The preload's reads and writes, and one line per tablespace.
+fn preload(o: &mut String, p: &PreloadSection) {
+    let c = &p.preload;
+    let _ = writeln!(
+        o,
+        "preload  page reads {}, pass-through reads {}, page writes {}",
+        c.page_reads, c.passthrough_reads, c.page_writes,
+    );
+    if p.tablespaces.is_empty() {
+        return;
+    }
+    let mut rows: Vec<_> = p.tablespaces.iter().collect();
+    rows.sort_by_key(|(_, s)| std::cmp::Reverse(s.reads));
+    let _ = writeln!(
+        o,
+        "\n{:<32} {:>10} {:>7} {:>7} {:>7} {:>7} {:>9}",
+        "tablespace", "reads", "hit", "L1", "grid", "disk", "writes"
+    );
+    for (name, s) in rows {
+        let r = s.reads;
         let _ = writeln!(
             o,
-            "touched  1m {} | 5m {} | 15m {} (working set: {} | {} | {} pages); L1 + grid hold {}",
-            bytes(u(ws, "bytes_1m")),
-            bytes(u(ws, "bytes_5m")),
-            bytes(u(ws, "bytes_15m")),
-            u(ws, "pages_1m"),
-            u(ws, "pages_5m"),
-            u(ws, "pages_15m"),
-            bytes(u(ws, "held_bytes"))
-        );
-        if let Some(advice) = ws.get("advice").and_then(Value::as_str) {
-            let _ = writeln!(o, "advice   {advice}");
-        }
-    }
-    if let Some(lat) = v.get("latency").and_then(Value::as_object) {
-        // Since the cache opened (or PRAGMA waffle_stats='reset'); a recent window is Prometheus' (the buckets).
-        let mut line = "latency  p50/p95/p99 us since the open:".to_string();
-        for (tier, label) in [("l1", "L1"), ("l2", "grid"), ("disk", "disk")] {
-            if let Some(t) = lat.get(tier) {
-                let _ = write!(line, "  {label} {}/{}/{}", u(t, "p50_us"), u(t, "p95_us"), u(t, "p99_us"));
-            }
-        }
-        let _ = writeln!(o, "{line}");
-    }
-    if let Some(nodes) = v.get("nodes").and_then(Value::as_array) {
-        for n in nodes {
-            let _ = writeln!(
-                o,
-                "node     {} {}: {} requests, {} failures, {} timeouts, marked down {}x{}",
-                n.get("addr").and_then(Value::as_str).unwrap_or("?"),
-                if n.get("up").and_then(Value::as_bool).unwrap_or(false) { "up" } else { "DOWN" },
-                u(n, "requests"),
-                u(n, "failures"),
-                u(n, "timeouts"),
-                u(n, "marked_down"),
-                n.get("memory_bytes")
-                    .and_then(Value::as_u64)
-                    .map(|m| format!("; memory {}", bytes(m)))
-                    .unwrap_or_default()
-            );
-            if let Some(reason) = n.get("cost").and_then(|c| c.get("reason")).and_then(Value::as_str) {
-                let _ = writeln!(o, "         cost: {reason}");
-            }
-        }
-    }
-    if let Some(p) = v.get("preload") {
-        let _ = writeln!(
-            o,
-            "preload  page reads {}, pass-through reads {}, page writes {}",
-            u(p, "page_reads"),
-            u(p, "passthrough_reads"),
-            u(p, "page_writes"),
+            "{:<32} {:>10} {:>7} {:>7} {:>7} {:>7} {:>9}{}",
+            name,
+            r,
+            pct(s.l1_hits + s.push_queue_hits + s.l2_hits, r),
+            pct(s.l1_hits + s.push_queue_hits, r),
+            pct(s.l2_hits, r),
+            pct(s.disk_reads, r),
+            s.page_writes,
+            if s.cached { "" } else { "  (not cached: WAFFLE_TABLES)" }
         );
     }
-    if let Some(spaces) = v.get("tablespaces").and_then(Value::as_object) {
-        let mut rows: Vec<(&String, &Value)> = spaces.iter().collect();
-        rows.sort_by_key(|(_, s)| std::cmp::Reverse(u(s, "reads")));
-        let _ = writeln!(
-            o,
-            "\n{:<32} {:>10} {:>7} {:>7} {:>7} {:>7} {:>9}",
-            "tablespace", "reads", "hit", "L1", "grid", "disk", "writes"
-        );
-        for (name, s) in rows {
-            let r = u(s, "reads");
-            let cached = s.get("cached").and_then(Value::as_bool).unwrap_or(true);
-            let _ = writeln!(
-                o,
-                "{:<32} {:>10} {:>7} {:>7} {:>7} {:>7} {:>9}{}",
-                name,
-                r,
-                pct(u(s, "l1_hits") + u(s, "push_queue_hits") + u(s, "l2_hits"), r),
-                pct(u(s, "l1_hits") + u(s, "push_queue_hits"), r),
-                pct(u(s, "l2_hits"), r),
-                pct(u(s, "disk_reads"), r),
-                u(s, "page_writes"),
-                if cached { "" } else { "  (not cached: WAFFLE_TABLES)" }
-            );
-        }
-    }
-    o
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{json, Value};
+
+    /// What `waffle stats` prints of a stats JSON object.
+    fn render_json(v: &Value, source: &str) -> String {
+        render(&StatsSnapshot::from_json(v).unwrap(), source)
+    }
 
     #[test]
     fn renders_preload_stats() {
@@ -360,7 +360,7 @@ mod tests {
             "tablespaces": {"sbtest/sbtest1": {"reads": 100, "l1_hits": 10, "l2_hits": 80, "disk_reads": 10, "cached": true},
                             "mysql/user": {"reads": 0, "cached": false}}
         });
-        let text = render(&v, "f");
+        let text = render_json(&v, "f");
         assert!(text.contains("reads    100 pages: L1 10.0% | push queue 0.0% | grid 80.0% | disk 10.0%"), "{text}");
         assert!(text.contains("hit ratio 88.9%"), "{text}");
         assert!(text.contains("sbtest/sbtest1"), "{text}");
@@ -380,7 +380,7 @@ mod tests {
             "l2_faults": {"timeout": 0, "io": 2},
             "preload": {"multi_page_writes": 145600, "partial_writes": 28, "failed_writes": 3, "innodb_rejects": {"lsn": 0}, "fallback_reads": 0}
         });
-        let text = render(&v, "f");
+        let text = render_json(&v, "f");
         assert!(!text.contains("partial (dropped)") && !text.contains("rejects 590"), "{text}");
         // A group's lines: its first names it, the others are indented.
         let section = |name: &str| -> String {
@@ -408,7 +408,7 @@ mod tests {
 
     #[test]
     fn a_quiet_run_says_none() {
-        let text = render(&json!({"l1_hits": 5, "l1_misses": 0}), "f");
+        let text = render_json(&json!({"l1_hits": 5, "l1_misses": 0}), "f");
         assert!(text.contains("\nexpected none\n") && text.contains("\nfaults   none\n"), "{text}");
     }
 
@@ -420,7 +420,7 @@ mod tests {
                             "pages_5m": 786432, "pages_15m": 1048576, "held_bytes": 1u64 << 30, "advice": "buy memory"},
             "nodes": [{"addr": "a:1", "up": true, "memory_bytes": 512 << 20}]
         });
-        let text = render(&v, "f");
+        let text = render_json(&v, "f");
         assert!(
             text.contains(
                 "touched  1m 1.0 MiB | 5m 3.0 GiB | 15m 4.0 GiB (working set: 256 | 786432 | 1048576 pages); L1 + grid hold 1.0 GiB"
@@ -437,7 +437,7 @@ mod tests {
             "adapter": "sqlite", "state": "closed", "final": true, "pid": 9, "cache_id": "ab", "page_bytes": 4096,
             "file": "/srv/app.db", "config": {"grid": ["127.0.0.1:1", "127.0.0.1:2"]}, "l1_hits": 1, "l1_misses": 1
         });
-        let text = render(&v, "f");
+        let text = render_json(&v, "f");
         assert!(text.starts_with("f: sqlite, pid 9, closed"), "{text}");
         assert!(text.contains("(final: the database was closed)"), "{text}");
         assert!(text.contains("page 4096 bytes, grid 127.0.0.1:1,127.0.0.1:2, database /srv/app.db"), "{text}");
@@ -446,7 +446,7 @@ mod tests {
     #[test]
     fn renders_a_preload_that_turned_off() {
         let v = json!({"adapter": "mariadb-preload", "state": "disabled", "disabled_reason": "native AIO"});
-        let text = render(&v, "f");
+        let text = render_json(&v, "f");
         assert!(text.contains("OFF: native AIO"), "{text}");
     }
 }

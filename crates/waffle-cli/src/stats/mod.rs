@@ -84,9 +84,9 @@ fn render(all: &[Source], format: Format) -> String {
     let read = || all.iter().filter_map(|s| s.stats.as_ref().ok().map(|v| (s.name.as_str(), v)));
     match format {
         Format::Prometheus => prometheus::render(all),
-        Format::Json => read().map(|(_, v)| serde_json::to_string_pretty(v).unwrap_or_default() + "\n").collect(),
+        Format::Json => read().map(|(_, v)| serde_json::to_string_pretty(&v.json).unwrap_or_default() + "\n").collect(),
         Format::Text => {
-            read().map(|(name, v)| waffle_bench::mysql::stats::render(v, name)).collect::<Vec<_>>().join("\n")
+            read().map(|(name, v)| waffle_bench::mysql::stats::render(&v.snapshot, name)).collect::<Vec<_>>().join("\n")
         }
     }
 }

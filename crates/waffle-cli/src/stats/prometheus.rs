@@ -18,72 +18,98 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use serde_json::Value;
+use serde::Serialize;
+use waffle_core::grid::{CostStatus, NodeStatus};
+use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot, TierLatency};
 
 use super::sources::Source;
 
 /// The content type of what [`render`] writes (the HTTP endpoint's).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
-/// The cache's counters: (JSON key, help). The metric is `waffle_<key>` (`_total` on its samples).
-const COUNTERS: &[(&str, &str)] = &[
-    ("l1_hits", "Page reads answered by L1, the local pool."),
-    ("l1_misses", "Page reads L1 did not have."),
-    ("push_queue_hits", "L1 misses answered from the push queue (evicted, not yet pushed)."),
-    ("l2_hits", "Page reads answered by the grid."),
-    ("l2_misses", "Grid lookups of pushed pages the grid no longer had (memcached evicted or lost them)."),
-    ("l2_skipped", "Grid lookups not sent: the page's node was down."),
-    ("l2_presence_skips", "Grid lookups not sent: the page was never pushed at its version, or taken back."),
-    ("l2_aged_skips", "Grid lookups not sent: the page was pushed longer ago than the grid keeps pages."),
-    ("l2_cost_skips", "Grid lookups not sent: the node costs more than the disk read it would save."),
-    ("l2_push_cost_skips", "Evicted pages not pushed: the node costs more than it saves."),
-    ("l2_pushes", "Evicted pages stored in the grid."),
-    ("l2_push_drops", "Evicted pages dropped: the push queue was full."),
-    ("l2_push_failures", "Evicted pages the grid refused or lost to a fault."),
-    ("l2_rejects_stale", "Grid copies refused as older than their page (rewritten after the push): expected."),
-    ("l2_rejects_bad", "Grid copies refused as damaged, foreign or forged: a fault."),
-    ("l2_push_bytes", "Bytes stored in the grid."),
-    ("l2_fetch_bytes", "Bytes fetched from the grid."),
-    ("disk_reads", "Single-page reads of the database file."),
-    ("disk_short_reads", "Reads past the end of the database file."),
-    ("disk_writes", "Whole pages the database wrote."),
-    ("partial_writes", "Writes of part of a page (the page is dropped from the tiers)."),
-    ("truncates", "Truncations of the database file."),
-    ("read_ahead_windows", "Read-ahead windows of sequential scans."),
-    ("read_ahead_hits", "Page reads answered by a read-ahead window."),
-    ("read_ahead_pages_l2", "Pages read-ahead windows brought from the grid."),
-    ("read_ahead_pages_disk", "Pages read-ahead windows brought from the disk."),
-    ("scan_drops", "Read-ahead pages evicted unread (dropped, not pushed)."),
-    ("resets", "Whole-cache invalidations (the page size changed)."),
-    ("foreign_changes", "Commits by writers that bypass this cache."),
-    ("foreign_resets", "Foreign changes that invalidated every cached page."),
-    ("foreign_pages_invalidated", "Pages named as changed by another writer."),
-    ("foreign_copies_dropped", "Cached copies dropped because another writer changed them."),
-    ("l1_stale_drops", "L1 copies found at a version the file has left, dropped unserved."),
+/// The cache's counters: (JSON key, help, the field). The metric is `waffle_<key>` (`_total` on its samples).
+type Field = fn(&CacheSnapshot) -> u64;
+const COUNTERS: &[(&str, &str, Field)] = &[
+    ("l1_hits", "Page reads answered by L1, the local pool.", |c| c.l1_hits),
+    ("l1_misses", "Page reads L1 did not have.", |c| c.l1_misses),
+    ("push_queue_hits", "L1 misses answered from the push queue (evicted, not yet pushed).", |c| c.push_queue_hits),
+    ("l2_hits", "Page reads answered by the grid.", |c| c.l2_hits),
+    ("l2_misses", "Grid lookups of pushed pages the grid no longer had (memcached evicted or lost them).", |c| {
+        c.l2_misses
+    }),
+    ("l2_skipped", "Grid lookups not sent: the page's node was down.", |c| c.l2_skipped),
+    ("l2_presence_skips", "Grid lookups not sent: the page was never pushed at its version, or taken back.", |c| {
+        c.l2_presence_skips
+    }),
+    ("l2_aged_skips", "Grid lookups not sent: the page was pushed longer ago than the grid keeps pages.", |c| {
+        c.l2_aged_skips
+    }),
+    ("l2_cost_skips", "Grid lookups not sent: the node costs more than the disk read it would save.", |c| {
+        c.l2_cost_skips
+    }),
+    ("l2_push_cost_skips", "Evicted pages not pushed: the node costs more than it saves.", |c| c.l2_push_cost_skips),
+    ("l2_pushes", "Evicted pages stored in the grid.", |c| c.l2_pushes),
+    ("l2_push_drops", "Evicted pages dropped: the push queue was full.", |c| c.l2_push_drops),
+    ("l2_push_failures", "Evicted pages the grid refused or lost to a fault.", |c| c.l2_push_failures),
+    ("l2_rejects_stale", "Grid copies refused as older than their page (rewritten after the push): expected.", |c| {
+        c.l2_rejects_stale
+    }),
+    ("l2_rejects_bad", "Grid copies refused as damaged, foreign or forged: a fault.", |c| c.l2_rejects_bad),
+    ("l2_push_bytes", "Bytes stored in the grid.", |c| c.l2_push_bytes),
+    ("l2_fetch_bytes", "Bytes fetched from the grid.", |c| c.l2_fetch_bytes),
+    ("disk_reads", "Single-page reads of the database file.", |c| c.disk_reads),
+    ("disk_short_reads", "Reads past the end of the database file.", |c| c.disk_short_reads),
+    ("disk_writes", "Whole pages the database wrote.", |c| c.disk_writes),
+    ("partial_writes", "Writes of part of a page (the page is dropped from the tiers).", |c| c.partial_writes),
+    ("truncates", "Truncations of the database file.", |c| c.truncates),
+    ("read_ahead_windows", "Read-ahead windows of sequential scans.", |c| c.read_ahead_windows),
+    ("read_ahead_hits", "Page reads answered by a read-ahead window.", |c| c.read_ahead_hits),
+    ("read_ahead_pages_l2", "Pages read-ahead windows brought from the grid.", |c| c.read_ahead_pages_l2),
+    ("read_ahead_pages_disk", "Pages read-ahead windows brought from the disk.", |c| c.read_ahead_pages_disk),
+    ("scan_drops", "Read-ahead pages evicted unread (dropped, not pushed).", |c| c.scan_drops),
+    ("resets", "Whole-cache invalidations (the page size changed).", |c| c.resets),
+    ("foreign_changes", "Commits by writers that bypass this cache.", |c| c.foreign_changes),
+    ("foreign_resets", "Foreign changes that invalidated every cached page.", |c| c.foreign_resets),
+    ("foreign_pages_invalidated", "Pages named as changed by another writer.", |c| c.foreign_pages_invalidated),
+    ("foreign_copies_dropped", "Cached copies dropped because another writer changed them.", |c| {
+        c.foreign_copies_dropped
+    }),
+    ("l1_stale_drops", "L1 copies found at a version the file has left, dropped unserved.", |c| c.l1_stale_drops),
 ];
 
-/// The cache's levels: (JSON path, metric, help).
-const GAUGES: &[(&str, &str, &str)] = &[
-    ("page_bytes", "waffle_page_bytes", "Page size in use."),
-    ("l1.capacity_bytes", "waffle_l1_capacity_bytes", "L1's budget."),
-    ("l1.used_bytes", "waffle_l1_used_bytes", "Bytes L1 holds."),
-    ("l1.pages", "waffle_l1_pages", "Pages L1 holds."),
-    ("push_queue_bytes", "waffle_push_queue_bytes", "Evicted bytes waiting to be pushed."),
-    ("versions_tracked", "waffle_versions_tracked", "Pages whose version the cache tracks."),
-    ("l2_presence_pages", "waffle_l2_presence_pages", "Pages the cache believes the grid holds."),
-    ("l2_reach_pushes", "waffle_l2_reach_pushes", "How many pushes back the grid is seen to keep pages (0: unknown)."),
-    ("working_set.held_bytes", "waffle_held_bytes", "L1's budget plus the memory of the grid's nodes that are up."),
-    ("working_set.grid_bytes", "waffle_grid_memory_bytes", "Memory of the grid's nodes that are up (memcached -m)."),
+/// The cache's levels: (metric, help, the field; None: not known).
+type Level = fn(&CacheSnapshot) -> Option<u64>;
+const GAUGES: &[(&str, &str, Level)] = &[
+    ("waffle_page_bytes", "Page size in use.", |c| Some(c.page_bytes)),
+    ("waffle_l1_capacity_bytes", "L1's budget.", |c| Some(c.l1.capacity_bytes)),
+    ("waffle_l1_used_bytes", "Bytes L1 holds.", |c| Some(c.l1.used_bytes)),
+    ("waffle_l1_pages", "Pages L1 holds.", |c| Some(c.l1.pages)),
+    ("waffle_push_queue_bytes", "Evicted bytes waiting to be pushed.", |c| Some(c.push_queue_bytes)),
+    ("waffle_versions_tracked", "Pages whose version the cache tracks.", |c| Some(c.versions_tracked)),
+    ("waffle_l2_presence_pages", "Pages the cache believes the grid holds.", |c| Some(c.l2_presence_pages)),
+    ("waffle_l2_reach_pushes", "How many pushes back the grid is seen to keep pages (0: unknown).", |c| {
+        Some(c.l2_reach_pushes)
+    }),
+    ("waffle_held_bytes", "L1's budget plus the memory of the grid's nodes that are up.", |c| {
+        Some(c.working_set.held_bytes)
+    }),
+    ("waffle_grid_memory_bytes", "Memory of the grid's nodes that are up (memcached -m).", |c| {
+        c.working_set.grid_bytes
+    }),
 ];
 
-const NODE_COUNTERS: &[(&str, &str)] = &[
-    ("requests", "Round trips sent to the node."),
-    ("failures", "Round trips that ended in a fault."),
-    ("timeouts", "Round trips that ended at their deadline."),
-    ("marked_down", "Times the node went from up to down."),
-    ("presence_misses", "Misses of pages the cache had pushed to the node."),
-    ("stale_connections", "Pooled connections the node had closed, found when used."),
-    ("idle_probes", "mn sent because the node had seen no request for a while (its health stays known)."),
+/// A node's counters: (JSON key, help, the field). The metric is `waffle_node_<key>`.
+type NodeField = fn(&NodeStatus) -> u64;
+const NODE_COUNTERS: &[(&str, &str, NodeField)] = &[
+    ("requests", "Round trips sent to the node.", |n| n.requests),
+    ("failures", "Round trips that ended in a fault.", |n| n.failures),
+    ("timeouts", "Round trips that ended at their deadline.", |n| n.timeouts),
+    ("marked_down", "Times the node went from up to down.", |n| n.marked_down),
+    ("presence_misses", "Misses of pages the cache had pushed to the node.", |n| n.presence_misses),
+    ("stale_connections", "Pooled connections the node had closed, found when used.", |n| n.stale_connections),
+    ("idle_probes", "mn sent because the node had seen no request for a while (its health stays known).", |n| {
+        n.idle_probes
+    }),
 ];
 
 const COST_STATES: [&str; 3] = ["measuring", "on", "backed_off"];
@@ -133,12 +159,10 @@ pub struct Exposition {
     families: Vec<Family>,
 }
 
-fn at<'a>(v: &'a Value, path: &str) -> Option<&'a Value> {
-    path.split('.').try_fold(v, |v, k| v.get(k))
-}
-
-fn num(v: &Value, path: &str) -> Option<f64> {
-    at(v, path).and_then(Value::as_f64)
+/// The counts of a group of counters (`l2_rejects`, ...) by their JSON names.
+fn named_counts<T: Serialize>(counts: &T) -> Vec<(String, u64)> {
+    let v = serde_json::to_value(counts).unwrap_or_default();
+    v.as_object().into_iter().flatten().filter_map(|(k, n)| Some((k.clone(), n.as_u64()?))).collect()
 }
 
 fn label(k: &'static str, v: &str) -> (&'static str, Escaped) {
@@ -161,10 +185,8 @@ impl Exposition {
         self.add(name, MetricType::Gauge, help, labels, Sample::Gauge(value));
     }
 
-    fn counter(&mut self, name: &str, help: &'static str, labels: Labels, value: &Value) {
-        if let Some(n) = value.as_u64() {
-            self.add(name, MetricType::Counter, help, labels, Sample::Counter(n));
-        }
+    fn counter(&mut self, name: &str, help: &'static str, labels: Labels, n: u64) {
+        self.add(name, MetricType::Counter, help, labels, Sample::Counter(n));
     }
 
     /// Adds one source: `waffle_up` and, if it was read, its figures.
@@ -177,12 +199,12 @@ impl Exposition {
             up,
         );
         if let Ok(v) = &s.stats {
-            self.add_stats(v, &s.name);
+            self.add_stats(&v.snapshot, &s.name);
         }
     }
 
-    /// Adds the figures of one stats JSON object (`PRAGMA waffle_stats` or a stats file), labelled `source`.
-    pub fn add_stats(&mut self, v: &Value, source: &str) {
+    /// Adds the figures of one stats snapshot (`PRAGMA waffle_stats` or a stats file), labelled `source`.
+    pub fn add_stats(&mut self, v: &StatsSnapshot, source: &str) {
         let base = || vec![label("source", source)];
         let with = |k: &'static str, val: &str| {
             let mut l = base();
@@ -190,67 +212,76 @@ impl Exposition {
             l
         };
         self.add_info(v, source);
-        if v.get("l1_hits").is_none() {
+        let Some(c) = &v.cache else {
             return; // turned off before the cache started
-        }
-        let fused = f64::from(u8::from(v.get("fused").is_some_and(|f| !f.is_null())));
+        };
         self.gauge(
             "waffle_fused",
             "1 when an internal error turned the cache off (every read goes to the file).",
             base(),
-            fused,
+            f64::from(u8::from(c.fused.is_some())),
         );
-        for &(key, help) in COUNTERS {
-            if let Some(n) = v.get(key) {
-                self.counter(&format!("waffle_{key}"), help, base(), n);
-            }
+        for &(key, help, field) in COUNTERS {
+            self.counter(&format!("waffle_{key}"), help, base(), field(c));
         }
-        for (obj, metric, name, help) in [
-            ("l2_rejects", "waffle_l2_rejects", "reason", "Grid values refused (envelope or page check), by reason."),
-            ("l2_faults", "waffle_l2_faults", "kind", "Grid requests that failed, by kind."),
+        for (counts, metric, name, help) in [
             (
-                "l2_push_not_stored",
+                named_counts(&c.l2_rejects),
+                "waffle_l2_rejects",
+                "reason",
+                "Grid values refused (envelope or page check), by reason.",
+            ),
+            (named_counts(&c.l2_faults), "waffle_l2_faults", "kind", "Grid requests that failed, by kind."),
+            (
+                named_counts(&c.l2_push_not_stored),
                 "waffle_l2_push_not_stored",
                 "reason",
                 "Evicted pages the grid did not store, by why (node_down: not sent; refused; lost: a fault; other).",
             ),
         ] {
-            for (k, n) in v.get(obj).and_then(Value::as_object).into_iter().flatten() {
-                self.counter(metric, help, with(name, k), n);
+            for (k, n) in counts {
+                self.counter(metric, help, with(name, &k), n);
             }
         }
-        for &(path, metric, help) in GAUGES {
-            if let Some(n) = num(v, path) {
-                self.gauge(metric, help, base(), n);
+        for &(metric, help, field) in GAUGES {
+            if let Some(n) = field(c) {
+                self.gauge(metric, help, base(), n as f64);
             }
         }
-        self.add_ratios(v, source);
-        self.add_latency(v, source);
-        for window in ["1m", "5m", "15m"] {
-            for (unit, help) in [
-                ("pages", "Distinct pages read or written over the window (HyperLogLog estimate, 1.6% error)."),
-                ("bytes", "Distinct pages read or written over the window, in bytes."),
+        self.add_ratios(c, source);
+        self.add_latency(c, source);
+        let ws = &c.working_set;
+        for (window, pages, bytes) in
+            [("1m", ws.pages_1m, ws.bytes_1m), ("5m", ws.pages_5m, ws.bytes_5m), ("15m", ws.pages_15m, ws.bytes_15m)]
+        {
+            for (unit, n, help) in [
+                ("pages", pages, "Distinct pages read or written over the window (HyperLogLog estimate, 1.6% error)."),
+                ("bytes", bytes, "Distinct pages read or written over the window, in bytes."),
             ] {
-                if let Some(n) = num(v, &format!("working_set.{unit}_{window}")) {
-                    self.gauge(&format!("waffle_working_set_{unit}"), help, with("window", window), n);
-                }
+                self.gauge(&format!("waffle_working_set_{unit}"), help, with("window", window), n as f64);
             }
         }
-        for node in v.get("nodes").and_then(Value::as_array).into_iter().flatten() {
+        for node in &c.nodes {
             self.add_node(node, source);
         }
-        self.add_tablespaces(v, source);
+        if let Some(p) = &v.preload {
+            self.add_tablespaces(p, source);
+        }
     }
 
     /// Who wrote the file and when: `waffle_info`, the write's time, whether it was the last.
-    fn add_info(&mut self, v: &Value, source: &str) {
-        let text = |k: &str, default: &str| v.get(k).and_then(Value::as_str).unwrap_or(default).to_string();
-        let database = v.get("file").or_else(|| v.get("datadir")).and_then(Value::as_str).unwrap_or("");
+    fn add_info(&mut self, v: &StatsSnapshot, source: &str) {
+        let st = &v.stamp;
+        let database = match (&v.sqlite, &v.preload) {
+            (Some(q), _) => q.file.as_str(),
+            (None, Some(p)) => p.datadir.as_str(),
+            (None, None) => "",
+        };
         let info = vec![
             label("source", source),
-            label("adapter", &text("adapter", "sqlite")),
-            label("state", &text("state", "active")),
-            label("cache_id", &text("cache_id", "")),
+            label("adapter", st.adapter.as_deref().unwrap_or("sqlite")),
+            label("state", st.state.as_deref().unwrap_or("active")),
+            label("cache_id", v.cache.as_ref().map_or("", |c| c.cache_id.as_str())),
             label("database", database),
         ];
         self.gauge(
@@ -259,29 +290,34 @@ impl Exposition {
             info,
             1.0,
         );
-        if let Some(ms) = num(v, "updated_unix_ms") {
+        if let Some(ms) = st.updated_unix_ms {
             let help = "When the stats file was last written.";
-            self.gauge("waffle_stats_updated_timestamp_seconds", help, vec![label("source", source)], ms / 1000.0);
+            self.gauge(
+                "waffle_stats_updated_timestamp_seconds",
+                help,
+                vec![label("source", source)],
+                ms as f64 / 1000.0,
+            );
         }
-        if let Some(last) = v.get("final").and_then(Value::as_bool) {
+        if let Some(last) = st.final_write {
             let help = "1 if the stats file is its cache's last (the server exited, the database closed).";
             self.gauge("waffle_stats_final", help, vec![label("source", source)], f64::from(u8::from(last)));
         }
     }
 
     /// Where page reads were answered, as shares of them (since the cache opened).
-    fn add_ratios(&mut self, v: &Value, source: &str) {
-        let n = |k: &str| num(v, k).unwrap_or(0.0);
-        let reads = n("l1_hits") + n("read_ahead_hits") + n("l1_misses");
+    fn add_ratios(&mut self, c: &CacheSnapshot, source: &str) {
+        let n = |x: u64| x as f64;
+        let reads = n(c.l1_hits) + n(c.read_ahead_hits) + n(c.l1_misses);
         // A read that started a read-ahead window is shared between grid and disk
         // as the window's pages were (the bench's `Hits` does the same).
-        let (ra_l2, ra_disk, windows) = (n("read_ahead_pages_l2"), n("read_ahead_pages_disk"), n("read_ahead_windows"));
+        let (ra_l2, ra_disk, windows) = (n(c.read_ahead_pages_l2), n(c.read_ahead_pages_disk), n(c.read_ahead_windows));
         let l2_share = if ra_l2 + ra_disk > 0.0 { ra_l2 / (ra_l2 + ra_disk) } else { 0.0 };
         if reads > 0.0 {
             for (tier, answered) in [
-                ("l1", n("l1_hits") + n("read_ahead_hits") + n("push_queue_hits")),
-                ("l2", n("l2_hits") + windows * l2_share),
-                ("disk", n("disk_reads") + windows * (1.0 - l2_share)),
+                ("l1", n(c.l1_hits) + n(c.read_ahead_hits) + n(c.push_queue_hits)),
+                ("l2", n(c.l2_hits) + windows * l2_share),
+                ("disk", n(c.disk_reads) + windows * (1.0 - l2_share)),
             ] {
                 self.gauge(
                     "waffle_hit_ratio",
@@ -291,21 +327,21 @@ impl Exposition {
                 );
             }
         }
-        let asked = n("l2_hits") + n("l2_misses");
+        let asked = n(c.l2_hits) + n(c.l2_misses);
         if asked > 0.0 {
             self.gauge(
                 "waffle_l2_lookup_hit_ratio",
                 "Share of grid lookups that found their page, since the cache opened.",
                 vec![label("source", source)],
-                n("l2_hits") / asked,
+                n(c.l2_hits) / asked,
             );
         }
     }
 
-    /// `latency.<tier>`'s buckets as a histogram (a file without them, from an older waffle: none).
-    fn add_latency(&mut self, v: &Value, source: &str) {
-        for tier in ["l1", "l2", "disk"] {
-            let Some(t) = v.get("latency").and_then(|l| l.get(tier)) else { continue };
+    /// `latency.<tier>`'s buckets as a histogram (a tier without them, from an older waffle: none).
+    fn add_latency(&mut self, c: &CacheSnapshot, source: &str) {
+        let l = &c.latency;
+        for (tier, t) in [("l1", &l.l1), ("l2", &l.l2), ("disk", &l.disk)] {
             let Some(h) = histogram(t) else { continue };
             self.add(
                 "waffle_read_latency_seconds",
@@ -317,84 +353,72 @@ impl Exposition {
         }
     }
 
-    fn add_node(&mut self, node: &Value, source: &str) {
-        let addr = node.get("addr").and_then(Value::as_str).unwrap_or("?");
-        let labels = || vec![label("source", source), label("node", addr)];
-        let up = node.get("up").and_then(Value::as_bool).unwrap_or(false);
+    fn add_node(&mut self, node: &NodeStatus, source: &str) {
+        let labels = || vec![label("source", source), label("node", &node.addr)];
         self.gauge(
             "waffle_node_up",
             "1 while the grid node is up, 0 while it is backed off.",
             labels(),
-            f64::from(u8::from(up)),
+            f64::from(u8::from(node.up)),
         );
-        for &(key, help) in NODE_COUNTERS {
-            if let Some(n) = node.get(key) {
-                self.counter(&format!("waffle_node_{key}"), help, labels(), n);
-            }
+        for &(key, help, field) in NODE_COUNTERS {
+            self.counter(&format!("waffle_node_{key}"), help, labels(), field(node));
         }
-        if let Some(n) = num(node, "memory_bytes") {
-            self.gauge("waffle_node_memory_bytes", "The node's memory (memcached limit_maxbytes).", labels(), n);
+        if let Some(n) = node.memory_bytes {
+            self.gauge("waffle_node_memory_bytes", "The node's memory (memcached limit_maxbytes).", labels(), n as f64);
         }
-        if let Some(cost) = node.get("cost") {
-            self.add_node_cost(cost, labels);
-        }
+        self.add_node_cost(&node.cost, labels);
     }
 
-    fn add_node_cost(&mut self, cost: &Value, labels: impl Fn() -> Labels) {
-        if let Some(state) = cost.get("state").and_then(Value::as_str) {
-            for s in COST_STATES {
-                let mut l = labels();
-                l.push(label("state", s));
-                self.gauge(
-                    "waffle_node_cost_state",
-                    "1 for the node's cost state: measuring, on (asking pays), backed_off (it costs more than it saves).",
-                    l,
-                    f64::from(u8::from(state == s)),
-                );
-            }
+    fn add_node_cost(&mut self, cost: &CostStatus, labels: impl Fn() -> Labels) {
+        let state = serde_json::to_value(cost.state).unwrap_or_default();
+        for s in COST_STATES {
+            let mut l = labels();
+            l.push(label("state", s));
+            self.gauge(
+                "waffle_node_cost_state",
+                "1 for the node's cost state: measuring, on (asking pays), backed_off (it costs more than it saves).",
+                l,
+                f64::from(u8::from(state == s)),
+            );
         }
-        for (key, metric, help) in [
-            ("lookup_us", "waffle_node_lookup_seconds", "Moving average of a lookup's round trip to the node."),
+        for (us, metric, help) in [
+            (cost.lookup_us, "waffle_node_lookup_seconds", "Moving average of a lookup's round trip to the node."),
             (
-                "saved_us",
+                cost.saved_us,
                 "waffle_node_lookup_saves_seconds",
                 "Moving average of the disk time a lookup saves (hit ratio x disk read).",
             ),
         ] {
-            if let Some(us) = num(cost, key) {
-                self.gauge(metric, help, labels(), us / 1e6);
-            }
+            self.gauge(metric, help, labels(), us / 1e6);
         }
-        if let Some(r) = num(cost, "hit_ratio") {
-            self.gauge("waffle_node_lookup_hit_ratio", "Moving average of the node's lookup hit ratio.", labels(), r);
-        }
-        for (key, help) in [
-            ("declined_lookups", "Lookups not sent to the node because it was backed off."),
-            ("declined_pushes", "Pushes not sent to the node because it was backed off."),
+        self.gauge(
+            "waffle_node_lookup_hit_ratio",
+            "Moving average of the node's lookup hit ratio.",
+            labels(),
+            cost.hit_ratio,
+        );
+        for (key, n, help) in [
+            ("declined_lookups", cost.declined_lookups, "Lookups not sent to the node because it was backed off."),
+            ("declined_pushes", cost.declined_pushes, "Pushes not sent to the node because it was backed off."),
         ] {
-            if let Some(n) = cost.get(key) {
-                self.counter(&format!("waffle_node_{key}"), help, labels(), n);
-            }
+            self.counter(&format!("waffle_node_{key}"), help, labels(), n);
         }
     }
 
     /// The preload's per-tablespace reads and writes.
-    fn add_tablespaces(&mut self, v: &Value, source: &str) {
-        for (name, s) in v.get("tablespaces").and_then(Value::as_object).into_iter().flatten() {
+    fn add_tablespaces(&mut self, p: &PreloadSection, source: &str) {
+        for (name, s) in &p.tablespaces {
             let labels = || vec![label("source", source), label("tablespace", name)];
-            for (key, tier) in
-                [("l1_hits", "l1"), ("push_queue_hits", "push_queue"), ("l2_hits", "l2"), ("disk_reads", "disk")]
+            for (n, tier) in
+                [(s.l1_hits, "l1"), (s.push_queue_hits, "push_queue"), (s.l2_hits, "l2"), (s.disk_reads, "disk")]
             {
-                if let Some(n) = s.get(key) {
-                    let mut l = labels();
-                    l.push(label("tier", tier));
-                    let help = "Page reads of a tablespace, by the tier that answered them.";
-                    self.counter("waffle_tablespace_page_reads", help, l, n);
-                }
+                let mut l = labels();
+                l.push(label("tier", tier));
+                let help = "Page reads of a tablespace, by the tier that answered them.";
+                self.counter("waffle_tablespace_page_reads", help, l, n);
             }
-            if let Some(n) = s.get("page_writes") {
-                self.counter("waffle_tablespace_page_writes", "Pages written to a tablespace.", labels(), n);
-            }
+            self.counter("waffle_tablespace_page_writes", "Pages written to a tablespace.", labels(), s.page_writes);
         }
     }
 
@@ -408,19 +432,20 @@ impl Exposition {
     }
 }
 
-/// A latency tier's histogram from its cumulative `buckets` ([le_us, count]), `sum_us` and `count`.
-fn histogram(t: &Value) -> Option<Sample> {
-    let count = t.get("count")?.as_u64()?;
-    let sum_s = t.get("sum_us")?.as_f64()? / 1e6;
+/// A latency tier's histogram from its cumulative `buckets` ([le_us, count]), `sum_us` and `count`
+/// (None without buckets, or with counts that do not add up).
+fn histogram(t: &TierLatency) -> Option<Sample> {
+    if t.buckets.is_empty() {
+        return None;
+    }
     let mut buckets = Vec::new();
     let mut below = 0;
-    for b in t.get("buckets")?.as_array()? {
-        let (le_us, cumulative) = (b.get(0)?.as_f64()?, b.get(1)?.as_u64()?);
-        buckets.push((le_us / 1e6, cumulative.checked_sub(below)?));
+    for &[le_us, cumulative] in &t.buckets {
+        buckets.push((le_us as f64 / 1e6, cumulative.checked_sub(below)?));
         below = cumulative;
     }
-    buckets.push((f64::MAX, count.checked_sub(below)?)); // the encoder's +Inf
-    Some(Sample::Histogram(sum_s, count, buckets))
+    buckets.push((f64::MAX, t.count.checked_sub(below)?)); // the encoder's +Inf
+    Some(Sample::Histogram(t.sum_us as f64 / 1e6, t.count, buckets))
 }
 
 impl Collector for Exposition {

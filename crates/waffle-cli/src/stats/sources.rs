@@ -5,14 +5,33 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use waffle_core::stats::StatsSnapshot;
 
 /// A stats file is never read past this (the preload's with 10,000 tablespaces is a few MiB).
 pub const MAX_BYTES: u64 = 64 << 20;
 
-/// One stats file: its name as given, and its JSON or why there is none.
+/// One stats file: its name as given, and its stats or why there are none.
 pub struct Source {
     pub name: String,
-    pub stats: Result<Value, String>,
+    pub stats: Result<Stats, String>,
+}
+
+/// A stats file's JSON as written (`--format json` prints it whole) and read as a snapshot.
+#[derive(Debug)]
+pub struct Stats {
+    pub json: Value,
+    pub snapshot: StatsSnapshot,
+}
+
+impl Stats {
+    /// Err: `json` is not a stats object.
+    pub fn from_json(json: Value) -> Result<Stats, String> {
+        if !json.is_object() {
+            return Err("not a JSON object".into());
+        }
+        let snapshot = StatsSnapshot::from_json(&json).map_err(|e| e.to_string())?;
+        Ok(Stats { json, snapshot })
+    }
 }
 
 /// Each path once, in the order given (a path named twice would be two series of the same name).
@@ -26,14 +45,12 @@ pub fn read_all(paths: &[PathBuf]) -> Vec<Source> {
     paths.iter().map(|p| Source { name: p.display().to_string(), stats: read(p) }).collect()
 }
 
-/// The JSON object in the file at `path`.
-pub fn read(path: &Path) -> Result<Value, String> {
+/// The stats in the file at `path`.
+pub fn read(path: &Path) -> Result<Stats, String> {
     let bytes = read_bounded(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) if v.is_object() => Ok(v),
-        Ok(_) => Err(format!("{} is not a stats file: not a JSON object", path.display())),
-        Err(e) => Err(format!("{} is not a stats file: {e}", path.display())),
-    }
+    let not_stats = |e: String| format!("{} is not a stats file: {e}", path.display());
+    let json = serde_json::from_slice::<Value>(&bytes).map_err(|e| not_stats(e.to_string()))?;
+    Stats::from_json(json).map_err(not_stats)
 }
 
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {

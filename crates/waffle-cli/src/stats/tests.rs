@@ -141,6 +141,7 @@ fn known_stats() -> Value {
                    "cost": {"state": "backed_off", "lookup_us": 250.0, "hit_ratio": 0.85, "disk_us": 100.0,
                             "saved_us": 85.0, "declined_lookups": 7, "declined_pushes": 3, "reason": "r"}},
                   {"addr": "10.0.0.3:11211", "up": false, "requests": 3}],
+        "preload": {"page_reads": 8},
         "tablespaces": {"shop/\"odd\"\\name": {"l1_hits": 5, "l2_hits": 1, "disk_reads": 2, "page_writes": 4}}
     }"#,
     )
@@ -148,7 +149,7 @@ fn known_stats() -> Value {
 }
 
 fn source(name: &str, v: Value) -> Source {
-    Source { name: name.into(), stats: Ok(v) }
+    Source { name: name.into(), stats: Ok(sources::Stats::from_json(v).expect("a stats object")) }
 }
 
 #[test]

@@ -24,7 +24,7 @@
 //! - read_path.rs: a read through the tiers, the grid's answer, verify mode;
 //! - window.rs: a sequential scan's read-ahead windows;
 //! - write_path.rs: writes, invalidation, truncation, other writers' changes;
-//! - stats_json.rs: the stats JSON;
+//! - stats_snapshot.rs: the cache's part of the stats (`CacheSnapshot`);
 //! - placement.rs: pages read beside the read path (what warming uses).
 //!
 //! The last five each add an `impl PageCache` over mod.rs's fields and
@@ -37,7 +37,7 @@ mod disk_ahead;
 mod placement;
 mod read_ahead;
 mod read_path;
-mod stats_json;
+mod stats_snapshot;
 #[cfg(test)]
 mod tests;
 mod window;

@@ -51,7 +51,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// While backed off, the lookups and pushes of one page key in this many go to the node.
 pub const SAMPLE_EVERY: u64 = 16;
@@ -150,10 +150,11 @@ impl DiskCost {
 }
 
 /// Where a node stands.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CostState {
     /// No window judged yet: every request goes.
+    #[default]
     Measuring,
     /// The grid saves more than it costs (or not clearly less): every request goes.
     On,
@@ -172,7 +173,9 @@ impl CostState {
 }
 
 /// A node's costs and decision, for stats and tools.
-#[derive(Clone, Debug, Serialize)]
+/// (Fields a stats file lacks read as their defaults.)
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct CostStatus {
     pub state: CostState,
     /// Mean round trip of a lookup over the last window judged (the running one before), µs.

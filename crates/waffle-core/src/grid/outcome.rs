@@ -1,6 +1,6 @@
 //! What the grid answers: results of fetches and stores, and per-node status.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cost::CostStatus;
 
@@ -117,8 +117,10 @@ impl StoreReport {
     }
 }
 
-/// A node's health and counters, for stats and tools.
-#[derive(Clone, Debug, Serialize)]
+/// A node's health and counters, for stats and tools (fields a stats file
+/// lacks read as their defaults).
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct NodeStatus {
     /// "host:port" as configured.
     pub addr: String,

@@ -4,7 +4,7 @@
 //! The rule of this layer: warming uses the cache; the cache knows nothing of
 //! warming. The cache names no type of this module, keeps none of its state
 //! and reports none of its progress: the adapter holds a [`Warming`] beside
-//! each cache and adds it to the cache's stats ([`Warming::add_to_stats`]).
+//! each cache and adds it to the cache's stats ([`Warming::snapshot`]).
 //!
 //! ```text
 //!  adapter: PRAGMA waffle_warm, `waffle warm --mysql`, the reload at open
@@ -27,10 +27,9 @@
 use std::io;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
-
 use crate::backing::Backing;
 use crate::cache::PageCache;
+use crate::stats::WarmingSnapshot;
 
 pub mod hot_list;
 pub mod reload;
@@ -97,9 +96,8 @@ impl Warming {
         reload::run(cache, &self.hot_list, pages, at, from, in_file, file, budget)
     }
 
-    /// Adds "warm" and "hot_list" to a cache's stats (`PRAGMA waffle_stats`, the stats file).
-    pub fn add_to_stats(&self, stats: &mut Map<String, Value>) {
-        stats.insert("warm".into(), self.warm.to_json());
-        stats.insert("hot_list".into(), self.hot_list.to_json());
+    /// "warm" and "hot_list" of a cache's stats (`PRAGMA waffle_stats`, the stats file).
+    pub fn snapshot(&self) -> WarmingSnapshot {
+        WarmingSnapshot { warm: self.warm.snapshot(), hot_list: self.hot_list.snapshot() }
     }
 }

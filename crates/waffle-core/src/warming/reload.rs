@@ -15,14 +15,12 @@ use std::io;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
 use super::hot_list::{HotList, Trust};
 use super::run::{Budget, Finish};
 use super::warm::WARM_READ_BYTES;
 use crate::backing::{Backing, PageId};
 use crate::cache::{PageCache, Placed};
-use crate::stats::Counter;
+use crate::stats::{Counter, HotListSnapshot};
 use crate::versions::split;
 
 /// Pages of the list one step of the reload takes: captured, asked of the
@@ -142,25 +140,26 @@ impl HotListProgress {
         self.lock().state == "pending"
     }
 
-    pub fn to_json(&self) -> Value {
+    /// `hot_list` of the stats JSON.
+    pub fn snapshot(&self) -> HotListSnapshot {
         let s = self.lock();
         let elapsed = if s.state == "running" { s.started.map_or(Duration::ZERO, |t| t.elapsed()) } else { s.elapsed };
         let get = Counter::get;
-        json!({
-            "state": if s.state.is_empty() { "none" } else { s.state },
-            "trusted": s.trusted,
-            "why": s.why,
-            "listed_pages": get(&self.listed),
-            "l1_listed_pages": get(&self.l1_listed),
-            "from_grid_pages": get(&self.from_grid),
-            "from_disk_pages": get(&self.from_disk),
-            "skipped_pages": get(&self.skipped),
-            "no_room_pages": get(&self.no_room),
-            "grid_requests": get(&self.grid_requests),
-            "disk_reads": get(&self.disk_reads),
-            "elapsed_ms": elapsed.as_millis() as u64,
-            "error": s.error,
-        })
+        HotListSnapshot {
+            state: if s.state.is_empty() { "none" } else { s.state }.to_string(),
+            trusted: s.trusted,
+            why: s.why.clone(),
+            listed_pages: get(&self.listed),
+            l1_listed_pages: get(&self.l1_listed),
+            from_grid_pages: get(&self.from_grid),
+            from_disk_pages: get(&self.from_disk),
+            skipped_pages: get(&self.skipped),
+            no_room_pages: get(&self.no_room),
+            grid_requests: get(&self.grid_requests),
+            disk_reads: get(&self.disk_reads),
+            elapsed_ms: elapsed.as_millis() as u64,
+            error: s.error.clone(),
+        }
     }
 
     /// Counts a placed page (a streak of pages without room means L1 is full).
@@ -350,16 +349,16 @@ mod tests {
         let done =
             w.hot_reload(&c, &pages, &mut at, ReloadFrom::DiskOnly, &in_file, &mem, &mut budget(&cancel)).unwrap();
         assert!(done && at == pages.len());
-        let j = w.hot_list_progress().to_json();
-        assert_eq!(j["from_disk_pages"], 10, "L1's room, no more: {j}");
+        let j = w.hot_list_progress().snapshot();
+        assert_eq!(j.from_disk_pages, 10, "L1's room, no more: {j:?}");
         let mut buf = vec![0u8; PAGE];
         for &page in &pages[..10] {
-            assert_eq!(c.read(page, &mut buf, &mem).unwrap().1, Source::L1, "hot page {page}: {j}");
+            assert_eq!(c.read(page, &mut buf, &mem).unwrap().1, Source::L1, "hot page {page}: {j:?}");
             assert_eq!(buf[0], page as u8);
         }
         assert_eq!(c.stats().disk_reads.get(), 0);
         // Sorted reads with gaps read through: fewer reads than pages.
-        assert!(j["disk_reads"].as_u64().unwrap() < 40, "{j}");
+        assert!(j.disk_reads < 40, "{j:?}");
     }
 
     #[test]
@@ -372,8 +371,8 @@ mod tests {
         let mut at = 0;
         let in_file = in_file_of(8 * PAGE as u64, PAGE as u64);
         w.hot_reload(&c, &[2, 3, 50, 4], &mut at, ReloadFrom::DiskOnly, &in_file, &mem, &mut budget(&cancel)).unwrap();
-        let j = w.hot_list_progress().to_json();
-        assert_eq!((j["from_disk_pages"].as_u64(), j["skipped_pages"].as_u64()), (Some(2), Some(2)), "{j}");
+        let j = w.hot_list_progress().snapshot();
+        assert_eq!((j.from_disk_pages, j.skipped_pages), (2, 2), "{j:?}");
     }
 
     #[test]
@@ -385,8 +384,8 @@ mod tests {
         let mut at = 0;
         let in_file = in_file_of(8 * PAGE as u64, PAGE as u64);
         w.hot_reload(&c, &[5, 6], &mut at, ReloadFrom::DiskOnly, &in_file, &mem, &mut budget(&cancel)).unwrap();
-        let j = w.hot_list_progress().to_json();
-        assert_eq!((j["from_disk_pages"].as_u64(), j["skipped_pages"].as_u64()), (Some(1), Some(1)), "{j}");
+        let j = w.hot_list_progress().snapshot();
+        assert_eq!((j.from_disk_pages, j.skipped_pages), (1, 1), "{j:?}");
         let mut buf = vec![0u8; PAGE];
         assert_eq!(c.read(5, &mut buf, &mem).unwrap().1, Source::L1);
         assert_eq!(buf[0], 0xEE, "the write's bytes, not the reload's");

@@ -30,13 +30,11 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
-
 use super::run::{Budget, Finish};
 use crate::backing::{Backing, PageId};
 use crate::cache::{PageCache, Placed};
 use crate::pusher::PushTally;
-use crate::stats::Counter;
+use crate::stats::{Counter, SkippedTarget, WarmSnapshot};
 use crate::versions::{split, MAX_PAGES};
 
 /// Most bytes one warming read asks the backing for.
@@ -144,7 +142,8 @@ impl WarmProgress {
         .incr();
     }
 
-    pub fn to_json(&self) -> Value {
+    /// `warm` of the stats JSON.
+    pub fn snapshot(&self) -> WarmSnapshot {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let state = match (&s.finish, s.running) {
             (_, true) => "running",
@@ -157,31 +156,37 @@ impl WarmProgress {
         let get = Counter::get;
         let pushes = &self.pushes;
         let not_stored = pushes.not_stored();
-        let not_stored_pages: u64 = not_stored.iter().map(|(_, n)| n).sum();
         // Queued and neither stored nor refused: in the queue or on the way
         // while it runs; after it, taken back by a read or replaced by a write
         // (or still queued when SETTLE_WAIT ran out).
-        let unsettled = get(&self.queued).saturating_sub(pushes.stored() + not_stored_pages);
-        json!({
-            "state": state,
-            "target": s.target,
-            "planned_pages": get(&self.planned),
-            "read_pages": get(&self.read),
-            "l1_pages": get(&self.l1),
-            "queued_pages": get(&self.queued),
-            "pushed_pages": pushes.stored(),
-            "not_stored_pages": not_stored_pages,
-            "not_stored": not_stored.iter().map(|&(why, n)| (why.to_string(), json!(n))).collect::<serde_json::Map<_, _>>(),
-            "unsettled_pages": unsettled,
-            "skipped_pages": get(&self.skipped),
-            "dropped_pages": get(&self.dropped),
-            "read_bytes": get(&self.bytes),
-            "disk_reads": get(&self.reads),
-            "elapsed_ms": elapsed.as_millis() as u64,
-            "skipped_targets": s.skipped_targets.iter().map(|(name, why)| json!({"name": name, "why": why})).collect::<Vec<_>>(),
-            "skipped_targets_count": s.skipped_targets_count,
-            "error": match &s.finish { Some(Finish::Failed(e)) => Some(e.as_str()), _ => None },
-        })
+        let unsettled = get(&self.queued).saturating_sub(pushes.stored() + not_stored.total());
+        WarmSnapshot {
+            state: state.to_string(),
+            target: s.target.clone(),
+            planned_pages: get(&self.planned),
+            read_pages: get(&self.read),
+            l1_pages: get(&self.l1),
+            queued_pages: get(&self.queued),
+            pushed_pages: pushes.stored(),
+            not_stored_pages: not_stored.total(),
+            not_stored,
+            unsettled_pages: unsettled,
+            skipped_pages: get(&self.skipped),
+            dropped_pages: get(&self.dropped),
+            read_bytes: get(&self.bytes),
+            disk_reads: get(&self.reads),
+            elapsed_ms: elapsed.as_millis() as u64,
+            skipped_targets: s
+                .skipped_targets
+                .iter()
+                .map(|(name, why)| SkippedTarget { name: name.clone(), why: why.clone() })
+                .collect(),
+            skipped_targets_count: s.skipped_targets_count,
+            error: match &s.finish {
+                Some(Finish::Failed(e)) => Some(e.clone()),
+                _ => None,
+            },
+        }
     }
 }
 
@@ -304,8 +309,8 @@ mod tests {
         crate::test_file::budget(cancel, PUSH_WAIT)
     }
 
-    fn counts(w: &Warming) -> Value {
-        w.warm_progress().to_json()
+    fn counts(w: &Warming) -> WarmSnapshot {
+        w.warm_progress().snapshot()
     }
 
     #[test]
@@ -317,8 +322,8 @@ mod tests {
         let done = w.warm_run(&c, 0, 1000, &mem, &mut budget(&cancel), None).unwrap();
         assert_eq!(done, 1000, "the end of the file ends the run");
         let j = counts(&w);
-        assert_eq!((j["read_pages"].as_u64(), j["l1_pages"].as_u64()), (Some(40), Some(40)));
-        assert_eq!(j["disk_reads"], 1, "one read for 40 pages of 512 bytes: {j}");
+        assert_eq!((j.read_pages, j.l1_pages), (40, 40));
+        assert_eq!(j.disk_reads, 1, "one read for 40 pages of 512 bytes: {j:?}");
         let mut buf = vec![0u8; PAGE];
         assert_eq!(c.read(17, &mut buf, &mem).unwrap().1, Source::L1);
         assert_eq!(buf[0], 17);
@@ -335,12 +340,12 @@ mod tests {
         w.warm_progress().begin("all").unwrap();
         w.warm_run(&c, 0, 64, &mem, &mut budget(&cancel), None).unwrap();
         let j = counts(&w);
-        assert!(c.stats_json()["l1"]["pages"].as_u64().unwrap() <= 8);
-        assert_eq!(c.read(3, &mut buf, &mem).unwrap().1, Source::L1, "the hot page stayed: {j}");
-        let l1 = j["l1_pages"].as_u64().unwrap();
-        assert!((1..=7).contains(&l1), "free room filled, nothing more: {j}");
-        assert_eq!(j["skipped_pages"], 1, "page 3 was in L1: {j}");
-        assert_eq!(j["dropped_pages"].as_u64().unwrap(), 63 - l1, "no grid: the rest had nowhere to go: {j}");
+        assert!(c.stats_snapshot().l1.pages <= 8);
+        assert_eq!(c.read(3, &mut buf, &mem).unwrap().1, Source::L1, "the hot page stayed: {j:?}");
+        let l1 = j.l1_pages;
+        assert!((1..=7).contains(&l1), "free room filled, nothing more: {j:?}");
+        assert_eq!(j.skipped_pages, 1, "page 3 was in L1: {j:?}");
+        assert_eq!(j.dropped_pages, 63 - l1, "no grid: the rest had nowhere to go: {j:?}");
     }
 
     #[test]
@@ -355,8 +360,8 @@ mod tests {
         w.warm_progress().begin("all").unwrap();
         w.warm_run(&c, 0, 8, &mem, &mut budget(&cancel), None).unwrap();
         let j = counts(&w);
-        assert_eq!(j["skipped_pages"], 1, "page 5 raced a write: {j}");
-        assert_eq!(j["l1_pages"], 7, "{j}");
+        assert_eq!(j.skipped_pages, 1, "page 5 raced a write: {j:?}");
+        assert_eq!(j.l1_pages, 7, "{j:?}");
         let mut buf = vec![0u8; PAGE];
         assert_eq!(c.read(5, &mut buf, &mem).unwrap().1, Source::L1);
         assert_eq!(buf[0], 0xEE);
@@ -382,7 +387,7 @@ mod tests {
         assert_eq!(busy, WarmBusy { target: "all".into() }, "one warm at a time");
         assert_eq!(busy.to_string(), "a warm of all is running (PRAGMA waffle_stats shows its progress)");
         w.warm_progress().finish(Finish::Cancelled);
-        assert_eq!(counts(&w)["state"], "cancelled");
+        assert_eq!(counts(&w).state, "cancelled");
         w.warm_progress().begin("again").unwrap();
     }
 
@@ -413,23 +418,19 @@ mod tests {
         w.warm_run(&c, 0, 40, &mem, &mut budget(&cancel), None).unwrap();
         w.warm_finish(&c, Finish::Done, SETTLE_WAIT);
         let j = counts(&w);
-        assert_eq!(j["state"], "done");
-        assert_eq!((j["l1_pages"].as_u64(), j["queued_pages"].as_u64()), (Some(4), Some(36)), "{j}");
-        assert_eq!(j["pushed_pages"], 0, "a dead node stored nothing: {j}");
-        assert_eq!(j["not_stored_pages"], 36, "{j}");
-        let n = &j["not_stored"];
-        assert_eq!(
-            n["lost"].as_u64().unwrap() + n["node_down"].as_u64().unwrap(),
-            36,
-            "a refused connection, then down: {j}"
-        );
-        assert_eq!(j["unsettled_pages"], 0, "settled before done: {j}");
-        let s = c.stats_json();
-        assert_eq!(s["l2_push_failures"], 36, "{s:?}");
-        assert_eq!(s["l2_push_not_stored"]["node_down"], n["node_down"]);
+        assert_eq!(j.state, "done");
+        assert_eq!((j.l1_pages, j.queued_pages), (4, 36), "{j:?}");
+        assert_eq!(j.pushed_pages, 0, "a dead node stored nothing: {j:?}");
+        assert_eq!(j.not_stored_pages, 36, "{j:?}");
+        let n = &j.not_stored;
+        assert_eq!(n.lost + n.node_down, 36, "a refused connection, then down: {j:?}");
+        assert_eq!(j.unsettled_pages, 0, "settled before done: {j:?}");
+        let s = c.stats_snapshot();
+        assert_eq!(s.l2_push_failures, 36, "{s:?}");
+        assert_eq!(s.l2_push_not_stored.node_down, n.node_down);
         // The next warm counts from 0.
         w.warm_progress().begin("again").unwrap();
-        assert_eq!(counts(&w)["not_stored_pages"], 0);
+        assert_eq!(counts(&w).not_stored_pages, 0);
     }
 
     #[test]
@@ -448,7 +449,7 @@ mod tests {
         w.warm_run(&c, 1, 4, &mem, &mut budget(&cancel), Some(&mut visit)).unwrap();
         assert_eq!(seen, vec![(1, 1), (2, 2), (3, 3), (4, 4)]);
         let j = counts(&w);
-        assert_eq!((j["l1_pages"].as_u64(), j["skipped_pages"].as_u64()), (Some(2), Some(1)), "{j}");
-        assert_eq!(c.stats_json()["l1"]["pages"], 3, "page 2 read before, pages 1 and 3 warmed");
+        assert_eq!((j.l1_pages, j.skipped_pages), (2, 1), "{j:?}");
+        assert_eq!(c.stats_snapshot().l1.pages, 3, "page 2 read before, pages 1 and 3 warmed");
     }
 }

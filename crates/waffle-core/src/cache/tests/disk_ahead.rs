@@ -4,11 +4,10 @@ use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
 use super::*;
 use crate::backing::{Backing, PageId};
 use crate::grid::Clock;
+use crate::stats::DiskAheadSnapshot;
 
 /// A clock the test moves: here the backing moves it by what a read costs.
 struct TestClock(Mutex<Instant>);
@@ -64,8 +63,8 @@ fn scan_with_random_reads(c: &PageCache, f: &CostedFile, ra: &mut ReadAhead, fro
     }
 }
 
-fn read_ahead_disk(c: &PageCache) -> Value {
-    c.stats_json()["read_ahead_disk"].clone()
+fn read_ahead_disk(c: &PageCache) -> DiskAheadSnapshot {
+    c.stats_snapshot().read_ahead_disk
 }
 
 /// Runs that cost per page what a random read costs: after the first
@@ -80,37 +79,33 @@ fn runs_that_cost_a_random_read_per_page_turn_disk_read_ahead_off_and_probes_go_
     // 12.5 ms of simulated time per scanned page: 800 pages per window.
     scan_with_random_reads(&c, &f, &mut ra, 0, 400);
     let j = read_ahead_disk(&c);
-    assert_eq!((j["state"].as_str(), j["on"].as_bool()), (Some("measuring"), Some(true)), "{j}");
+    assert_eq!((j.state.as_str(), j.on), ("measuring", true), "{j:?}");
     let before_off = c.stats.ahead_pages_disk.get();
     assert!(before_off > 350, "on: the scan read ahead: {before_off}");
 
     scan_with_random_reads(&c, &f, &mut ra, 400, 1600);
     let j = read_ahead_disk(&c);
-    assert_eq!(
-        (j["state"].as_str(), j["on"].as_bool(), j["changes"].as_u64()),
-        (Some("off"), Some(false), Some(1)),
-        "{j}"
-    );
-    assert_eq!((j["random_us"].as_f64(), j["seq_page_us"].as_f64()), (Some(10_000.0), Some(10_000.0)), "{j}");
-    assert!(j["used_ratio"].as_f64().unwrap() > 0.9, "a scan uses what it reads ahead: {j}");
-    let (skips, probes) = (j["skipped_windows"].as_u64().unwrap(), j["probes"].as_u64().unwrap());
-    assert!(skips >= 15 && probes >= 1, "{j}");
-    assert_eq!(skips / DISK_AHEAD_PROBE_EVERY, probes, "one window in 16 probes: {j}");
+    assert_eq!((j.state.as_str(), j.on, j.changes), ("off", false, 1), "{j:?}");
+    assert_eq!((j.random_us, j.seq_page_us), (10_000.0, 10_000.0), "{j:?}");
+    assert!(j.used_ratio > 0.9, "a scan uses what it reads ahead: {j:?}");
+    let (skips, probes) = (j.skipped_windows, j.probes);
+    assert!(skips >= 15 && probes >= 1, "{j:?}");
+    assert_eq!(skips / DISK_AHEAD_PROBE_EVERY, probes, "one window in 16 probes: {j:?}");
     // Off, the windows ramped on (the reader read every page): the probes read full windows.
     assert_eq!(ra.last_window(), READ_AHEAD_MAX_PAGES);
     let aj = assert_ahead_adds_up(&c);
     let ahead = c.stats.ahead_pages_disk.get() - before_off;
-    assert!(ahead < 1600 / 2, "most of the scan off was demand reads: {ahead} pages read ahead: {aj}");
-    assert!(aj["disk_reads"].as_u64().unwrap() > 1000, "{aj}");
+    assert!(ahead < 1600 / 2, "most of the scan off was demand reads: {ahead} pages read ahead: {aj:?}");
+    assert!(aj.disk_reads > 1000, "{aj:?}");
     disk_reasons(&c);
 
     // Runs get cheap (a twentieth of a random read per page): the probes measure it, on again.
     f.page_us.store(500, Ordering::Relaxed);
     scan_with_random_reads(&c, &f, &mut ra, 2000, 2500);
     let j = read_ahead_disk(&c);
-    assert_eq!((j["state"].as_str(), j["changes"].as_u64()), (Some("on"), Some(2)), "{j}");
+    assert_eq!((j.state.as_str(), j.changes), ("on", 2), "{j:?}");
     // (The window that turned it on may have measured probes of both costs.)
-    assert!(j["seq_page_us"].as_f64().unwrap() <= j["random_us"].as_f64().unwrap() * 0.64, "{j}");
+    assert!(j.seq_page_us <= j.random_us * 0.64, "{j:?}");
     assert_ahead_adds_up(&c);
     disk_reasons(&c);
 }
@@ -124,14 +119,10 @@ fn cheap_runs_keep_disk_read_ahead_on() {
     // 3 ms of simulated time per scanned page: 5000 pages are 1.5 windows.
     scan_with_random_reads(&c, &f, &mut ra, 0, 5000);
     let j = read_ahead_disk(&c);
-    assert_eq!(
-        (j["state"].as_str(), j["on"].as_bool(), j["changes"].as_u64()),
-        (Some("on"), Some(true), Some(0)),
-        "{j}"
-    );
-    assert_eq!((j["skipped_windows"].as_u64(), j["probes"].as_u64()), (Some(0), Some(0)), "{j}");
-    assert_eq!((j["random_us"].as_f64(), j["seq_page_us"].as_f64()), (Some(10_000.0), Some(500.0)), "{j}");
+    assert_eq!((j.state.as_str(), j.on, j.changes), ("on", true, 0), "{j:?}");
+    assert_eq!((j.skipped_windows, j.probes), (0, 0), "{j:?}");
+    assert_eq!((j.random_us, j.seq_page_us), (10_000.0, 500.0), "{j:?}");
     let aj = assert_ahead_adds_up(&c);
-    assert!(aj["ahead_pages_disk"].as_u64().unwrap() >= 4800, "every page but the windows' first: {aj}");
-    assert!(aj["ahead_used_disk"].as_u64().unwrap() >= 4800, "{aj}");
+    assert!(aj.ahead_pages_disk >= 4800, "every page but the windows' first: {aj:?}");
+    assert!(aj.ahead_used_disk >= 4800, "{aj:?}");
 }

@@ -2,8 +2,6 @@
 
 use std::panic::AssertUnwindSafe;
 
-use serde_json::{json, Value};
-
 use super::*;
 use crate::verify::Served;
 
@@ -30,7 +28,7 @@ fn a_write_path_panic_trips_the_fuse_and_reads_go_to_the_file() {
     assert!(c.is_fused());
     let (n, source) = c.read(2, &mut buf, &m).unwrap();
     assert_eq!((n, source, buf[0]), (512, Source::Disk, 2), "after the fuse, the file");
-    assert_eq!(c.stats_json()["fused"], json!("test: a write path panicked"));
+    assert_eq!(c.stats_snapshot().fused.as_deref(), Some("test: a write path panicked"));
     c.wrote(3, &[3u8; 512]); // ignored: nothing is cached any more
     assert_eq!(c.pool.len(), 0);
 }
@@ -44,9 +42,9 @@ fn reads_and_writes_count_in_the_working_set_once_per_page() {
         }
     }
     c.wrote(3, &[3u8; 512]);
-    let ws = &c.stats_json()["working_set"];
-    assert_eq!((ws["pages_1m"].as_u64(), ws["bytes_15m"].as_u64()), (Some(4), Some(4 * 512)), "{ws}");
-    assert_eq!(ws["held_bytes"], 64 * 512, "L1 only: {ws}");
+    let ws = c.stats_snapshot().working_set;
+    assert_eq!((ws.pages_1m, ws.bytes_15m), (4, 4 * 512), "{ws:?}");
+    assert_eq!(ws.held_bytes, 64 * 512, "L1 only: {ws:?}");
 }
 
 /// Verify mode: a file changed behind the cache's back (no path told it)
@@ -66,9 +64,9 @@ fn verify_mode_serves_the_file_when_a_tier_differs() {
     c.read(2, &mut buf, &m).unwrap();
     c.read(2, &mut buf, &m).unwrap();
     assert_eq!((buf[0], c.stats.verify_mismatches_total()), (7, 1), "re-read from the file, then served equal");
-    let j = Value::Object(c.stats_json());
-    assert_eq!(j["verify_checked"], 2, "{j}");
-    assert_eq!(j["verify_mismatches_by_tier"]["l1"], 1, "{j}");
+    let j = c.stats_snapshot();
+    assert_eq!(j.verify_checked, 2, "{j:?}");
+    assert_eq!(j.verify_mismatches_by_tier.l1, 1, "{j:?}");
 }
 
 #[test]

@@ -18,13 +18,12 @@ fn a_long_scan_ramps_up_to_full_windows() {
     assert_eq!(&sizes[..5], &[4, 8, 16, 32, 32], "the window doubles while it is used");
     assert_eq!(biggest, READ_AHEAD_MAX_PAGES);
     let j = assert_ahead_adds_up(&c);
-    let n = |k: &str| j[k].as_u64().unwrap();
-    assert!(n("read_ahead_windows") <= 3000 / 32 + 5, "{j}");
-    assert!(n("read_ahead_pages_disk") >= 2990, "the scan read (almost) every page through windows: {j}");
-    assert_eq!(n("disk_reads"), 0, "{j}");
+    assert!(j.read_ahead_windows <= 3000 / 32 + 5, "{j:?}");
+    assert!(j.read_ahead_pages_disk >= 2990, "the scan read (almost) every page through windows: {j:?}");
+    assert_eq!(j.disk_reads, 0, "{j:?}");
     // Every page read ahead was used but the last window's tail (the file ends there).
-    assert!(n("ahead_used_disk") + 32 >= n("ahead_pages_disk"), "{j}");
-    assert!(n("ahead_used_disk") * 100 >= n("ahead_pages_disk") * 98, "{j}");
+    assert!(j.ahead_used_disk + 32 >= j.ahead_pages_disk, "{j:?}");
+    assert!(j.ahead_used_disk * 100 >= j.ahead_pages_disk * 98, "{j:?}");
 }
 
 /// Range queries: two or three adjacent pages, then a jump elsewhere. The
@@ -45,11 +44,10 @@ fn short_ranges_keep_the_first_small_window() {
         expect_used += len - 1;
     }
     let j = assert_ahead_adds_up(&c);
-    let n = |k: &str| j[k].as_u64().unwrap();
-    assert_eq!(n("read_ahead_windows"), 150, "one window per range: {j}");
-    assert_eq!(n("ahead_pages_disk"), 150 * (READ_AHEAD_FIRST_PAGES - 1), "{j}");
-    assert_eq!(n("ahead_used_disk"), expect_used, "{j}");
-    assert!(n("ahead_used_disk") * 2 > n("ahead_pages_disk"), "more than half the pages read ahead were used: {j}");
+    assert_eq!(j.read_ahead_windows, 150, "one window per range: {j:?}");
+    assert_eq!(j.ahead_pages_disk, 150 * (READ_AHEAD_FIRST_PAGES - 1), "{j:?}");
+    assert_eq!(j.ahead_used_disk, expect_used, "{j:?}");
+    assert!(j.ahead_used_disk * 2 > j.ahead_pages_disk, "more than half the pages read ahead were used: {j:?}");
 }
 
 /// A reader that moves forward but skips past each window stops reading
@@ -63,8 +61,7 @@ fn a_window_nobody_reads_stops_read_ahead() {
         assert_eq!(buf[0], page as u8);
     }
     let j = assert_ahead_adds_up(&c);
-    let n = |k: &str| j[k].as_u64().unwrap();
-    assert_eq!((n("read_ahead_windows"), n("ahead_pages_disk")), (1, 3), "only the first window: {j}");
+    assert_eq!((j.read_ahead_windows, j.ahead_pages_disk), (1, 3), "only the first window: {j:?}");
     assert_eq!(ra.last_window(), 1, "stopped");
     for page in 400..440u64 {
         c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
@@ -82,18 +79,16 @@ fn pages_read_ahead_are_used_unused_or_still_held() {
         c.read_sequential(page, &mut buf, &m, &mut ra).unwrap();
     }
     let j = assert_ahead_adds_up(&c);
-    let n = |k: &str| j[k].as_u64().unwrap();
-    assert!(n("ahead_unused_disk") > 0 && n("ahead_in_l1_disk") > 0 && n("ahead_used_disk") > 0, "{j}");
+    assert!(j.ahead_unused_disk > 0 && j.ahead_in_l1_disk > 0 && j.ahead_used_disk > 0, "{j:?}");
     // An ordinary read uses a page read ahead; a write replaces one unread
     // (pages the scan skipped).
     let held: Vec<u64> = (1900..2000).filter(|&p| p % 10 == 9 && c.pool.contains(p)).collect();
-    let before = (n("ahead_used_disk"), n("ahead_unused_disk"));
+    let before = (j.ahead_used_disk, j.ahead_unused_disk);
     c.read(held[held.len() - 1], &mut buf, &m).unwrap();
     c.wrote(held[held.len() - 2], &[7u8; 512]);
     let j = assert_ahead_adds_up(&c);
-    let n = |k: &str| j[k].as_u64().unwrap();
-    assert_eq!((n("ahead_used_disk"), n("ahead_unused_disk")), (before.0 + 1, before.1 + 1), "{j}");
+    assert_eq!((j.ahead_used_disk, j.ahead_unused_disk), (before.0 + 1, before.1 + 1), "{j:?}");
     c.reset();
     let j = assert_ahead_adds_up(&c);
-    assert_eq!(j["ahead_in_l1_disk"], 0, "{j}");
+    assert_eq!(j.ahead_in_l1_disk, 0, "{j:?}");
 }

@@ -1,4 +1,5 @@
-//! Counters and latency histograms, readable while the database runs.
+//! Counters and latency histograms, readable while the database runs, and
+//! their snapshot ([`Stats::snapshot`]).
 //!
 //! Counters are relaxed atomics: each is exact, but a snapshot taken during
 //! traffic is not one instant across counters. Latencies go to hdrhistograms
@@ -10,12 +11,16 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
-use serde_json::{json, Map, Value};
 
 use crate::envelope::Reject;
 use crate::grid::{FaultKind, ItemFate};
 use crate::presence::DiskReason;
 use crate::verify::Served;
+
+use super::cache_snapshot::{
+    CacheSnapshot, CompressionSnapshot, DiskReasons, FaultCounts, LatencySnapshot, PushNotStored, RejectCounts,
+    ServedCounts, TierLatency,
+};
 
 const HISTOGRAM_SHARDS: usize = 8;
 /// Latencies above this are clamped (a request never legitimately takes a minute).
@@ -47,13 +52,6 @@ pub enum Tier {
 
 impl Tier {
     pub const ALL: [Tier; 3] = [Tier::L1, Tier::L2, Tier::Disk];
-    fn name(self) -> &'static str {
-        match self {
-            Tier::L1 => "l1",
-            Tier::L2 => "l2",
-            Tier::Disk => "disk",
-        }
-    }
 }
 
 #[derive(Default)]
@@ -98,6 +96,21 @@ impl Latency {
             all.add(&*s.lock().unwrap()).expect("same bounds");
         }
         all
+    }
+
+    /// Percentiles, sum and cumulative buckets of everything recorded.
+    fn snapshot(&self) -> TierLatency {
+        let h = self.merged();
+        TierLatency {
+            count: h.len(),
+            p50_us: h.value_at_quantile(0.50),
+            p95_us: h.value_at_quantile(0.95),
+            p99_us: h.value_at_quantile(0.99),
+            max_us: h.max(),
+            // Within the histogram's 1% resolution, as the percentiles.
+            sum_us: (h.mean() * h.len() as f64).round() as u64,
+            buckets: LATENCY_BUCKETS_US.map(|le| [le, h.count_between(1, le)]).to_vec(),
+        }
     }
 
     fn reset(&self) {
@@ -294,18 +307,6 @@ impl Stats {
         }
     }
 
-    /// `l2_push_failures` by why (they sum to it): `node_down` (not sent: the
-    /// node was down), `refused` (the node did not store them), `lost` (a
-    /// fault on the way), `other` (no grid any more, or not sealable).
-    fn push_not_stored_json(&self) -> Value {
-        let mut m: Map<String, Value> = [ItemFate::NodeDown, ItemFate::Refused, ItemFate::Lost]
-            .iter()
-            .map(|f| (f.name().to_string(), json!(self.l2_push_not_stored[f.index()].get())))
-            .collect();
-        m.insert("other".into(), json!(self.l2_push_not_stored_other.get()));
-        Value::Object(m)
-    }
-
     /// A page the pusher did not store, and why (`ItemFate::Stored` counts nothing here).
     pub fn push_not_stored(&self, fate: ItemFate) {
         if fate != ItemFate::Stored {
@@ -358,114 +359,148 @@ impl Stats {
         }
     }
 
-    /// The counters and latency percentiles (microseconds) as one JSON object.
-    pub fn to_json(&self) -> Map<String, Value> {
-        let mut rejects = Map::new();
-        for r in Reject::ALL {
-            rejects.insert(r.name().into(), json!(self.l2_rejects[r.index()].get()));
-        }
-        let mut faults = Map::new();
-        for f in FAULT_KINDS {
-            faults.insert(f.name().into(), json!(self.l2_faults[fault_index(f)].get()));
-        }
-        let mut latency = Map::new();
-        for t in Tier::ALL {
-            let h = self.latency[t as usize].merged();
-            latency.insert(
-                t.name().into(),
-                json!({
-                    "count": h.len(),
-                    "p50_us": h.value_at_quantile(0.50),
-                    "p95_us": h.value_at_quantile(0.95),
-                    "p99_us": h.value_at_quantile(0.99),
-                    "max_us": h.max(),
-                    // Within the histogram's 1% resolution, as the percentiles.
-                    "sum_us": (h.mean() * h.len() as f64).round() as u64,
-                    "buckets": LATENCY_BUCKETS_US.map(|le| [le, h.count_between(1, le)]),
-                }),
-            );
-        }
-        let mut m = Map::new();
-        let mut put = |k: &str, v: Value| {
-            m.insert(k.into(), v);
-        };
-        put("l1_hits", json!(self.l1_hits.get()));
-        put("l1_misses", json!(self.l1_misses.get()));
-        put("l2_hits", json!(self.l2_hits.get()));
-        put("l2_misses", json!(self.l2_misses.get()));
-        put("l2_skipped", json!(self.l2_skipped.get()));
-        put("l2_presence_skips", json!(self.l2_presence_skips.get()));
-        put("l2_cost_skips", json!(self.l2_cost_skips.get()));
-        put("l2_aged_skips", json!(self.l2_aged_skips.get()));
-        put("l2_push_cost_skips", json!(self.l2_push_cost_skips.get()));
-        put("read_ahead_presence_skips", json!(self.read_ahead_presence_skips.get()));
-        put("l2_rejects", Value::Object(rejects));
-        put("l2_rejects_total", json!(self.l2_rejects_total()));
+    /// The counters and latency percentiles (microseconds), the cache's own
+    /// fields (`cache_id`, `l1`, `nodes`, ...) left at their defaults for the
+    /// cache to fill (`PageCache::stats_snapshot`).
+    pub fn snapshot(&self) -> CacheSnapshot {
+        // One snapshot of the reasons, and `disk_reads` as their sum: exact even under traffic.
+        let disk_reasons = self.disk_reasons();
+        let l2_rejects_total = self.l2_rejects_total();
         // Expected (a copy older than the page: it was rewritten after the
         // push, or a store in flight met the rewrite) against the rest (a copy
         // damaged, foreign or forged: a fault worth a look).
         let stale = self.l2_rejects[Reject::Version.index()].get();
-        put("l2_rejects_stale", json!(stale));
-        put("l2_rejects_bad", json!(self.l2_rejects_total().saturating_sub(stale)));
-        put("l2_faults", Value::Object(faults));
-        put("l2_pushes", json!(self.l2_pushes.get()));
-        put("l2_push_drops", json!(self.l2_push_drops.get()));
-        put("l2_push_failures", json!(self.l2_push_failures.get()));
-        put("l2_push_not_stored", self.push_not_stored_json());
-        put("l2_push_bytes", json!(self.l2_push_bytes.get()));
-        put("l2_fetch_bytes", json!(self.l2_fetch_bytes.get()));
-        put("push_queue_hits", json!(self.push_queue_hits.get()));
-        // One snapshot of the reasons, and `disk_reads` as their sum: exact even under traffic.
-        let reasons: Vec<(&str, u64)> =
-            DiskReason::ALL.iter().map(|&r| (r.name(), self.disk_reasons[r as usize].get())).collect();
-        put("disk_reads", json!(reasons.iter().map(|(_, n)| n).sum::<u64>()));
-        put("disk_reasons", Value::Object(reasons.into_iter().map(|(k, n)| (k.into(), json!(n))).collect()));
-        put("disk_short_reads", json!(self.disk_short_reads.get()));
-        put("disk_writes", json!(self.disk_writes.get()));
-        put("partial_writes", json!(self.partial_writes.get()));
-        put("truncates", json!(self.truncates.get()));
-        put("read_ahead_windows", json!(self.read_ahead_windows.get()));
-        put("read_ahead_grid_requests", json!(self.read_ahead_grid_requests.get()));
-        put("read_ahead_disk_reads", json!(self.read_ahead_disk_reads.get()));
-        put("read_ahead_pages_l2", json!(self.read_ahead_pages_l2.get()));
-        put("read_ahead_pages_disk", json!(self.read_ahead_pages_disk.get()));
-        put("read_ahead_hits", json!(self.read_ahead_hits.get()));
-        put("scan_drops", json!(self.scan_drops.get()));
-        put("resets", json!(self.resets.get()));
-        put("foreign_changes", json!(self.foreign_changes.get()));
-        put("foreign_resets", json!(self.foreign_resets.get()));
-        put("foreign_pages_invalidated", json!(self.foreign_pages_invalidated.get()));
-        put("foreign_copies_dropped", json!(self.foreign_copies_dropped.get()));
-        put("l1_stale_drops", json!(self.l1_stale_drops.get()));
-        put("verify_checked", json!(self.verify_checked.get()));
-        put("verify_mismatches", json!(self.verify_mismatches_total()));
-        let by_tier: Map<String, Value> =
-            Served::ALL.iter().map(|t| (t.name().into(), json!(self.verify_mismatches[*t as usize].get()))).collect();
-        put("verify_mismatches_by_tier", Value::Object(by_tier));
+        CacheSnapshot {
+            l1_hits: self.l1_hits.get(),
+            l1_misses: self.l1_misses.get(),
+            l2_hits: self.l2_hits.get(),
+            l2_misses: self.l2_misses.get(),
+            l2_skipped: self.l2_skipped.get(),
+            l2_presence_skips: self.l2_presence_skips.get(),
+            l2_cost_skips: self.l2_cost_skips.get(),
+            l2_aged_skips: self.l2_aged_skips.get(),
+            l2_push_cost_skips: self.l2_push_cost_skips.get(),
+            read_ahead_presence_skips: self.read_ahead_presence_skips.get(),
+            l2_rejects: self.rejects(),
+            l2_rejects_total,
+            l2_rejects_stale: stale,
+            l2_rejects_bad: l2_rejects_total.saturating_sub(stale),
+            l2_faults: self.faults(),
+            l2_pushes: self.l2_pushes.get(),
+            l2_push_drops: self.l2_push_drops.get(),
+            l2_push_failures: self.l2_push_failures.get(),
+            l2_push_not_stored: self.push_not_stored_counts(),
+            l2_push_bytes: self.l2_push_bytes.get(),
+            l2_fetch_bytes: self.l2_fetch_bytes.get(),
+            push_queue_hits: self.push_queue_hits.get(),
+            disk_reads: disk_reasons.total(),
+            disk_reasons,
+            disk_short_reads: self.disk_short_reads.get(),
+            disk_writes: self.disk_writes.get(),
+            partial_writes: self.partial_writes.get(),
+            truncates: self.truncates.get(),
+            read_ahead_windows: self.read_ahead_windows.get(),
+            read_ahead_grid_requests: self.read_ahead_grid_requests.get(),
+            read_ahead_disk_reads: self.read_ahead_disk_reads.get(),
+            read_ahead_pages_l2: self.read_ahead_pages_l2.get(),
+            read_ahead_pages_disk: self.read_ahead_pages_disk.get(),
+            read_ahead_hits: self.read_ahead_hits.get(),
+            scan_drops: self.scan_drops.get(),
+            resets: self.resets.get(),
+            foreign_changes: self.foreign_changes.get(),
+            foreign_resets: self.foreign_resets.get(),
+            foreign_pages_invalidated: self.foreign_pages_invalidated.get(),
+            foreign_copies_dropped: self.foreign_copies_dropped.get(),
+            l1_stale_drops: self.l1_stale_drops.get(),
+            verify_checked: self.verify_checked.get(),
+            verify_mismatches: self.verify_mismatches_total(),
+            verify_mismatches_by_tier: self.mismatches_by_tier(),
+            compression: self.compression(),
+            latency: LatencySnapshot {
+                l1: self.latency[Tier::L1 as usize].snapshot(),
+                l2: self.latency[Tier::L2 as usize].snapshot(),
+                disk: self.latency[Tier::Disk as usize].snapshot(),
+            },
+            ..CacheSnapshot::default()
+        }
+    }
+
+    fn rejects(&self) -> RejectCounts {
+        let n = |r: Reject| self.l2_rejects[r.index()].get();
+        RejectCounts {
+            length: n(Reject::Length),
+            format: n(Reject::Format),
+            checksum: n(Reject::Checksum),
+            database: n(Reject::Database),
+            page: n(Reject::Page),
+            version: n(Reject::Version),
+            size: n(Reject::Size),
+            seal: n(Reject::Seal),
+            content: n(Reject::Content),
+            codec: n(Reject::Codec),
+        }
+    }
+
+    fn faults(&self) -> FaultCounts {
+        let n = |f: FaultKind| self.l2_faults[fault_index(f)].get();
+        FaultCounts {
+            timeout: n(FaultKind::Timeout),
+            io: n(FaultKind::Io),
+            protocol: n(FaultKind::Protocol),
+            server_error: n(FaultKind::ServerError),
+        }
+    }
+
+    fn push_not_stored_counts(&self) -> PushNotStored {
+        let n = |f: ItemFate| self.l2_push_not_stored[f.index()].get();
+        PushNotStored {
+            node_down: n(ItemFate::NodeDown),
+            refused: n(ItemFate::Refused),
+            lost: n(ItemFate::Lost),
+            other: self.l2_push_not_stored_other.get(),
+        }
+    }
+
+    fn disk_reasons(&self) -> DiskReasons {
+        let n = |r: DiskReason| self.disk_reasons[r as usize].get();
+        DiskReasons {
+            cold: n(DiskReason::Cold),
+            never_pushed: n(DiskReason::NeverPushed),
+            push_dropped: n(DiskReason::PushDropped),
+            aged_out: n(DiskReason::AgedOut),
+            evicted: n(DiskReason::Evicted),
+            skipped: n(DiskReason::Skipped),
+            rejected: n(DiskReason::Rejected),
+            invalidated: n(DiskReason::Invalidated),
+        }
+    }
+
+    fn mismatches_by_tier(&self) -> ServedCounts {
+        let n = |t: Served| self.verify_mismatches[t as usize].get();
+        ServedCounts { l1: n(Served::L1), push_queue: n(Served::PushQueue), l2: n(Served::L2) }
+    }
+
+    fn compression(&self) -> CompressionSnapshot {
         let (bytes_in, bytes_out) = (self.compress_bytes_in.get(), self.compress_bytes_out.get());
-        put(
-            "compression",
-            json!({
-                "pages_compressed": self.compress_pages.get(),
-                "pages_raw": self.compress_raw_pages.get(),
-                "pages_raw_behind": self.compress_behind_pages.get(),
-                "bytes_before": bytes_in,
-                "bytes_after": bytes_out,
-                // Page bytes per payload byte: 2.0 means the grid holds twice the pages.
-                "ratio": if bytes_out == 0 { 1.0 } else { ((bytes_in as f64 / bytes_out as f64) * 1000.0).round() / 1000.0 },
-                "compress_us": self.compress_ns.get() / 1000,
-                "pages_decompressed": self.decompress_pages.get(),
-                "decompress_us": self.decompress_ns.get() / 1000,
-            }),
-        );
-        put("latency", Value::Object(latency));
-        m
+        CompressionSnapshot {
+            pages_compressed: self.compress_pages.get(),
+            pages_raw: self.compress_raw_pages.get(),
+            pages_raw_behind: self.compress_behind_pages.get(),
+            bytes_before: bytes_in,
+            bytes_after: bytes_out,
+            // Page bytes per payload byte: 2.0 means the grid holds twice the pages.
+            ratio: if bytes_out == 0 { 1.0 } else { ((bytes_in as f64 / bytes_out as f64) * 1000.0).round() / 1000.0 },
+            compress_us: self.compress_ns.get() / 1000,
+            pages_decompressed: self.decompress_pages.get(),
+            decompress_us: self.decompress_ns.get() / 1000,
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     #[test]
     fn rejects_and_push_failures_are_split_by_what_they_mean() {
@@ -477,38 +512,54 @@ mod tests {
             s.push_not_stored(fate);
         }
         s.push_not_sent(3);
-        let j = Value::Object(s.to_json());
-        assert_eq!((j["l2_rejects_stale"].as_u64(), j["l2_rejects_bad"].as_u64()), (Some(2), Some(1)), "{j}");
-        let n = &j["l2_push_not_stored"];
-        assert_eq!((n["node_down"].as_u64(), n["refused"].as_u64(), n["lost"].as_u64()), (Some(2), Some(1), Some(1)));
-        assert_eq!(n["other"], 3);
-        let sum: u64 = n.as_object().unwrap().values().map(|v| v.as_u64().unwrap()).sum();
-        assert_eq!(j["l2_push_failures"].as_u64(), Some(sum), "the parts sum to the total: {j}");
+        let j = s.snapshot();
+        assert_eq!((j.l2_rejects_stale, j.l2_rejects_bad), (2, 1), "{j:?}");
+        let n = j.l2_push_not_stored;
+        assert_eq!((n.node_down, n.refused, n.lost, n.other), (2, 1, 1, 3));
+        assert_eq!(j.l2_push_failures, n.node_down + n.refused + n.lost + n.other, "the parts sum to the total");
     }
 
     #[test]
-    fn json_has_every_counter_and_percentiles() {
+    fn snapshot_has_every_counter_and_percentiles() {
         let s = Stats::new();
         s.l1_hits.add(3);
         s.reject(Reject::Version);
         s.fault(FaultKind::Timeout);
+        s.disk_read(DiskReason::Cold);
+        s.verify_mismatch(Served::PushQueue);
         for us in [10, 20, 30, 1000] {
             s.record(Tier::L2, Duration::from_micros(us));
         }
-        let j = Value::Object(s.to_json());
-        assert_eq!(j["l1_hits"], 3);
-        assert_eq!(j["l2_rejects"]["version"], 1);
-        assert_eq!(j["l2_rejects_total"], 1);
-        assert_eq!(j["l2_faults"]["timeout"], 1);
-        assert_eq!(j["latency"]["l2"]["count"], 4);
-        let p99 = j["latency"]["l2"]["p99_us"].as_u64().unwrap();
-        assert!((990..=1010).contains(&p99), "{p99}");
-        assert_eq!(j["latency"]["disk"]["count"], 0);
-        let sum = j["latency"]["l2"]["sum_us"].as_u64().unwrap();
-        assert!((1060..=1070).contains(&sum), "10 + 20 + 30 + 1000 within 1%: {sum}");
-        let buckets = j["latency"]["l2"]["buckets"].as_array().unwrap();
-        assert_eq!(buckets.len(), LATENCY_BUCKETS_US.len());
-        let at = |le: u64| buckets.iter().find(|b| b[0] == le).unwrap()[1].as_u64().unwrap();
+        let j = s.snapshot();
+        assert_eq!(j.l1_hits, 3);
+        assert_eq!((j.l2_rejects.version, j.l2_rejects_total), (1, 1));
+        assert_eq!(j.l2_faults.timeout, 1);
+        assert_eq!((j.disk_reasons.cold, j.disk_reads), (1, 1));
+        assert_eq!((j.verify_mismatches_by_tier.push_queue, j.verify_mismatches), (1, 1));
+        let l2 = &j.latency.l2;
+        assert_eq!(l2.count, 4);
+        assert!((990..=1010).contains(&l2.p99_us), "{}", l2.p99_us);
+        assert_eq!(j.latency.disk.count, 0);
+        assert!((1060..=1070).contains(&l2.sum_us), "10 + 20 + 30 + 1000 within 1%: {}", l2.sum_us);
+        assert_eq!(l2.buckets.len(), LATENCY_BUCKETS_US.len());
+        let at = |le: u64| l2.buckets.iter().find(|b| b[0] == le).unwrap()[1];
         assert_eq!((at(5), at(10), at(20), at(50), at(500), at(1_000), at(1_000_000)), (0, 1, 2, 3, 3, 4, 4));
+    }
+
+    /// The JSON names of the counters kept by enum (rejects, faults, disk
+    /// reasons, tiers) are the enums' names: a variant added without its field fails here.
+    #[test]
+    fn enum_keyed_counts_are_named_as_their_enums() {
+        let s = Stats::new();
+        Reject::ALL.iter().for_each(|&r| s.reject(r));
+        FAULT_KINDS.iter().for_each(|&f| s.fault(f));
+        DiskReason::ALL.iter().for_each(|&r| s.disk_read(r));
+        Served::ALL.iter().for_each(|&t| s.verify_mismatch(t));
+        let j = serde_json::to_value(s.snapshot()).unwrap();
+        let ones = |all: Vec<&str>| Value::Object(all.into_iter().map(|n| (n.to_string(), Value::from(1))).collect());
+        assert_eq!(j["l2_rejects"], ones(Reject::ALL.iter().map(|r| r.name()).collect()));
+        assert_eq!(j["l2_faults"], ones(FAULT_KINDS.iter().map(|f| f.name()).collect()));
+        assert_eq!(j["disk_reasons"], ones(DiskReason::ALL.iter().map(|r| r.name()).collect()));
+        assert_eq!(j["verify_mismatches_by_tier"], ones(Served::ALL.iter().map(|t| t.name()).collect()));
     }
 }
