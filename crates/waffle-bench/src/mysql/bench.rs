@@ -48,7 +48,6 @@ use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, Sl
 
 use crate::args::{check_rounds, median_round, size, GridTimeout, Rounds};
 use crate::bench::{emulation, report};
-use crate::mysql::stats;
 use crate::mysql::waffle_delta::WaffleDelta;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
@@ -568,7 +567,7 @@ fn run_config(
     }
     if is_waffle {
         if let Some(v) = s.stats().and_then(|v| StatsSnapshot::from_json(&v).ok()) {
-            eprint!("{}", stats::render(&v, "waffle stats at the end of the waffle configuration"));
+            eprint!("{}", waffle_stats_text::render(&v, "waffle stats at the end of the waffle configuration"));
         }
     }
     s.shutdown()?;

@@ -4,10 +4,7 @@
 //! - [`bench`]: `waffle bench mysql`: the real sysbench against stock, waffle
 //!   and stock with twice the memory, on throwaway servers
 //!   (`waffle_testkit::mariadb`, which the tests use too).
-//! - [`stats`]: a stats file (the preload's, or any `waffle_stats` JSON) for
-//!   people, as `waffle stats` (crates/waffle-cli) and `waffle bench mysql` print it.
 //! - [`waffle_delta`]: what waffle did during one measured run (two stats snapshots' difference).
 
 pub mod bench;
-pub mod stats;
 pub mod waffle_delta;

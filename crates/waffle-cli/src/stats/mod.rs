@@ -86,7 +86,7 @@ fn render(all: &[Source], format: Format) -> String {
         Format::Prometheus => prometheus::render(all),
         Format::Json => read().map(|(_, v)| serde_json::to_string_pretty(&v.json).unwrap_or_default() + "\n").collect(),
         Format::Text => {
-            read().map(|(name, v)| waffle_bench::mysql::stats::render(&v.snapshot, name)).collect::<Vec<_>>().join("\n")
+            read().map(|(name, v)| waffle_stats_text::render(&v.snapshot, name)).collect::<Vec<_>>().join("\n")
         }
     }
 }

@@ -1,4 +1,4 @@
-//! The counters of a stats file for people: what `waffle stats FILE` prints
+//! waffle-stats-text: the counters of a stats file for people, what `waffle stats FILE` prints
 //! (the command itself is the CLI's, crates/waffle-cli/src/stats) and what
 //! `waffle bench mysql` shows after its waffle configuration.
 //!
