@@ -12,8 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use serde_json::Value;
+use waffle_core::stats::StatsSnapshot;
 use waffle_testkit::artefact;
-use waffle_testkit::db::{n, open_waffle, stats, waffle_uri};
+use waffle_testkit::db::{cache_stats, open_waffle, waffle_uri};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::{run_with_input, spawn_until_ready, KillOnDrop};
 use waffle_testkit::temp_dir::TempDir;
@@ -100,11 +101,12 @@ fn the_sqlite3_shell_loads_the_extension_and_caches_through_the_grid() {
     assert_eq!(lines[1], format!("200|600000|{letters}"), "the rows read back through waffle");
     let s: Value =
         serde_json::from_str(&lines[2]).unwrap_or_else(|e| panic!("waffle_stats is not JSON ({e}): {}", lines[2]));
-    assert_eq!(s["config"]["grid"][0], Value::String(node.addr()), "{s}");
-    assert_eq!(n(&s, "config.local_bytes"), 64 << 10, "{s}");
-    assert!(n(&s, "disk_writes") >= 200, "{s}");
-    assert!(n(&s, "l2_pushes") > 0, "the shell's database pushed nothing to the grid: {s}");
-    assert!(n(&s, "l2_hits") > 0, "the shell's reads never hit the grid: {s}");
+    let s = typed(&s);
+    let (config, c) = (&s.sqlite.as_ref().expect("the SQLite section").config, s.cache());
+    assert_eq!((config.grid[0].as_str(), config.local_bytes), (node.addr().as_str(), 64 << 10), "{s:?}");
+    assert!(c.disk_writes >= 200, "{s:?}");
+    assert!(c.l2_pushes > 0, "the shell's database pushed nothing to the grid: {s:?}");
+    assert!(c.l2_hits > 0, "the shell's reads never hit the grid: {s:?}");
     assert!(stderr.trim().is_empty(), "unexpected stderr: {stderr}");
 
     // The file alone, through plain SQLite, has everything (the disk is the truth).
@@ -128,10 +130,10 @@ fn the_sqlite3_shell_warms_a_table_through_the_extension() {
     assert_eq!(lines.len(), 2, "expected the warm's row and the stats; got:\n{lines:?}\nstderr: {stderr}");
     assert!(lines[0].starts_with("started: table t and 0 indexes"), "{}", lines[0]);
     let s: Value = serde_json::from_str(&lines[1]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[1]));
-    let w = &s["warm"];
-    assert_eq!(w["state"], "done", "{s}");
+    let w = typed(&s).warming().warm.clone();
+    assert_eq!(w.state, "done", "{s}");
     // 300 rows of 3000 bytes: one 4 KiB leaf each, and the interior pages above them.
-    assert!((300..320).contains(&n(w, "planned_pages")), "{w}");
+    assert!((300..320).contains(&w.planned_pages), "{w:?}");
     assert!(stderr.trim().is_empty(), "unexpected stderr: {stderr}");
 }
 
@@ -167,11 +169,12 @@ print(json.dumps({{"flushed": flushed, "rows": rows, "stats": stats, "vfs": vfs}
     assert_eq!(r["flushed"], "ok");
     assert_eq!(r["rows"], 200);
     assert!(r["vfs"].as_array().unwrap().iter().any(|v| v == "waffle"), "waffle is not a registered VFS: {r}");
-    let s = &r["stats"];
-    assert_eq!(s["config"]["grid"][0], Value::String(node.addr()), "{s}");
-    assert!(n(s, "l2_pushes") > 0, "apsw's database pushed nothing to the grid: {s}");
-    assert!(n(s, "l2_hits") > 0, "apsw's reads never hit the grid: {s}");
-    assert!(n(s, "disk_writes") >= 200, "{s}");
+    let s = typed(&r["stats"]);
+    let (config, c) = (&s.sqlite.as_ref().expect("the SQLite section").config, s.cache());
+    assert_eq!(config.grid[0], node.addr(), "{s:?}");
+    assert!(c.l2_pushes > 0, "apsw's database pushed nothing to the grid: {s:?}");
+    assert!(c.l2_hits > 0, "apsw's reads never hit the grid: {s:?}");
+    assert!(c.disk_writes >= 200, "{s:?}");
 }
 
 #[test]
@@ -198,7 +201,7 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
         c.query_row("SELECT count(*), sum(id) FROM t", [], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))).unwrap()
     };
     assert_eq!(count(&conn), (300, 45150));
-    let ours = stats(&conn);
+    let ours = cache_stats(&conn);
 
     let out = run(
         Command::new(sqlite3_shell()).arg(":memory:"),
@@ -217,12 +220,12 @@ fn several_processes_share_the_database_and_see_each_others_commits() {
     assert!(!stderr.contains("waffle: cannot open"), "a second waffle process is not refused: {stderr}");
     let theirs: Value = serde_json::from_str(lines.get(1).copied().unwrap_or_default())
         .unwrap_or_else(|e| panic!("the shell's stats ({e}): {stdout} {stderr}"));
-    assert_ne!(theirs["cache_id"], ours["cache_id"], "each process keeps its own identity in the grid");
+    assert_ne!(typed(&theirs).cache().cache_id, ours.cache_id, "each process keeps its own identity in the grid");
 
     // The shell's commit is foreign to this process's cache: seen, not served stale.
     assert_eq!(count(&conn), (201, 45150 - (3..=300).step_by(3).sum::<i64>() + 1000));
-    let after = stats(&conn);
-    assert!(n(&after, "foreign_changes") > n(&ours, "foreign_changes"), "{after}");
+    let after = cache_stats(&conn);
+    assert!(after.foreign_changes > ours.foreign_changes, "{after:?}");
     drop(conn);
     drop(holder);
     let plain = rusqlite::Connection::open(&db).unwrap();
@@ -258,4 +261,9 @@ fn a_bad_uri_value_fails_the_open_and_names_the_parameter() {
         "stderr should name waffle_timeout_ms and '0': {stderr}"
     );
     assert!(!db.exists(), "a refused open must not create the database");
+}
+
+/// `PRAGMA waffle_stats` as another process printed it, read as the typed snapshot.
+fn typed(v: &Value) -> StatsSnapshot {
+    StatsSnapshot::from_json(v).unwrap_or_else(|e| panic!("not a stats snapshot ({e}): {v}"))
 }

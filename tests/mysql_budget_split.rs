@@ -95,22 +95,22 @@ fn every_split_of_the_budget_ends_with_the_stock_servers_data_under_writes() {
         s.check_tables(&refs(&tables)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(s.checksums(&refs(&tables)).unwrap(), expected, "{name}: the tables differ from the stock server's");
         let v = stats_after(&s, &name, |v| {
-            stat(v, "preload.page_writes") > stat(&before, "preload.page_writes")
-                && stat(v, "verify_checked") > stat(&before, "verify_checked")
+            preload_of(v).preload.page_writes > preload_of(&before).preload.page_writes
+                && cache_of(v).verify_checked > cache_of(&before).verify_checked
         });
         eprintln!(
             "{name}: {} transactions, {per_txn:.2} pages written each; L1 hits {}, grid hits {}, disk reads {}, \
              pushes {}, pages verified {}",
             r.transactions,
-            stat(&v, "l1_hits"),
-            stat(&v, "l2_hits"),
-            stat(&v, "disk_reads"),
-            stat(&v, "l2_pushes"),
-            stat(&v, "verify_checked")
+            cache_of(&v).l1_hits,
+            cache_of(&v).l2_hits,
+            cache_of(&v).disk_reads,
+            cache_of(&v).l2_pushes,
+            cache_of(&v).verify_checked
         );
-        assert_eq!(stat(&v, "verify_mismatches"), 0, "{name}: a page served from a tier differed from the file: {v}");
-        assert!(stat(&v, "l2_pushes") > 0 && stat(&v, "l2_hits") > 0, "{name}: the grid took part: {v}");
-        assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{name}: {v}");
+        assert_eq!(cache_of(&v).verify_mismatches, 0, "{name}: a page served from a tier differed from the file: {v}");
+        assert!(cache_of(&v).l2_pushes > 0 && cache_of(&v).l2_hits > 0, "{name}: the grid took part: {v}");
+        assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "{name}: {v}");
         assert_eq!(v["state"], "active", "{name}: {v}");
         let errors = log_errors(&s, &[]);
         assert!(errors.is_empty(), "{name}: the server logged errors: {errors:#?}");

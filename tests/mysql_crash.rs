@@ -33,16 +33,17 @@ fn sigkill_during_read_write_recovers_and_serves_nothing_from_before() {
     let args =
         sysbench_args(&s, 2, 20_000, &["--threads=4", "--time=60", "--report-interval=0", "oltp_read_write", "run"]);
     let mut bench = server::sysbench_spawn(tools(), &args).unwrap();
-    let before = stats_after(&s, "under load", |v| stat(v, "l2_hits") > 200 && stat(v, "preload.page_writes") > 200);
+    let before =
+        stats_after(&s, "under load", |v| cache_of(v).l2_hits > 200 && preload_of(v).preload.page_writes > 200);
     let old_id = before["cache_id"].as_str().unwrap().to_string();
     // The crash must come in the middle of writes: the preload has written pages since `before`
     // (the stats file is rewritten every second or so) and pushed some to the grid.
     stats_after(&s, "page writes going on", |v| {
-        stat(v, "preload.page_writes") > stat(&before, "preload.page_writes") && stat(v, "l2_pushes") > 0
+        preload_of(v).preload.page_writes > preload_of(&before).preload.page_writes && cache_of(v).l2_pushes > 0
     });
     s.kill(); // SIGKILL: a crash in the middle of writes
     let _ = server::wait_output(&mut bench, Duration::from_secs(30)); // sysbench fails: its server is gone
-    assert!(stat(&before, "l2_pushes") > 0);
+    assert!(cache_of(&before).l2_pushes > 0);
     drop(s);
 
     let s = start(&data, opts);
@@ -61,9 +62,9 @@ fn sigkill_during_read_write_recovers_and_serves_nothing_from_before() {
     let r = server::sysbench(tools(), &ro, Duration::from_secs(60)).unwrap();
     assert!(r.transactions > 0 && r.errors == 0, "{}", r.output);
     let under_preload = s.checksums(&refs(&tables)).unwrap();
-    let v = stats_after(&s, "after reading", |v| stat(v, "l2_hits") > 0);
-    assert_eq!(stat(&v, "l2_rejects.database"), 0, "an old incarnation's copy was even asked for: {v}");
-    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{v}");
+    let v = stats_after(&s, "after reading", |v| cache_of(v).l2_hits > 0);
+    assert_eq!(cache_of(&v).l2_rejects.database, 0, "an old incarnation's copy was even asked for: {v}");
+    assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "{v}");
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
     s.shutdown().unwrap();

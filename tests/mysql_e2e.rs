@@ -170,17 +170,18 @@ fn deterministic_workload_matches_stock_then_sysbench_read_write_is_clean() {
     let got = run_workload(&s, &script);
     assert_eq!(got, expected, "the same workload printed something else under the preload");
     s.check_tables(&["w.t", "w.u", "w.gone2"]).unwrap();
-    let after_workload = stats_after(&s, "after the workload", |v| stat(v, "l2_hits") > 0 && stat(v, "l2_pushes") > 0);
+    let after_workload =
+        stats_after(&s, "after the workload", |v| cache_of(v).l2_hits > 0 && cache_of(v).l2_pushes > 0);
     eprintln!(
         "after the workload: l1_hits {} l2_hits {} disk_reads {} pushes {} page_writes {}",
-        stat(&after_workload, "l1_hits"),
-        stat(&after_workload, "l2_hits"),
-        stat(&after_workload, "disk_reads"),
-        stat(&after_workload, "l2_pushes"),
-        stat(&after_workload, "preload.page_writes")
+        cache_of(&after_workload).l1_hits,
+        cache_of(&after_workload).l2_hits,
+        cache_of(&after_workload).disk_reads,
+        cache_of(&after_workload).l2_pushes,
+        preload_of(&after_workload).preload.page_writes
     );
     assert!(
-        stat(&after_workload, "preload.segments_dropped") > 0,
+        preload_of(&after_workload).preload.segments_dropped > 0,
         "OPTIMIZE/DROP/TRUNCATE closed tablespaces: {after_workload}"
     );
 
@@ -203,14 +204,14 @@ fn deterministic_workload_matches_stock_then_sysbench_read_write_is_clean() {
     s.check_tables(&refs(&tables)).unwrap();
 
     let v = stats_after(&s, "after sysbench", |v| {
-        stat(v, "l2_hits") > stat(&before, "l2_hits")
-            && stat(v, "preload.page_reads") > stat(&before, "preload.page_reads")
+        cache_of(v).l2_hits > cache_of(&before).l2_hits
+            && preload_of(v).preload.page_reads > preload_of(&before).preload.page_reads
     });
-    let sb = &v["tablespaces"]["sbtest/sbtest1"];
-    assert!(stat(sb, "l2_hits") > 0 && stat(sb, "page_writes") > 0, "sbtest1 went through the grid: {sb}");
-    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "a grid copy failed the InnoDB page check: {v}");
-    assert_eq!(stat(&v, "preload.fallback_reads"), 0, "{v}");
-    assert_eq!(stat(&v, "l2_rejects.database"), 0, "{v}");
+    let sb = tablespace_of(&v, "sbtest/sbtest1");
+    assert!(sb.l2_hits > 0 && sb.page_writes > 0, "sbtest1 went through the grid: {sb:?}");
+    assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "a grid copy failed the InnoDB page check: {v}");
+    assert_eq!(preload_of(&v).preload.fallback_reads, 0, "{v}");
+    assert_eq!(cache_of(&v).l2_rejects.database, 0, "{v}");
     assert_eq!(v["state"], "active", "{v}");
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");

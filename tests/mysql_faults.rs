@@ -11,11 +11,12 @@ use std::time::{Duration, Instant};
 
 use mysql_support::*;
 use serde_json::Value;
+use waffle_core::grid::NodeStatus;
 
 /// `node` as the preload's stats show it (empty if they do not list it).
-fn node_in<'v>(v: &'v Value, node: &Node) -> &'v Value {
-    let listed = v["nodes"].as_array().and_then(|nodes| nodes.iter().find(|n| n["addr"] == node.addr().as_str()));
-    listed.unwrap_or(&Value::Null)
+/// `node`'s status in the stats file (zeros while it is not listed).
+fn node_in(v: &Value, node: &Node) -> NodeStatus {
+    cache_of(v).nodes.into_iter().find(|n| n.addr == node.addr()).unwrap_or_default()
 }
 
 #[test]
@@ -36,14 +37,14 @@ fn a_killed_node_and_a_hung_node_cause_no_query_error() {
     let mut bench = server::sysbench_spawn(tools(), &args).unwrap();
     // Every node in use: a fault of any of them then costs the preload something.
     stats_after(&s, "under load on every node", |v| {
-        stat(v, "l2_hits") > 100 && [&a, &b, &c].iter().all(|n| stat(node_in(v, n), "requests") > 0)
+        cache_of(v).l2_hits > 100 && [&a, &b, &c].iter().all(|n| node_in(v, n).requests > 0)
     });
     a.kill();
     eprintln!("killed node {}", a.addr());
-    stats_after(&s, "the killed node marked down", |v| stat(node_in(v, &a), "marked_down") > 0);
+    stats_after(&s, "the killed node marked down", |v| node_in(v, &a).marked_down > 0);
     b.pause();
     eprintln!("paused node {}", b.addr());
-    stats_after(&s, "the hung node marked down", |v| stat(node_in(v, &b), "marked_down") > 0);
+    stats_after(&s, "the hung node marked down", |v| node_in(v, &b).marked_down > 0);
     // Part of the scenario, not a wait: the node stays hung through several backoffs (100 ms,
     // doubling), so probes run into it too, before it answers again.
     std::thread::sleep(Duration::from_secs(2));
@@ -62,12 +63,13 @@ fn a_killed_node_and_a_hung_node_cause_no_query_error() {
     let tables = sbtest_tables(2);
     s.check_tables(&refs(&tables)).unwrap();
     let before = s.stats().unwrap();
-    let v = stats_after(&s, "after the run", |v| stat(v, "preload.page_reads") > stat(&before, "preload.page_reads"));
-    let faults = sum(&v, "l2_faults") + stat(&v, "l2_skipped");
-    let marked: u64 = v["nodes"].as_array().unwrap().iter().map(|n| stat(n, "marked_down")).sum();
+    let v =
+        stats_after(&s, "after the run", |v| preload_of(v).preload.page_reads > preload_of(&before).preload.page_reads);
+    let faults = cache_of(&v).l2_faults.total() + cache_of(&v).l2_skipped;
+    let marked: u64 = cache_of(&v).nodes.iter().map(|n| n.marked_down).sum();
     assert!(faults > 0 && marked >= 2, "the faults were seen (faults+skipped {faults}, marked down {marked}): {v}");
-    assert!(stat(&v, "l2_hits") > 0, "{v}");
-    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{v}");
+    assert!(cache_of(&v).l2_hits > 0, "{v}");
+    assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "{v}");
     let under_preload = s.checksums(&refs(&tables)).unwrap();
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");

@@ -23,6 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use mysql_support::*;
 use serde_json::Value;
+use waffle_core::stats::TablespaceSnapshot;
 
 const SMALL: u32 = 1050;
 const BIG: u32 = 100;
@@ -100,24 +101,25 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     let scanned_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let v = stats_after(&s, "after the scans", |v| v["updated_unix_ms"].as_u64().is_some_and(|t| t > scanned_ms));
 
-    let open = stat(&v, "preload.tablespaces_open");
+    let p = preload_of(&v);
+    let open = p.preload.tablespaces_open;
     assert!(open > (SMALL + BIG) as u64, "every table open at once: {open} tablespaces open ({open_now})");
-    assert_eq!(stat(&v, "preload.fallback_reads"), 0, "a read the cache could not answer: {}", v["preload"]);
-    assert_eq!(sum(&v, "preload.innodb_rejects"), 0, "{}", v["preload"]);
+    assert_eq!(p.preload.fallback_reads, 0, "a read the cache could not answer: {:?}", p.preload);
+    assert_eq!(p.preload.innodb_rejects.total(), 0, "{:?}", p.preload);
 
     let spaces = &v["tablespaces"];
-    let of = |t: &str, k: &str| spaces[format!("m/{t}")][k].as_u64().unwrap_or(0);
-    let high: Vec<String> = (1..=BIG).map(big).filter(|t| of(t, "segment") >= WRAPPED_FROM).collect();
+    let of = |t: &str| p.tablespaces.get(&format!("m/{t}")).cloned().unwrap_or_default();
+    let high: Vec<String> = (1..=BIG).map(big).filter(|t| of(t).segment >= WRAPPED_FROM).collect();
     // InnoDB may close and reopen some files meanwhile (their segments are then reused, lower numbers).
     assert!(
         high.len() >= 10,
         "at least 10 of the big tables got a segment past {}: {} did ({:?})",
         WRAPPED_FROM - 1,
         high.len(),
-        (1..=BIG).map(|i| of(&big(i), "segment")).collect::<Vec<_>>()
+        (1..=BIG).map(|i| of(&big(i)).segment).collect::<Vec<_>>()
     );
-    let total = |k: &str| high.iter().map(|t| of(t, k)).sum::<u64>();
-    let (disk, l1, l2) = (total("disk_reads"), total("l1_hits"), total("l2_hits"));
+    let total = |count: fn(&TablespaceSnapshot) -> u64| high.iter().map(|t| count(&of(t))).sum::<u64>();
+    let (disk, l1, l2) = (total(|s| s.disk_reads), total(|s| s.l1_hits), total(|s| s.l2_hits));
     eprintln!(
         "{} big tables past segment {}: disk reads {disk}, L1 hits {l1}, grid hits {l2}; {open} tablespaces open",
         high.len(),

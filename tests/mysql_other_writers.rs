@@ -79,9 +79,12 @@ fn checksum(s: &Server) -> String {
 
 /// The cache id of the run now on `s` (its pid in the stats file), which must be none of `before`.
 fn new_id(s: &Server, before: &[&str]) -> String {
-    let pid = s.pid().expect("running") as u64;
-    let v = stats_after(s, "this run's stats", |v| stat(v, "pid") == pid && v["cache_id"].is_string());
-    let id = v["cache_id"].as_str().unwrap().to_string();
+    let pid = s.pid().expect("running");
+    let v = stats_after(s, "this run's stats", |v| {
+        let s = snapshot_of(v);
+        s.stamp.pid == Some(pid) && s.cache.is_some_and(|c| !c.cache_id.is_empty())
+    });
+    let id = cache_of(&v).cache_id;
     assert!(!before.contains(&id.as_str()), "a server start reused the cache identity {id} of an earlier run");
     id
 }
@@ -89,7 +92,7 @@ fn new_id(s: &Server, before: &[&str]) -> String {
 /// The stats file, written after this call began.
 fn fresh_stats(s: &Server) -> Value {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as u64;
-    stats_after(s, "a stats write", |v| stat(v, "updated_unix_ms") > now)
+    stats_after(s, "a stats write", |v| snapshot_of(v).stamp.updated_unix_ms.is_some_and(|u| u > now))
 }
 
 /// The stats file a run wrote when it exited.
@@ -102,9 +105,9 @@ fn final_stats(data: &Path, id: &str) -> Value {
 }
 
 fn assert_nothing_foreign_asked_for(v: &Value) {
-    assert_eq!(stat(v, "l2_rejects.database"), 0, "a copy of another cache identity was fetched: {v}");
-    assert_eq!(sum(v, "preload.innodb_rejects"), 0, "a grid copy failed the InnoDB page check: {v}");
-    assert_eq!(stat(v, "preload.fallback_reads"), 0, "{v}");
+    assert_eq!(cache_of(v).l2_rejects.database, 0, "a copy of another cache identity was fetched: {v}");
+    assert_eq!(preload_of(v).preload.innodb_rejects.total(), 0, "a grid copy failed the InnoDB page check: {v}");
+    assert_eq!(preload_of(v).preload.fallback_reads, 0, "{v}");
     assert_eq!(v["state"], "active", "{v}");
 }
 
@@ -294,13 +297,13 @@ fn a_restored_backup_is_read_not_the_grid_copies_of_later_runs() {
     let stale = mc.holding(&id2, b"upd-");
     eprintln!(
         "run 1: {} pushes, {} keys left; run 2: {} pushes, {} keys, {} holding 'upd-' rows",
-        stat(&st1, "l2_pushes"),
+        cache_of(&st1).l2_pushes,
         keys1.len(),
-        stat(&st2, "l2_pushes"),
+        cache_of(&st2).l2_pushes,
         keys2.len(),
         stale.len()
     );
-    assert!(!keys1.is_empty() && stat(&st2, "l2_pushes") > 0 && !keys2.is_empty());
+    assert!(!keys1.is_empty() && cache_of(&st2).l2_pushes > 0 && !keys2.is_empty());
     assert_eq!(mc.present(&keys1), keys1.len(), "run 2 fetched copies of run 1");
     assert!(!stale.is_empty(), "control: no grid copy holds an 'upd-' row: this test could not see a stale page");
 
@@ -316,7 +319,7 @@ fn a_restored_backup_is_read_not_the_grid_copies_of_later_runs() {
     assert_eq!(one(&s, "SELECT COUNT(*) FROM w.t WHERE b LIKE 'upd-%'"), "0");
     s.check_tables(&["w.t"]).unwrap();
     assert_eq!(checksum(&s), c1);
-    let v = stats_after(&s, "run 3 used the grid", |v| stat(&v["tablespaces"]["w/t"], "l2_hits") > 0);
+    let v = stats_after(&s, "run 3 used the grid", |v| tablespace_of(v, "w/t").l2_hits > 0);
     assert_nothing_foreign_asked_for(&v);
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
@@ -325,9 +328,9 @@ fn a_restored_backup_is_read_not_the_grid_copies_of_later_runs() {
     assert_eq!(mc.present(&keys2), keys2.len(), "run 3 fetched copies of run 2");
     eprintln!(
         "run 3 ({id3}): l2_hits {} (w/t {}), disk_reads {}, rejects {}",
-        stat(&v, "l2_hits"),
-        stat(&v["tablespaces"]["w/t"], "l2_hits"),
-        stat(&v, "disk_reads"),
+        cache_of(&v).l2_hits,
+        tablespace_of(&v, "w/t").l2_hits,
+        cache_of(&v).disk_reads,
         v["l2_rejects"]
     );
     s.shutdown().unwrap();
@@ -371,7 +374,7 @@ fn an_offline_innochecksum_write_is_read_by_the_next_run() {
     assert_ne!(c2, c1);
     assert_eq!(checksum(&s), c2);
     assert_eq!(marked_row(&s), edited.trim());
-    let v = stats_after(&s, "the next run used the grid", |v| stat(&v["tablespaces"]["w/t"], "l2_hits") > 0);
+    let v = stats_after(&s, "the next run used the grid", |v| tablespace_of(v, "w/t").l2_hits > 0);
     assert_nothing_foreign_asked_for(&v);
     for k in &stale {
         assert!(mc.get(k).is_some(), "the earlier run's copy {k} was fetched");
@@ -381,7 +384,7 @@ fn an_offline_innochecksum_write_is_read_by_the_next_run() {
     s.shutdown().unwrap();
     eprintln!(
         "edited page {page}; run 2 ({id2}) l2_hits {}; total {:.1} s",
-        stat(&v, "l2_hits"),
+        cache_of(&v).l2_hits,
         t0.elapsed().as_secs_f64()
     );
 }
@@ -413,7 +416,7 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
     assert_ne!(c1, c0);
     assert_eq!(checksum(&s), c1);
     let before = stats_after(&s, "the rewritten table in the grid", |v| {
-        stat(v, "l2_pushes") > 0 && stat(&v["tablespaces"]["w/t"], "l2_hits") > 0
+        cache_of(v).l2_pushes > 0 && tablespace_of(v, "w/t").l2_hits > 0
     });
     let stale = mc.holding(&id, upd.as_bytes());
     assert!(!stale.is_empty(), "control: no grid copy holds an {upd:?} row: this test could not see a stale page");
@@ -427,14 +430,14 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
     let imported = fresh_stats(&s);
     eprintln!(
         "IMPORT: w/t page_writes {} -> {}, invalidations {} -> {}, multi_page_writes {} -> {}, passthrough_reads {} -> {}",
-        stat(&discarded["tablespaces"]["w/t"], "page_writes"),
-        stat(&imported["tablespaces"]["w/t"], "page_writes"),
-        stat(&discarded["tablespaces"]["w/t"], "invalidations"),
-        stat(&imported["tablespaces"]["w/t"], "invalidations"),
-        stat(&discarded, "preload.multi_page_writes"),
-        stat(&imported, "preload.multi_page_writes"),
-        stat(&discarded, "preload.passthrough_reads"),
-        stat(&imported, "preload.passthrough_reads"),
+        tablespace_of(&discarded, "w/t").page_writes,
+        tablespace_of(&imported, "w/t").page_writes,
+        tablespace_of(&discarded, "w/t").invalidations,
+        tablespace_of(&imported, "w/t").invalidations,
+        preload_of(&discarded).preload.multi_page_writes,
+        preload_of(&imported).preload.multi_page_writes,
+        preload_of(&discarded).preload.passthrough_reads,
+        preload_of(&imported).preload.passthrough_reads,
     );
     assert_eq!(checksum(&s), c0, "the imported table is not the exported one");
     assert_eq!(marked_row(&s), format!("row-{MARK}"));
@@ -442,10 +445,10 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
     s.check_tables(&["w.t"]).unwrap();
     assert_eq!(checksum(&s), c0);
     let v = stats_after(&s, "the imported table through the grid", |v| {
-        stat(&v["tablespaces"]["w/t"], "l2_hits") > stat(&before["tablespaces"]["w/t"], "l2_hits")
+        tablespace_of(v, "w/t").l2_hits > tablespace_of(&before, "w/t").l2_hits
     });
     assert_nothing_foreign_asked_for(&v);
-    assert!(stat(&v, "preload.segments_dropped") > stat(&before, "preload.segments_dropped"), "{v}");
+    assert!(preload_of(&v).preload.segments_dropped > preload_of(&before).preload.segments_dropped, "{v}");
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
     // The imported file took the discarded file's segment number (the last one
@@ -460,12 +463,12 @@ fn a_tablespace_imported_while_the_server_runs_replaces_the_cached_one() {
         "copies of the old file holding {upd:?}: {} before the import, {left} after; version rejects {} -> {}; \
          presence skips {} -> {}; segments dropped {} -> {}; total {:.1} s",
         stale.len(),
-        stat(&before, "l2_rejects.version"),
-        stat(&v, "l2_rejects.version"),
-        stat(&before, "l2_presence_skips"),
-        stat(&v, "l2_presence_skips"),
-        stat(&before, "preload.segments_dropped"),
-        stat(&v, "preload.segments_dropped"),
+        cache_of(&before).l2_rejects.version,
+        cache_of(&v).l2_rejects.version,
+        cache_of(&before).l2_presence_skips,
+        cache_of(&v).l2_presence_skips,
+        preload_of(&before).preload.segments_dropped,
+        preload_of(&v).preload.segments_dropped,
         t0.elapsed().as_secs_f64()
     );
     s.shutdown().unwrap();
@@ -523,13 +526,13 @@ fn two_servers_on_copies_of_one_datadir_share_a_node_and_read_only_their_own_wri
     let cs2 = checksum(&s2);
     assert_ne!(cs1, cs2);
     for (s, name) in [(&s1, "one"), (&s2, "two")] {
-        let v = stats_after(s, name, |v| stat(&v["tablespaces"]["w/t"], "l2_hits") > 0 && stat(v, "l2_pushes") > 0);
+        let v = stats_after(s, name, |v| tablespace_of(v, "w/t").l2_hits > 0 && cache_of(v).l2_pushes > 0);
         assert_nothing_foreign_asked_for(&v);
         eprintln!(
             "{name}: l2_hits {} (w/t {}), pushes {}, rejects {}",
-            stat(&v, "l2_hits"),
-            stat(&v["tablespaces"]["w/t"], "l2_hits"),
-            stat(&v, "l2_pushes"),
+            cache_of(&v).l2_hits,
+            tablespace_of(&v, "w/t").l2_hits,
+            cache_of(&v).l2_pushes,
             v["l2_rejects"]
         );
         let errors = log_errors(s, &[]);

@@ -66,39 +66,40 @@ fn every_mechanism_keeps_reads_equal_to_the_file() {
         serde_json::from_slice(&std::fs::read(dir.join("stats.json")).expect("the stats file")).unwrap();
     assert_eq!(v["final"], true, "written at exit: {v}");
     assert_eq!(v["state"], "active", "{v}");
-    assert_eq!(stat(&v, "page_bytes"), PS as u64);
-    assert!(stat(&v, "l2_hits") > 0 && stat(&v, "l2_pushes") > 0, "the grid was used: {v}");
-    assert!(stat(&v, "preload.innodb_rejects.checksum") > 0, "the non-InnoDB page's grid copy was refused: {v}");
-    assert_eq!(stat(&v, "preload.innodb_rejects.page_number") + stat(&v, "preload.innodb_rejects.space_id"), 0, "{v}");
-    assert!(stat(&v, "preload.partial_writes") > 0, "{v}");
-    assert!(stat(&v, "preload.unpositioned_writes") > 0, "{v}");
-    assert!(stat(&v, "preload.truncations") > 0, "{v}");
-    assert!(stat(&v, "preload.segments_dropped") > 0, "the last close dropped the file: {v}");
-    assert_eq!(stat(&v, "preload.tablespaces_open"), 0, "{v}");
-    let skipped = &v["tablespaces"]["db/skip"];
-    assert!(
-        skipped["cached"] == false && stat(skipped, "reads") == 0 && stat(skipped, "opens") == 1,
-        "WAFFLE_TABLES: {skipped}"
+    assert_eq!(cache_of(&v).page_bytes, PS as u64);
+    assert!(cache_of(&v).l2_hits > 0 && cache_of(&v).l2_pushes > 0, "the grid was used: {v}");
+    assert!(preload_of(&v).preload.innodb_rejects.checksum > 0, "the non-InnoDB page's grid copy was refused: {v}");
+    assert_eq!(
+        preload_of(&v).preload.innodb_rejects.page_number + preload_of(&v).preload.innodb_rejects.space_id,
+        0,
+        "{v}"
     );
+    assert!(preload_of(&v).preload.partial_writes > 0, "{v}");
+    assert!(preload_of(&v).preload.unpositioned_writes > 0, "{v}");
+    assert!(preload_of(&v).preload.truncations > 0, "{v}");
+    assert!(preload_of(&v).preload.segments_dropped > 0, "the last close dropped the file: {v}");
+    assert_eq!(preload_of(&v).preload.tablespaces_open, 0, "{v}");
+    let skipped = tablespace_of(&v, "db/skip");
+    assert!(!skipped.cached && skipped.reads == 0 && skipped.opens == 1, "WAFFLE_TABLES: {skipped:?}");
     assert_eq!(v["tables"], serde_json::json!(["db/t*", "ibdata*"]), "{v}");
-    assert_eq!(stat(&v, "preload.fallback_reads"), 0, "{v}");
-    let t = &v["tablespaces"]["db/t1"];
-    assert!(stat(t, "l2_hits") > 0 && stat(t, "reads") > 0 && t["cached"] == true, "{t}");
+    assert_eq!(preload_of(&v).preload.fallback_reads, 0, "{v}");
+    let t = tablespace_of(&v, "db/t1");
+    assert!(t.l2_hits > 0 && t.reads > 0 && t.cached, "{t:?}");
     // Version rejects are expected (a copy pushed before a partial write or
     // write() is refused by its version), and the InnoDB check's refusals are
     // the core's `content` rejects (checked before L1); nothing else may be.
-    assert_eq!(stat(&v, "l2_rejects_total"), stat(&v, "l2_rejects.version") + stat(&v, "l2_rejects.content"), "{v}");
-    assert_eq!(stat(&v, "l2_rejects.content"), stat(&v, "preload.innodb_rejects.checksum"), "{v}");
+    assert_eq!(cache_of(&v).l2_rejects_total, cache_of(&v).l2_rejects.version + cache_of(&v).l2_rejects.content, "{v}");
+    assert_eq!(cache_of(&v).l2_rejects.content, preload_of(&v).preload.innodb_rejects.checksum, "{v}");
     // The working set is in the stats file too: the child's pages, at the InnoDB page size,
     // against 64 KiB of L1 and the node's 16 MiB.
     let ws = &v["working_set"];
-    let pages = stat(&v, "working_set.pages_15m");
+    let pages = cache_of(&v).working_set.pages_15m;
     // At most one page per page read or written (5% for the estimate's error).
-    let notes = stat(&v, "l1_hits") + stat(&v, "l1_misses") + stat(&v, "disk_writes");
+    let notes = cache_of(&v).l1_hits + cache_of(&v).l1_misses + cache_of(&v).disk_writes;
     assert!(pages >= 2 && pages <= notes + notes / 20, "{pages} pages from {notes} reads and writes: {ws}");
-    assert_eq!(stat(&v, "working_set.bytes_15m"), pages * PS as u64, "{ws}");
-    assert_eq!(stat(&v, "working_set.grid_bytes"), 16 << 20, "{ws}");
-    assert_eq!(stat(&v, "working_set.held_bytes"), (64 << 10) + (16 << 20), "{ws}");
+    assert_eq!(cache_of(&v).working_set.bytes_15m, pages * PS as u64, "{ws}");
+    assert_eq!(cache_of(&v).working_set.grid_bytes, Some(16 << 20), "{ws}");
+    assert_eq!(cache_of(&v).working_set.held_bytes, (64 << 10) + (16 << 20), "{ws}");
 }
 
 #[test]

@@ -13,6 +13,7 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
+use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot, TablespaceSnapshot};
 pub use waffle_nodes::Node;
 pub use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, Tools};
 
@@ -157,7 +158,29 @@ pub fn create_padded_table(s: &Server, rows: u64, v: &str) {
     s.sql_script(&script, Duration::from_secs(120)).unwrap();
 }
 
-/// A counter of the stats JSON (`a.b` for nested ones); 0 if absent.
+/// The stats file as the typed snapshot (prefer its fields to string keys).
+/// Not yet written (null) or not a stats object: an empty one, so counters
+/// read 0 as `stat` says for an absent key.
+pub fn snapshot_of(v: &Value) -> StatsSnapshot {
+    StatsSnapshot::from_json(v).unwrap_or_default()
+}
+
+/// The cache's counters and levels of the stats file (zeros without a cache yet).
+pub fn cache_of(v: &Value) -> CacheSnapshot {
+    snapshot_of(v).cache.unwrap_or_default()
+}
+
+/// The preload's section of the stats file: its counters, switch, tablespaces (empty without one yet).
+pub fn preload_of(v: &Value) -> PreloadSection {
+    snapshot_of(v).preload.unwrap_or_default()
+}
+
+/// One tablespace's row of the stats file (zeros while it has none).
+pub fn tablespace_of(v: &Value, name: &str) -> TablespaceSnapshot {
+    preload_of(v).tablespaces.remove(name).unwrap_or_default()
+}
+
+/// A counter of the stats JSON (`a.b` for nested ones); 0 if absent (where a test reads the JSON itself).
 pub fn stat(v: &Value, key: &str) -> u64 {
     let mut cur = v;
     for part in key.split('.') {

@@ -6,7 +6,9 @@
 //! The sections are flattened: their fields sit side by side in one object.
 //! A section is None when the object lacks it (the PRAGMA has no stamp, a
 //! SQLite file no preload section, a preload that turned off before its
-//! cache started only its stamp).
+//! cache started only its stamp). Each section is recognised by a field it
+//! always has (`l1_hits`, `warm`, `file`, `preload`); one that does not read
+//! (a field of the wrong type) is None too, as serde's flattened options are.
 
 use serde::{Deserialize, Serialize};
 
@@ -34,7 +36,8 @@ impl StatsSnapshot {
         StatsSnapshot::deserialize(v)
     }
 
-    /// The object as JSON (the published format).
+    /// The object as JSON (the published format). Through a `Value`, whose
+    /// maps are sorted: the keys come out in the order they always had.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).expect("a stats snapshot serializes")
     }
