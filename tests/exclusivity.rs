@@ -78,16 +78,7 @@ fn a_grid_hit_takes_the_page_out_of_the_grid() {
     flush(&conn);
     assert!(mg(&holder, &key).is_some(), "after L1 evicted page {page} again it should be back on {holder}");
     let s = cache_stats(&conn);
-    let k = &s.l2_rejects;
-    let by_kind = [
-        ("length", k.length),
-        ("format", k.format),
-        ("checksum", k.checksum),
-        ("database", k.database),
-        ("page", k.page),
-        ("size", k.size),
-    ];
-    for (kind, n) in by_kind {
+    for (kind, n) in s.l2_rejects.of(&["length", "format", "checksum", "database", "page", "size"]) {
         assert_eq!(n, 0, "unexpected {kind} reject: {s:?}");
     }
 }

@@ -236,16 +236,7 @@ fn a_hostile_writer_during_the_workload_is_never_served() {
     let kinds = writer.join().expect("the hostile writer panicked");
     let r = d.finish();
     let s = &r.stats;
-    let k = &s.l2_rejects;
-    let by_reason = [
-        ("length", k.length),
-        ("format", k.format),
-        ("checksum", k.checksum),
-        ("database", k.database),
-        ("page", k.page),
-        ("size", k.size),
-    ];
-    for (reason, n) in by_reason {
+    for (reason, n) in s.l2_rejects.of(&["length", "format", "checksum", "database", "page", "size"]) {
         assert!(n > 0, "no '{reason}' reject although the writer wrote them: {s:?}");
     }
     eprintln!(

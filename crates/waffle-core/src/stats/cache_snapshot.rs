@@ -173,6 +173,14 @@ pub struct RejectCounts {
     pub codec: u64,
 }
 
+impl RejectCounts {
+    /// The counts of `kinds` (names as in the JSON), in that order; 0 for a name that is none.
+    pub fn of(&self, kinds: &[&'static str]) -> Vec<(&'static str, u64)> {
+        let v = serde_json::to_value(self).unwrap_or_default();
+        kinds.iter().map(|&k| (k, v.get(k).and_then(serde_json::Value::as_u64).unwrap_or(0))).collect()
+    }
+}
+
 /// `l2_faults`: grid requests that failed, by kind (`grid::FaultKind` names).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]

@@ -562,4 +562,19 @@ mod tests {
         assert_eq!(j["disk_reasons"], ones(DiskReason::ALL.iter().map(|r| r.name()).collect()));
         assert_eq!(j["verify_mismatches_by_tier"], ones(Served::ALL.iter().map(|t| t.name()).collect()));
     }
+
+    #[test]
+    fn rejects_are_read_by_their_names() {
+        let s = Stats::new();
+        s.reject(Reject::Version);
+        s.reject(Reject::Version);
+        s.reject(Reject::Checksum);
+        let k = s.snapshot().l2_rejects;
+        assert_eq!(
+            k.of(&["version", "checksum", "page", "nonsense"]),
+            [("version", 2), ("checksum", 1), ("page", 0), ("nonsense", 0)]
+        );
+        let all: Vec<&'static str> = Reject::ALL.iter().map(|r| r.name()).collect();
+        assert_eq!(k.of(&all).iter().map(|(_, n)| n).sum::<u64>(), 3);
+    }
 }
