@@ -118,8 +118,31 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
         high.len(),
         (1..=BIG).map(|i| of(&big(i)).segment).collect::<Vec<_>>()
     );
+    // Which tables the passes leave in L1 depends on which got high segments (InnoDB's opens):
+    // make sure some of them are there and not in the buffer pool. Five high tables (~2 MiB),
+    // then 18 others (~6.5 MiB: past the 6 MiB pool, within L1's 10 MiB with the five), then
+    // the five again: their pages come from L1.
+    let five: Vec<u32> = (1..=BIG).filter(|&i| high.contains(&big(i))).take(5).collect();
+    let others: Vec<u32> = (1..=BIG).filter(|i| !five.contains(i)).take(18).collect();
+    let l1_of_five = |of: &dyn Fn(&str) -> TablespaceSnapshot| five.iter().map(|&i| of(&big(i)).l1_hits).sum::<u64>();
+    let five_before = l1_of_five(&of);
+    for order in [&five, &others, &five] {
+        let rows = scan(&s, order);
+        assert!(rows.iter().all(|r| want.contains(r)), "the targeted scans read other rows than the stock server's");
+    }
+    let since_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let v =
+        stats_after(&s, "after the targeted scans", |v| v["updated_unix_ms"].as_u64().is_some_and(|t| t > since_ms));
+    let p = preload_of(&v);
+    let spaces = &v["tablespaces"];
+    let of = |t: &str| p.tablespaces.get(&format!("m/{t}")).cloned().unwrap_or_default();
     let total = |count: fn(&TablespaceSnapshot) -> u64| high.iter().map(|t| count(&of(t))).sum::<u64>();
     let (disk, l1, l2) = (total(|s| s.disk_reads), total(|s| s.l1_hits), total(|s| s.l2_hits));
+    let five_after = l1_of_five(&of);
+    assert!(
+        five_after > five_before,
+        "the five high tables read again came from L1: {five_before} -> {five_after} L1 hits"
+    );
     eprintln!(
         "{} big tables past segment {}: disk reads {disk}, L1 hits {l1}, grid hits {l2}; {open} tablespaces open",
         high.len(),
