@@ -107,7 +107,6 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     assert_eq!(p.preload.fallback_reads, 0, "a read the cache could not answer: {:?}", p.preload);
     assert_eq!(p.preload.innodb_rejects.total(), 0, "{:?}", p.preload);
 
-    let spaces = &v["tablespaces"];
     let of = |t: &str| p.tablespaces.get(&format!("m/{t}")).cloned().unwrap_or_default();
     let high: Vec<String> = (1..=BIG).map(big).filter(|t| of(t).segment >= WRAPPED_FROM).collect();
     // InnoDB may close and reopen some files meanwhile (their segments are then reused, lower numbers).
