@@ -22,12 +22,14 @@ pub fn json(rt: &Runtime, final_write: bool) -> StatsSnapshot {
     if rt.switch().is_off() && state::get() == state::ACTIVE {
         stamp.state = Some("off".into());
     }
+    // Warming first: a job it shows ended has its effects in the counters read after it.
+    let warming = rt.warming().snapshot();
     let mut cache = rt.cache().stats_snapshot();
     cache.page_bytes = rt.page_bytes();
     StatsSnapshot {
         stamp,
         cache: Some(cache),
-        warming: Some(rt.warming().snapshot()),
+        warming: Some(warming),
         sqlite: None,
         preload: Some(PreloadSection {
             preload: counters(rt),

@@ -9,10 +9,16 @@ use crate::open_db::OpenDb;
 
 /// What `PRAGMA waffle_stats` says (pragma.rs; the stats file, stats_file.rs,
 /// adds its stamp).
+///
+/// The warming is read before the cache: a job it shows ended (the reload, a
+/// warm) has everything it did in the counters read after it. The other order
+/// tore: a reload that ended between the two reads showed "done, the file
+/// changed" beside a cache that had not yet counted the change.
 pub fn stats_snapshot(db: &OpenDb) -> StatsSnapshot {
+    let warming = db.warming.snapshot();
     StatsSnapshot {
         cache: Some(db.cache.stats_snapshot()),
-        warming: Some(db.warming.snapshot()),
+        warming: Some(warming),
         sqlite: Some(SqliteSection {
             file: db.path.display().to_string(),
             config: SqliteConfig {
