@@ -135,15 +135,21 @@ fn a_slow_node_is_backed_off_and_comes_back_when_fast() {
     // go (here 4 of the 48 pages: the sample is by key), the rest read the disk.
     let before = rig.stats();
     let (gets_before, _) = rig.node.gets();
+    let queued_before = rig.cache.pages_queued_total();
     rig.read(8 * PAGES);
     let after = rig.stats();
+    let queued = rig.cache.pages_queued_total() - queued_before;
     let gets = rig.node.gets().0 - gets_before;
     let declined = after.l2_cost_skips - before.l2_cost_skips;
     let pushes_declined = after.l2_push_cost_skips - before.l2_push_cost_skips;
-    eprintln!("backed off: {gets} lookups sent, {declined} declined, {pushes_declined} pushes declined");
+    eprintln!(
+        "backed off: {gets} lookups sent, {declined} declined, {pushes_declined} pushes declined, {queued} queued"
+    );
     assert!(declined >= 4 * PAGES, "most lookups were declined: {after:?}");
     assert!(gets >= 1 && gets <= declined / (SAMPLE_EVERY / 2) + 2, "{gets} lookups for {declined} declined");
     assert!(pushes_declined > 0, "pushes back off too: {after:?}");
+    // Declined at the eviction: no queue, no wake-up of the pusher for a page it would drop.
+    assert!(queued <= pushes_declined / 4, "{queued} pages queued for {pushes_declined} declined");
     assert_eq!(rig.state(), CostState::BackedOff);
 
     // Fast again: the sampled lookups notice, and it is on again.

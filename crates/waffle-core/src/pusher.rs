@@ -87,6 +87,8 @@ struct Queue {
     order: VecDeque<(u64, u64)>,
     bytes: u64,
     next_seq: u64,
+    /// Pages ever queued (what the back-off keeps out of the queue shows here).
+    queued_total: u64,
     /// The batch the pusher is sending now: still readable by `take` until it is stored.
     in_flight: Option<Arc<Vec<Evicted>>>,
 }
@@ -214,6 +216,7 @@ impl Pusher {
         q.next_seq += 1;
         q.order.push_back((entry.page, seq));
         q.bytes += len;
+        q.queued_total += 1;
         q.pending.insert(entry.page, Pending { seq, entry, tally });
         q.compact();
         debug_assert!(q.bytes <= self.shared.capacity_bytes);
@@ -232,6 +235,11 @@ impl Pusher {
     /// A clean close begins: from now on every page is sent whatever the node's cost.
     pub fn begin_close(&self) {
         self.shared.closing.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether a clean close began (every page is sent whatever the node's cost).
+    pub fn is_closing(&self) -> bool {
+        self.shared.closing.load(Ordering::Relaxed)
     }
 
     /// Queues a page at a clean close: waits (until `deadline`) for room
@@ -316,6 +324,11 @@ impl Pusher {
     /// Pages waiting in the queue (not the batch being sent).
     pub fn queued_pages(&self) -> usize {
         self.shared.queue.lock().unwrap().pending.len()
+    }
+
+    /// Pages queued since the start, taken back or sent since or not.
+    pub fn queued_total(&self) -> u64 {
+        self.shared.queue.lock().unwrap().queued_total
     }
 
     pub fn queued_bytes(&self) -> u64 {

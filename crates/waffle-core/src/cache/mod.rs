@@ -282,6 +282,12 @@ impl PageCache {
         (self.versions.save(), report)
     }
 
+    /// Pages ever queued for the grid (tests: a backed-off node's evictions
+    /// outside its sample never reach the queue).
+    pub fn pages_queued_total(&self) -> u64 {
+        self.pusher.queued_total()
+    }
+
     /// Waits until pages already evicted have been pushed (tests, benchmarks).
     pub fn flush_pushes(&self, timeout: Duration) -> bool {
         self.pusher.flush(timeout)
@@ -291,22 +297,33 @@ impl PageCache {
     /// so are a scan's pages nobody read again (disk or grid still has them).
     /// A page dropped here is never pushed ([`Fate::Unpushed`]); the pusher
     /// records what becomes of the others.
+    ///
+    /// A page whose node is backed off (grid::cost: outside its sample) is
+    /// dropped here too, not queued for the pusher to drop: while the grid
+    /// does not pay, an eviction costs no queue, no lock shared with the
+    /// pusher and no wake-up of its thread (its samples were 17% of
+    /// mariadbd's with every node backed off, docs/benchmarks.md).
     fn settle(&self, evicted: Vec<Evicted>) {
         if evicted.is_empty() {
             return;
         }
-        if self.grid.get().is_none() {
+        let Some(grid) = self.grid.get() else {
             for e in &evicted {
                 self.presence.set_fate(e.page, Fate::Unpushed);
             }
             return;
-        }
+        };
         for e in evicted {
             if e.scan {
                 self.stats.scan_drops.incr();
                 self.presence.set_fate(e.page, Fate::Unpushed);
-            } else {
+            } else if self.pusher.is_closing()
+                || grid.admits_push(envelope::GridKey::new(self.cache_id, e.page).as_bytes())
+            {
                 self.pusher.push(e);
+            } else {
+                self.stats.l2_push_cost_skips.incr();
+                self.presence.set_fate(e.page, Fate::Unpushed);
             }
         }
     }
