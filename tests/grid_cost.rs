@@ -16,7 +16,7 @@ use waffle_core::backing::{Backing, PageId};
 use waffle_core::grid::cost::SAMPLE_EVERY;
 use waffle_core::grid::{CostState, Grid, GridOptions, NodeSpec};
 use waffle_core::stats::CacheSnapshot;
-use waffle_core::{CacheOptions, PageCache};
+use waffle_core::{CacheOptions, PageCache, ReadAhead};
 use waffle_testkit::fake_node::FakeNode;
 use waffle_testkit::mem_file::MemFile;
 use waffle_testkit::pattern;
@@ -48,10 +48,17 @@ struct Rig {
     disk: SlowDisk,
     file: Arc<Mutex<Vec<u8>>>,
     next: u64,
+    pages: u64,
+    l1_pages: u64,
 }
 
 impl Rig {
     fn new(backoff: bool) -> Rig {
+        Rig::sized(backoff, PAGES, L1_PAGES)
+    }
+
+    /// A file of `pages` pages under an L1 of `l1_pages`.
+    fn sized(backoff: bool, pages: u64, l1_pages: u64) -> Rig {
         let node = FakeNode::start();
         let opts = GridOptions {
             timeout_ms: 1000,
@@ -64,30 +71,44 @@ impl Rig {
             cache_id: 0xc057,
             saved: None,
             page_bytes: PAGE,
-            local_bytes: L1_PAGES * PAGE as u64,
+            local_bytes: l1_pages * PAGE as u64,
             push_queue_bytes: 1 << 20,
             grid: Some(grid),
             seal_key: None,
             page_check: None,
             codec: waffle_core::codec::DEFAULT,
         });
-        let file = Arc::new(Mutex::new((0..PAGES).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
+        let file = Arc::new(Mutex::new((0..pages).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
         let disk = SlowDisk(MemFile(Arc::clone(&file)));
-        Rig { node, cache, disk, file, next: 0 }
+        Rig { node, cache, disk, file, next: 0, pages, l1_pages }
     }
 
     /// Reads `count` pages round the file (each checked), letting the pusher keep up.
     fn read(&mut self, count: u64) {
         let mut buf = vec![0u8; PAGE];
         for _ in 0..count {
-            let p = self.next % PAGES;
+            let p = self.next % self.pages;
             self.next += 1;
             self.cache.read(p, &mut buf, &self.disk).unwrap();
             let want = &self.file.lock().unwrap()[p as usize * PAGE..][..PAGE];
             assert!(buf == want, "page {p} read other bytes than the file's");
-            if self.next.is_multiple_of(L1_PAGES) {
+            if self.next.is_multiple_of(self.l1_pages) {
                 assert!(self.cache.flush_pushes(Duration::from_secs(10)));
             }
+        }
+    }
+
+    /// Reads the whole file `times` over in page order, as a scan does (read-ahead windows).
+    fn scan(&mut self, times: u64) {
+        let mut buf = vec![0u8; PAGE];
+        for _ in 0..times {
+            let mut ra = ReadAhead::new();
+            for p in 0..self.pages {
+                self.cache.read_sequential(p, &mut buf, &self.disk, &mut ra).unwrap();
+                let want = &self.file.lock().unwrap()[p as usize * PAGE..][..PAGE];
+                assert!(buf == want, "page {p} (scan) read other bytes than the file's");
+            }
+            assert!(self.cache.flush_pushes(Duration::from_secs(10)));
         }
     }
 
@@ -161,6 +182,36 @@ fn a_slow_node_is_backed_off_and_comes_back_when_fast() {
     assert!(rig.stats().l2_hits > before + PAGES, "the grid serves again: {:?}", rig.stats());
     assert_eq!(rig.stats().l2_rejects_total, 0);
     eprintln!("in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// A scan's read-ahead windows ask a node that is on for the pages it holds
+/// (the control), and a backed-off node nothing, not even for its sample's
+/// pages: the sample's own lookups measure it, and a window's round trip
+/// would cost what the back-off spares (issue 20: 27,867 such requests in
+/// one sweep point's measured run). L1 of 256 pages: windows up to 16.
+#[test]
+fn a_backed_off_node_gets_no_read_ahead_requests() {
+    let pages = 1024;
+    let mut rig = Rig::sized(true, pages, 256);
+    rig.read(2 * pages);
+    rig.read_until(CostState::On, 200 * pages);
+    let before = rig.stats();
+    rig.scan(1);
+    let after = rig.stats();
+    assert!(after.read_ahead_windows > before.read_ahead_windows, "the scan read ahead: {after:?}");
+    assert!(after.read_ahead_grid_requests > before.read_ahead_grid_requests, "on: windows ask the grid: {after:?}");
+
+    rig.node.delay_gets(SLOW_LOOKUP);
+    rig.read_until(CostState::BackedOff, 4 * pages);
+    rig.read(pages); // the sample's pages are pushed, and held
+    let before = rig.stats();
+    rig.scan(2);
+    let after = rig.stats();
+    assert_eq!(rig.state(), CostState::BackedOff);
+    assert!(after.read_ahead_windows > before.read_ahead_windows, "the scans read ahead: {after:?}");
+    assert!(after.l2_presence_pages > 0, "the grid holds the sample's pages: {after:?}");
+    let asked = after.read_ahead_grid_requests - before.read_ahead_grid_requests;
+    assert_eq!(asked, 0, "read-ahead windows asked a backed-off node: {after:?}");
 }
 
 /// The control: with the back-off off, the slow node gets every lookup (and

@@ -154,11 +154,14 @@ impl PageCache {
     }
 
     /// The grid is asked, in one round trip, for the window's pages it may
-    /// hold (pushed at their version, within its reach); the disk reads only
-    /// the rest. A window it had nothing for makes the next ones skip it.
+    /// hold (pushed at their version, within its reach) on nodes that are on
+    /// (a backed-off node's round trip costs more than the disk read it
+    /// saves: grid::cost); the disk reads only the rest. A window it had
+    /// nothing for makes the next ones skip it.
     fn window_from_grid(&self, grid: &Grid, w: &mut Window) {
         let held = |p: u64| matches!(self.presence.verdict(p), Verdict::Held { .. });
-        let asked: Vec<usize> = (0..w.wanted.len()).filter(|&i| held(w.wanted[i])).collect();
+        let on = |p: u64| grid.admits_read_ahead(envelope::GridKey::new(self.cache_id, p).as_bytes());
+        let asked: Vec<usize> = (0..w.wanted.len()).filter(|&i| held(w.wanted[i]) && on(w.wanted[i])).collect();
         if asked.is_empty() {
             self.stats.read_ahead_presence_skips.incr();
             return;

@@ -179,6 +179,11 @@ impl<C: Clock> Grid<C> {
         self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup(key))
     }
 
+    /// Whether a read-ahead window may ask `key`'s node for it (not while it is backed off).
+    pub fn admits_read_ahead(&self, key: &[u8]) -> bool {
+        self.node_index(key).is_none_or(|i| self.nodes[i].admits_read_ahead())
+    }
+
     /// Whether the evicted page of `key` should be pushed to its node (as for lookups).
     pub fn admits_push(&self, key: &[u8]) -> bool {
         self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))

@@ -311,6 +311,13 @@ impl NodeCost {
         self.admits(key, &self.declined_pushes)
     }
 
+    /// Whether a read-ahead window may ask the node: only while it is on.
+    /// Backed off, the sample's own lookups measure the grid; a window's
+    /// round trip for the sample's pages would add cost and measure nothing.
+    pub fn admits_read_ahead(&self) -> bool {
+        !self.backoff || self.state() != CostState::BackedOff
+    }
+
     fn admits(&self, key: &[u8], declined: &AtomicU64) -> bool {
         if !self.backoff || self.state() != CostState::BackedOff || in_sample(key) {
             return true;

@@ -204,6 +204,11 @@ impl<C: Clock> Node<C> {
         self.cost.admits_lookup(key)
     }
 
+    /// Whether a read-ahead window may ask this node (see [`NodeCost`]).
+    pub fn admits_read_ahead(&self) -> bool {
+        self.cost.admits_read_ahead()
+    }
+
     /// Whether the evicted page of `key` is pushed to this node (see [`NodeCost`]).
     pub fn admits_push(&self, key: &[u8]) -> bool {
         self.cost.admits_push(key)
