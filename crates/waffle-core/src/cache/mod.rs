@@ -301,8 +301,8 @@ impl PageCache {
     /// A page whose node is backed off (grid::cost: outside its sample) is
     /// dropped here too, not queued for the pusher to drop: while the grid
     /// does not pay, an eviction costs no queue, no lock shared with the
-    /// pusher and no wake-up of its thread (its samples were 17% of
-    /// mariadbd's with every node backed off, docs/benchmarks.md).
+    /// pusher and no wake-up of its thread (the pusher was 8.6% of mariadbd's
+    /// samples with every node backed off, 5.6% since: docs/benchmarks.md).
     fn settle(&self, evicted: Vec<Evicted>) {
         if evicted.is_empty() {
             return;
