@@ -176,17 +176,23 @@ impl<C: Clock> Grid<C> {
     /// Whether a lookup of `key` should go to its node: false while the node
     /// costs more than the disk read it would save (backed off, not sampled).
     pub fn admits_lookup(&self, key: &[u8]) -> bool {
-        self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup(key))
+        self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_lookup(key))
     }
 
     /// Whether a read-ahead window may ask `key`'s node for it (not while it is backed off).
     pub fn admits_read_ahead(&self, key: &[u8]) -> bool {
-        self.node_index(key).is_none_or(|i| self.nodes[i].admits_read_ahead())
+        self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_read_ahead())
     }
 
     /// Whether the evicted page of `key` should be pushed to its node (as for lookups).
     pub fn admits_push(&self, key: &[u8]) -> bool {
-        self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))
+        self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))
+    }
+
+    /// No node is backed off: every request is admitted without hashing its key
+    /// to its node (the admits above run on every miss, eviction and window page).
+    fn all_on(&self) -> bool {
+        self.nodes.iter().all(|n| n.admits_read_ahead())
     }
 
     /// A single page read from the disk in `took`: what a grid hit saves.
