@@ -32,10 +32,20 @@
 //!   ([`DECAY_WINDOWS`]) of windows that all agree with the state. A window
 //!   that disagrees within the dwell changes nothing.
 //! - **Sampling.** Backed off, the node still gets the lookups and pushes of
-//!   one page key in [`SAMPLE_EVERY`] (by a hash of the key: the same pages
+//!   one page key in `sample_every` (by a hash of the key: the same pages
 //!   are pushed and looked up, so the sample's hit ratio and pushes per lookup
 //!   are the grid's as if it were on), the rest read the disk and drop the
-//!   evicted page.
+//!   evicted page. The sample starts at one key in [`SAMPLE_EVERY`] and
+//!   follows the request rate: a window of more than 4 x [`SAMPLE_LOOKUPS`]
+//!   lookups halves it, one of fewer than SAMPLE_LOOKUPS doubles it, between
+//!   [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`]. On a host whose CPU is the
+//!   bottleneck the sample's round trips are what a backed-off grid costs
+//!   (a fixed 1 in 64 cost the sweep's grid 4-5% of its transactions), and a
+//!   few hundred lookups a window measure the grid as well as thousands.
+//!   The samples are nested (a key in 1 of 128 is in 1 of 64) and a lookup
+//!   goes only for a page the presence set holds, so a sample that grows
+//!   asks only for its new keys once they have been pushed: no window
+//!   counts misses for pages never sent.
 //! - **One line per decision that lasts.** A change is said on stderr once it
 //!   has held through its dwell (at most a minute) with every window since
 //!   agreeing, and only if it differs from what was said last (the start counts
@@ -53,8 +63,14 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-/// While backed off, the lookups and pushes of one page key in this many go to the node.
+/// While backed off, the lookups and pushes of one page key in this many go to
+/// the node at first (and at most: the densest sample).
 pub const SAMPLE_EVERY: u64 = 64;
+/// The sparsest sample: one page key in this many.
+pub const SAMPLE_EVERY_MAX: u64 = 4096;
+/// The sample's lookups a window aims at: fewer double the sample, more than
+/// 4 x as many halve it.
+pub const SAMPLE_LOOKUPS: u64 = 256;
 /// Lookups a window needs before it is judged (it lasts until it has them),
 /// and disk reads measured before the first decision.
 pub const MIN_SAMPLES: u64 = 16;
@@ -158,7 +174,7 @@ pub enum CostState {
     Measuring,
     /// The grid saves more than it costs (or not clearly less): every request goes.
     On,
-    /// The grid costs more than it saves: the sample's keys go (one in SAMPLE_EVERY).
+    /// The grid costs more than it saves: the sample's keys go (one in `sample_every`).
     BackedOff,
 }
 
@@ -198,6 +214,8 @@ pub struct CostStatus {
     pub declined_pushes: u64,
     /// Changes of state so far (the first decision included).
     pub changes: u64,
+    /// Backed off, one page key in this many is still sent (see [`SAMPLE_LOOKUPS`]).
+    pub sample_every: u64,
     /// The least the state holds after a change, now, seconds.
     pub dwell_s: f64,
     /// Why the node is in its state, in words.
@@ -261,6 +279,8 @@ pub struct NodeCost {
     backoff: bool,
     window: Duration,
     state: AtomicU8,
+    /// Backed off, one page key in this many goes: a power of two in SAMPLE_EVERY..=SAMPLE_EVERY_MAX.
+    sample_every: AtomicU64,
     /// Set at the first lookup: pushes before it fill the grid and are not costed.
     started: AtomicBool,
     tally: Tally,
@@ -278,6 +298,7 @@ impl NodeCost {
             backoff,
             window,
             state: AtomicU8::new(CostState::Measuring as u8),
+            sample_every: AtomicU64::new(SAMPLE_EVERY),
             started: AtomicBool::new(false),
             tally: Tally::default(),
             declined_lookups: AtomicU64::new(0),
@@ -319,11 +340,16 @@ impl NodeCost {
     }
 
     fn admits(&self, key: &[u8], declined: &AtomicU64) -> bool {
-        if !self.backoff || self.state() != CostState::BackedOff || in_sample(key) {
+        if !self.backoff || self.state() != CostState::BackedOff || self.in_sample(key) {
             return true;
         }
         declined.fetch_add(1, Ordering::Relaxed);
         false
+    }
+
+    /// Whether `key` is in the sample a backed-off node gets now.
+    pub fn in_sample(&self, key: &[u8]) -> bool {
+        in_sample(key, self.sample_every.load(Ordering::Relaxed))
     }
 
     /// A lookup answered (hit or miss) in `took`, at `now`. Returns the line
@@ -365,7 +391,28 @@ impl NodeCost {
         d.window_start = Some(now);
         d.disk_mark = disk.mark();
         d.last = Some(f);
-        self.judge(&mut d, &f, start, now)
+        let was = self.state();
+        let line = self.judge(&mut d, &f, start, now);
+        if was == CostState::BackedOff && self.state() == CostState::BackedOff {
+            // Every lookup of the window was the sample's.
+            self.resample(f.lookups);
+        }
+        line
+    }
+
+    /// A backed-off window sent `lookups` (all the sample's): the sample follows
+    /// the rate towards SAMPLE_LOOKUPS a window (see the module's doc).
+    fn resample(&self, lookups: u64) {
+        let every = self.sample_every.load(Ordering::Relaxed);
+        let next = if lookups > 4 * SAMPLE_LOOKUPS {
+            (every * 2).min(SAMPLE_EVERY_MAX)
+        } else if lookups < SAMPLE_LOOKUPS {
+            (every / 2).max(SAMPLE_EVERY)
+        } else {
+            every
+        };
+        debug_assert!(next.is_power_of_two() && (SAMPLE_EVERY..=SAMPLE_EVERY_MAX).contains(&next));
+        self.sample_every.store(next, Ordering::Relaxed);
     }
 
     /// The window `[start, now]` said `f`: change, hold, decay the dwell, or say a decision that lasted.
@@ -408,7 +455,7 @@ impl NodeCost {
         let others = if unsaid > 0 { format!("; {unsaid} changes not said before it") } else { String::new() };
         Some(format!(
             "{} (held {:.0?}, the next change no sooner than {:?} after this one{others})",
-            reason(state, f, self.backoff),
+            reason(state, f, self.backoff, self.sample_every.load(Ordering::Relaxed)),
             held,
             d.dwell
         ))
@@ -426,7 +473,7 @@ impl NodeCost {
                 disk.reads().min(MIN_SAMPLES),
                 self.window
             ),
-            _ => reason(state, &f, self.backoff),
+            _ => reason(state, &f, self.backoff, self.sample_every.load(Ordering::Relaxed)),
         };
         CostStatus {
             state,
@@ -440,6 +487,7 @@ impl NodeCost {
             declined_lookups: self.declined_lookups.load(Ordering::Relaxed),
             declined_pushes: self.declined_pushes.load(Ordering::Relaxed),
             changes: d.changes,
+            sample_every: self.sample_every.load(Ordering::Relaxed),
             dwell_s: d.dwell.as_secs_f64(),
             reason,
         }
@@ -450,10 +498,11 @@ impl NodeCost {
     }
 }
 
-/// Whether `key` is in the sample a backed-off node still serves: one key
-/// in SAMPLE_EVERY, the same for its lookups and its pushes (FNV-1a, then a
-/// finalizer: FNV's low bits alone are weak).
-pub fn in_sample(key: &[u8]) -> bool {
+/// Whether `key` is in a sample of one key in `every` (a power of two), the
+/// same for lookups and pushes (FNV-1a, then a finalizer: FNV's low bits
+/// alone are weak). Samples are nested: a key in 1 of 2n is in 1 of n.
+pub fn in_sample(key: &[u8], every: u64) -> bool {
+    debug_assert!(every.is_power_of_two());
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
         h ^= u64::from(b);
@@ -462,7 +511,7 @@ pub fn in_sample(key: &[u8]) -> bool {
     h ^= h >> 33;
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
-    h.is_multiple_of(SAMPLE_EVERY)
+    h.is_multiple_of(every)
 }
 
 /// What a decision rests on: one window's sums and the disk's mean read.
@@ -536,7 +585,7 @@ fn verdict(old: CostState, f: &Figures) -> CostState {
     }
 }
 
-fn reason(state: CostState, f: &Figures, backoff: bool) -> String {
+fn reason(state: CostState, f: &Figures, backoff: bool, sample_every: u64) -> String {
     let costs = format!(
         "a lookup costs {:.0} us ({:.0} us round trip + {:.1} pushes x {:.0} us) and saves {:.2} x {:.0} us = {:.0} us of disk read",
         f.cost_us(),
@@ -554,7 +603,7 @@ fn reason(state: CostState, f: &Figures, backoff: bool) -> String {
             format!("would back off, but waffle_grid_backoff=off: every request is sent: {costs}")
         }
         CostState::BackedOff => {
-            format!("backed off (the lookups and pushes of 1 page in {SAMPLE_EVERY} sent): {costs}")
+            format!("backed off (the lookups and pushes of 1 page in {sample_every} sent): {costs}")
         }
     }
 }
@@ -617,7 +666,12 @@ mod tests {
 
         /// Runs `seconds` simulated seconds, second `i` (from now) costed by `cost(i)`.
         fn run(&mut self, seconds: u64, cost: impl Fn(u64) -> Second) {
-            const RATE: u64 = 100;
+            self.run_at(100, seconds, cost);
+        }
+
+        /// As [`Sim::run`], with RATE lookups each second.
+        #[allow(non_snake_case)]
+        fn run_at(&mut self, RATE: u64, seconds: u64, cost: impl Fn(u64) -> Second) {
             for i in 0..seconds {
                 let c = cost(i);
                 let mut pushed = 0;
@@ -728,6 +782,51 @@ mod tests {
         assert!((expect * 4 / 5..expect * 6 / 5).contains(&sent), "{sent} of 16000: about one in {SAMPLE_EVERY}");
         let s = sim.node.status(&sim.disk);
         assert_eq!((s.declined_lookups, s.declined_pushes), (16_000 - sent, 16_000 - sent));
+    }
+
+    #[test]
+    fn the_sample_thins_while_lookups_are_many_and_grows_back_when_few() {
+        let mut sim = Sim::new(true);
+        sim.run(11, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff);
+        let every = |sim: &Sim| sim.node.status(&sim.disk).sample_every;
+        assert_eq!(every(&sim), SAMPLE_EVERY);
+        // 100 lookups a second: 1000 a window, within 256..=1024: the sample holds.
+        sim.run(30, |_| SLOW);
+        assert_eq!(every(&sim), SAMPLE_EVERY);
+        // Runs `seconds` at `rate`, giving each value the sample took and when (simulated seconds).
+        let steps = |sim: &mut Sim, rate: u64, seconds: u64| {
+            let mut seen = vec![(sim.secs(), every(sim))];
+            for _ in 0..seconds {
+                sim.run_at(rate, 1, |_| SLOW);
+                if every(sim) != seen.last().unwrap().1 {
+                    seen.push((sim.secs(), every(sim)));
+                }
+            }
+            seen
+        };
+        let one_step_a_window = |seen: &[(f64, u64)]| {
+            // (The first change ends a window that began before the run.)
+            seen[1..].windows(2).all(|w| w[1].0 - w[0].0 >= WINDOW.as_secs_f64() - 1.0)
+        };
+        // 500 a second: each window of 5000 halves it, down to the sparsest.
+        let seen = steps(&mut sim, 500, 100);
+        let values: Vec<u64> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(values, [64, 128, 256, 512, 1024, 2048, 4096], "{seen:?}");
+        assert!(one_step_a_window(&seen), "{seen:?}");
+        let status = sim.node.status(&sim.disk);
+        assert!(status.reason.contains("1 page in 4096"), "{}", status.reason);
+        // Nested: every key of the sparse sample was in the dense one (what it pushed is still looked up).
+        let keys: Vec<String> = (0..100_000).map(|p| format!("w:c057:{p}")).collect();
+        let sparse: Vec<&String> = keys.iter().filter(|k| sim.node.admits_lookup(k.as_bytes())).collect();
+        assert!(!sparse.is_empty() && sparse.iter().all(|k| in_sample(k.as_bytes(), SAMPLE_EVERY)));
+        // 20 lookups a second (200 a window): the sample grows back one step a window.
+        let seen = steps(&mut sim, 20, 100);
+        let values: Vec<u64> = seen.iter().map(|s| s.1).collect();
+        assert_eq!(values, [4096, 2048, 1024, 512, 256, 128, 64], "{seen:?}");
+        assert!(one_step_a_window(&seen), "{seen:?}");
+        assert_eq!(sim.state(), CostState::BackedOff, "the sample's size is not a decision");
+        assert_eq!(sim.changes.len(), 1, "{:?}", sim.changes);
     }
 
     #[test]
