@@ -36,9 +36,11 @@
 //!   are pushed and looked up, so the sample's hit ratio and pushes per lookup
 //!   are the grid's as if it were on), the rest read the disk and drop the
 //!   evicted page. The sample starts at one key in [`SAMPLE_EVERY`] and
-//!   follows the request rate: a window of more than 4 x [`SAMPLE_LOOKUPS`]
-//!   lookups halves it, one of fewer than SAMPLE_LOOKUPS doubles it, between
-//!   [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`]. On a host whose CPU is the
+//!   follows the request rate: after a window of more than 4 x
+//!   [`SAMPLE_LOOKUPS`] lookups or fewer than SAMPLE_LOOKUPS, it becomes the
+//!   power of two that would have sent that window 2-4 x SAMPLE_LOOKUPS,
+//!   between [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`] (at once: a benchmark's
+//!   point lasts a window or two). On a host whose CPU is the
 //!   bottleneck the sample's round trips are what a backed-off grid costs
 //!   (a fixed 1 in 64 cost the sweep's grid 4-5% of its transactions), and a
 //!   few hundred lookups a window measure the grid as well as thousands.
@@ -400,18 +402,19 @@ impl NodeCost {
         line
     }
 
-    /// A backed-off window sent `lookups` (all the sample's): the sample follows
-    /// the rate towards SAMPLE_LOOKUPS a window (see the module's doc).
+    /// A backed-off window sent `lookups` (all the sample's): outside
+    /// SAMPLE_LOOKUPS..=4 x SAMPLE_LOOKUPS, the sample moves at once to the
+    /// power of two that would have sent 2 x SAMPLE_LOOKUPS..4 x SAMPLE_LOOKUPS
+    /// of them (see the module's doc).
     fn resample(&self, lookups: u64) {
         let every = self.sample_every.load(Ordering::Relaxed);
-        let next = if lookups > 4 * SAMPLE_LOOKUPS {
-            (every * 2).min(SAMPLE_EVERY_MAX)
-        } else if lookups < SAMPLE_LOOKUPS {
-            (every / 2).max(SAMPLE_EVERY)
-        } else {
-            every
-        };
-        debug_assert!(next.is_power_of_two() && (SAMPLE_EVERY..=SAMPLE_EVERY_MAX).contains(&next));
+        if (SAMPLE_LOOKUPS..=4 * SAMPLE_LOOKUPS).contains(&lookups) {
+            return;
+        }
+        // The keys the window would have touched with every key sampled, over the lookups aimed at.
+        let keys = every.saturating_mul(lookups.max(1));
+        let next = (keys / (2 * SAMPLE_LOOKUPS)).max(1).next_power_of_two().clamp(SAMPLE_EVERY, SAMPLE_EVERY_MAX);
+        debug_assert!(next.is_power_of_two());
         self.sample_every.store(next, Ordering::Relaxed);
     }
 
@@ -794,37 +797,37 @@ mod tests {
         // 100 lookups a second: 1000 a window, within 256..=1024: the sample holds.
         sim.run(30, |_| SLOW);
         assert_eq!(every(&sim), SAMPLE_EVERY);
-        // Runs `seconds` at `rate`, giving each value the sample took and when (simulated seconds).
-        let steps = |sim: &mut Sim, rate: u64, seconds: u64| {
-            let mut seen = vec![(sim.secs(), every(sim))];
+        // Runs `seconds` with `keys` page keys missed a second, of which the
+        // sample's (keys / sample_every, the remainder carried) are looked up;
+        // gives each value the sample took.
+        let steps = |sim: &mut Sim, keys: u64, seconds: u64| {
+            let mut seen = vec![every(sim)];
+            let mut carry = 0;
             for _ in 0..seconds {
-                sim.run_at(rate, 1, |_| SLOW);
-                if every(sim) != seen.last().unwrap().1 {
-                    seen.push((sim.secs(), every(sim)));
+                let (n, e) = (carry + keys, every(sim));
+                carry = n % e;
+                sim.run_at(n / e, 1, |_| SLOW);
+                if every(sim) != *seen.last().unwrap() {
+                    seen.push(every(sim));
                 }
             }
             seen
         };
-        let one_step_a_window = |seen: &[(f64, u64)]| {
-            // (The first change ends a window that began before the run.)
-            seen[1..].windows(2).all(|w| w[1].0 - w[0].0 >= WINDOW.as_secs_f64() - 1.0)
-        };
-        // 500 a second: each window of 5000 halves it, down to the sparsest.
-        let seen = steps(&mut sim, 500, 100);
-        let values: Vec<u64> = seen.iter().map(|s| s.1).collect();
-        assert_eq!(values, [64, 128, 256, 512, 1024, 2048, 4096], "{seen:?}");
-        assert!(one_step_a_window(&seen), "{seen:?}");
+        // 8,000 keys a second: 1,250 lookups a window at 1 in 64, too many:
+        // 80,000 keys / 512 = 156 -> 1 in 256 (312 a window), then held.
+        assert_eq!(steps(&mut sim, 8_000, 100), [64, 256]);
+        // 200,000 a second: 7,812 a window at 1 in 256 -> 3,906 -> the sparsest (488 a window).
+        assert_eq!(steps(&mut sim, 200_000, 60), [256, SAMPLE_EVERY_MAX]);
         let status = sim.node.status(&sim.disk);
         assert!(status.reason.contains("1 page in 4096"), "{}", status.reason);
         // Nested: every key of the sparse sample was in the dense one (what it pushed is still looked up).
         let keys: Vec<String> = (0..100_000).map(|p| format!("w:c057:{p}")).collect();
         let sparse: Vec<&String> = keys.iter().filter(|k| sim.node.admits_lookup(k.as_bytes())).collect();
         assert!(!sparse.is_empty() && sparse.iter().all(|k| in_sample(k.as_bytes(), SAMPLE_EVERY)));
-        // 20 lookups a second (200 a window): the sample grows back one step a window.
-        let seen = steps(&mut sim, 20, 100);
-        let values: Vec<u64> = seen.iter().map(|s| s.1).collect();
-        assert_eq!(values, [4096, 2048, 1024, 512, 256, 128, 64], "{seen:?}");
-        assert!(one_step_a_window(&seen), "{seen:?}");
+        // 2,000 a second: 4.9 lookups a window at 1 in 4096, too few: back to the
+        // densest (312 a window) in two windows (the first began in the phase before).
+        let seen = steps(&mut sim, 2_000, 200);
+        assert!(seen.len() <= 3 && seen[0] == SAMPLE_EVERY_MAX && seen.ends_with(&[SAMPLE_EVERY]), "{seen:?}");
         assert_eq!(sim.state(), CostState::BackedOff, "the sample's size is not a decision");
         assert_eq!(sim.changes.len(), 1, "{:?}", sim.changes);
     }
