@@ -35,12 +35,14 @@
 //!   one page key in `sample_every` (by a hash of the key: the same pages
 //!   are pushed and looked up, so the sample's hit ratio and pushes per lookup
 //!   are the grid's as if it were on), the rest read the disk and drop the
-//!   evicted page. The sample starts at one key in [`SAMPLE_EVERY`] and
-//!   follows the request rate: after a window of more than 4 x
-//!   [`SAMPLE_LOOKUPS`] lookups or fewer than SAMPLE_LOOKUPS, it becomes the
-//!   power of two that would have sent that window 2-4 x SAMPLE_LOOKUPS,
-//!   between [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`] (at once: a benchmark's
-//!   point lasts a window or two). On a host whose CPU is the
+//!   evicted page. The sample's size follows the request rate: at the end of
+//!   every window judged backed off, unless the sample would have sent it
+//!   [`SAMPLE_LOOKUPS`] to 4 x SAMPLE_LOOKUPS lookups, it becomes the power
+//!   of two that would have sent 2-4 x SAMPLE_LOOKUPS, between
+//!   [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`]. At once, from the first: the
+//!   window that backs a node off sized its sample from all its lookups (a
+//!   benchmark's point lasts two windows, and a sample sized a window late
+//!   left the sweep's measured runs at 1 in 64). On a host whose CPU is the
 //!   bottleneck the sample's round trips are what a backed-off grid costs
 //!   (a fixed 1 in 64 cost the sweep's grid 4-5% of its transactions), and a
 //!   few hundred lookups a window measure the grid as well as thousands.
@@ -70,8 +72,8 @@ use serde::{Deserialize, Serialize};
 pub const SAMPLE_EVERY: u64 = 64;
 /// The sparsest sample: one page key in this many.
 pub const SAMPLE_EVERY_MAX: u64 = 4096;
-/// The sample's lookups a window aims at: fewer double the sample, more than
-/// 4 x as many halve it.
+/// The least lookups a backed-off window's sample should send; 4 x as many
+/// is the most. Outside, the sample is resized to send 2-4 x as many.
 pub const SAMPLE_LOOKUPS: u64 = 256;
 /// Lookups a window needs before it is judged (it lasts until it has them),
 /// and disk reads measured before the first decision.
@@ -395,24 +397,25 @@ impl NodeCost {
         d.last = Some(f);
         let was = self.state();
         let line = self.judge(&mut d, &f, start, now);
-        if was == CostState::BackedOff && self.state() == CostState::BackedOff {
-            // Every lookup of the window was the sample's.
-            self.resample(f.lookups);
+        if self.state() == CostState::BackedOff {
+            // Backed off through the window, its lookups were the sample's; on
+            // (or measuring) until its end, they were all of them.
+            let sampled_one_in =
+                if was == CostState::BackedOff { self.sample_every.load(Ordering::Relaxed) } else { 1 };
+            self.resample(f.lookups.saturating_mul(sampled_one_in));
         }
         line
     }
 
-    /// A backed-off window sent `lookups` (all the sample's): outside
-    /// SAMPLE_LOOKUPS..=4 x SAMPLE_LOOKUPS, the sample moves at once to the
-    /// power of two that would have sent 2 x SAMPLE_LOOKUPS..4 x SAMPLE_LOOKUPS
-    /// of them (see the module's doc).
-    fn resample(&self, lookups: u64) {
+    /// The node is backed off after a window whose misses would have sent
+    /// `keys` lookups with every key sampled. Unless the sample would have
+    /// sent SAMPLE_LOOKUPS..=4 x SAMPLE_LOOKUPS of them, it moves at once to
+    /// the power of two that sends 512..1,024 (see the module's doc).
+    fn resample(&self, keys: u64) {
         let every = self.sample_every.load(Ordering::Relaxed);
-        if (SAMPLE_LOOKUPS..=4 * SAMPLE_LOOKUPS).contains(&lookups) {
+        if (SAMPLE_LOOKUPS..=4 * SAMPLE_LOOKUPS).contains(&(keys / every)) {
             return;
         }
-        // The keys the window would have touched with every key sampled, over the lookups aimed at.
-        let keys = every.saturating_mul(lookups.max(1));
         let next = (keys / (2 * SAMPLE_LOOKUPS)).max(1).next_power_of_two().clamp(SAMPLE_EVERY, SAMPLE_EVERY_MAX);
         debug_assert!(next.is_power_of_two());
         self.sample_every.store(next, Ordering::Relaxed);
@@ -830,6 +833,21 @@ mod tests {
         assert!(seen.len() <= 3 && seen[0] == SAMPLE_EVERY_MAX && seen.ends_with(&[SAMPLE_EVERY]), "{seen:?}");
         assert_eq!(sim.state(), CostState::BackedOff, "the sample's size is not a decision");
         assert_eq!(sim.changes.len(), 1, "{:?}", sim.changes);
+    }
+
+    #[test]
+    fn a_busy_node_backs_off_with_a_sample_sized_by_its_last_window_on() {
+        // 20,000 lookups a second while on: the window that backs it off had
+        // 200,000, all of them: 200,000 / 512 = 390 -> 1 in 512 at once.
+        let mut sim = Sim::new(true);
+        sim.run_at(20_000, 11, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff);
+        assert_eq!(sim.node.status(&sim.disk).sample_every, 512);
+        // 1,000 a second while on: 10,000 -> 19 -> the densest, 1 in 64.
+        let mut sim = Sim::new(true);
+        sim.run_at(1_000, 11, |_| SLOW);
+        assert_eq!(sim.state(), CostState::BackedOff);
+        assert_eq!(sim.node.status(&sim.disk).sample_every, SAMPLE_EVERY);
     }
 
     #[test]
