@@ -11,7 +11,7 @@
 //! It talks to the configured nodes only, and stops when the grid drops.
 
 use super::clock::{Clock, SystemClock};
-use super::cost::DiskCost;
+use super::disk_cost::DiskCost;
 use super::health::Admission;
 use super::ketama::Continuum;
 use super::memory::GridMemory;

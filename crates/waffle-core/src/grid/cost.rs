@@ -67,6 +67,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::disk_cost::{DiskCost, DiskMark};
+
 /// While backed off, the lookups and pushes of one page key in this many go to
 /// the node at first (and at most: the densest sample).
 pub const SAMPLE_EVERY: u64 = 64;
@@ -90,85 +92,6 @@ pub const DWELL_MAX_WINDOWS: u32 = 30;
 pub const DECAY_WINDOWS: u32 = 60;
 /// The longest a change waits to be said, in windows (a minute), when its dwell is longer.
 pub const SAY_AFTER_MAX_WINDOWS: u32 = 6;
-/// The weight of a new disk read in the moving average used when a window had
-/// too few reads (1/16: the last few dozen).
-const WEIGHT_SHIFT: u32 = 4;
-/// Fixed point of the averages: values are kept × 256.
-const FIXED_SHIFT: u32 = 8;
-
-/// An exponentially weighted moving average of `u64` samples, lock-free.
-#[derive(Default)]
-pub struct Ewma {
-    /// The average × 2^FIXED_SHIFT.
-    fixed: AtomicU64,
-    samples: AtomicU64,
-}
-
-impl Ewma {
-    /// Adds `value`, weighted 2^-`weight_shift` (the first sample is taken whole).
-    fn record(&self, value: u64, weight_shift: u32) {
-        let sample = value.min(u64::MAX >> (FIXED_SHIFT + 1)) << FIXED_SHIFT;
-        let first = self.samples.fetch_add(1, Ordering::Relaxed) == 0;
-        // Bounded: a CAS retry only follows another thread's successful update.
-        let _ = self.fixed.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
-            Some(if first {
-                sample
-            } else if sample >= old {
-                old + ((sample - old) >> weight_shift)
-            } else {
-                old - ((old - sample) >> weight_shift)
-            })
-        });
-    }
-
-    fn mean(&self) -> f64 {
-        self.fixed.load(Ordering::Relaxed) as f64 / (1u64 << FIXED_SHIFT) as f64
-    }
-}
-
-/// The disk side, one per grid (a grid serves one cache): single-page reads.
-#[derive(Default)]
-pub struct DiskCost {
-    read_us: Ewma,
-    sum_us: AtomicU64,
-    reads: AtomicU64,
-}
-
-/// The disk's totals at a window's start.
-#[derive(Clone, Copy, Debug, Default)]
-struct DiskMark {
-    sum_us: u64,
-    reads: u64,
-}
-
-impl DiskCost {
-    pub fn record(&self, took: Duration) {
-        let us = took.as_micros() as u64;
-        self.read_us.record(us, WEIGHT_SHIFT);
-        self.sum_us.fetch_add(us, Ordering::Relaxed);
-        self.reads.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn reads(&self) -> u64 {
-        self.reads.load(Ordering::Relaxed)
-    }
-
-    fn mark(&self) -> DiskMark {
-        DiskMark { sum_us: self.sum_us.load(Ordering::Relaxed), reads: self.reads() }
-    }
-
-    /// A read's mean since `mark`, or the moving average if too few since.
-    fn mean_since(&self, mark: DiskMark) -> f64 {
-        let now = self.mark();
-        let reads = now.reads.saturating_sub(mark.reads);
-        if reads >= MIN_SAMPLES {
-            now.sum_us.saturating_sub(mark.sum_us) as f64 / reads as f64
-        } else {
-            self.read_us.mean()
-        }
-    }
-}
-
 /// Where a node stands.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -391,7 +314,7 @@ impl NodeCost {
         {
             return None;
         }
-        let f = Figures::of(self.tally.read(true), disk.mean_since(d.disk_mark));
+        let f = Figures::of(self.tally.read(true), disk.mean_since(d.disk_mark, MIN_SAMPLES));
         d.window_start = Some(now);
         d.disk_mark = disk.mark();
         d.last = Some(f);
@@ -469,7 +392,7 @@ impl NodeCost {
 
     pub fn status(&self, disk: &DiskCost) -> CostStatus {
         let d = self.lock_decision();
-        let f = d.last.unwrap_or_else(|| Figures::of(self.tally.read(false), disk.read_us.mean()));
+        let f = d.last.unwrap_or_else(|| Figures::of(self.tally.read(false), disk.mean()));
         let state = self.state();
         let reason = match state {
             CostState::Measuring => format!(

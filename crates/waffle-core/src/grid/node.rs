@@ -24,7 +24,8 @@ use std::time::{Duration, Instant};
 
 use super::clock::{Clock, SystemClock};
 use super::connection::Connection;
-use super::cost::{DiskCost, NodeCost};
+use super::cost::NodeCost;
+use super::disk_cost::DiskCost;
 use super::health::{Admission, Health, Strike, MISSES_TO_DOWN};
 use super::memory::NodeMemory;
 use super::options::GridOptions;
