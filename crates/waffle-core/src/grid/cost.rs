@@ -38,7 +38,7 @@
 //!   evicted page. The sample's size follows the request rate: at the end of
 //!   every window judged backed off, unless the sample would have sent it
 //!   [`SAMPLE_LOOKUPS`] to 4 x SAMPLE_LOOKUPS lookups, it becomes the power
-//!   of two that would have sent 2-4 x SAMPLE_LOOKUPS, between
+//!   of two that would have sent 1-2 x SAMPLE_LOOKUPS, between
 //!   [`SAMPLE_EVERY`] and [`SAMPLE_EVERY_MAX`]. At once, from the first: the
 //!   window that backs a node off sized its sample from all its lookups (a
 //!   benchmark's point lasts two windows, and a sample sized a window late
@@ -75,7 +75,7 @@ pub const SAMPLE_EVERY: u64 = 64;
 /// The sparsest sample: one page key in this many.
 pub const SAMPLE_EVERY_MAX: u64 = 4096;
 /// The least lookups a backed-off window's sample should send; 4 x as many
-/// is the most. Outside, the sample is resized to send 2-4 x as many.
+/// is the most. Outside, the sample is resized to send 1-2 x as many.
 pub const SAMPLE_LOOKUPS: u64 = 256;
 /// Lookups a window needs before it is judged (it lasts until it has them),
 /// and disk reads measured before the first decision.
@@ -333,7 +333,7 @@ impl NodeCost {
     /// The node is backed off after a window whose misses would have sent
     /// `keys` lookups with every key sampled. Unless the sample would have
     /// sent SAMPLE_LOOKUPS..=4 x SAMPLE_LOOKUPS of them, it moves at once to
-    /// the power of two that sends 512..1,024 (see the module's doc).
+    /// the power of two that sends SAMPLE_LOOKUPS..2 x SAMPLE_LOOKUPS (see the module's doc).
     fn resample(&self, keys: u64) {
         let every = self.sample_every.load(Ordering::Relaxed);
         if (SAMPLE_LOOKUPS..=4 * SAMPLE_LOOKUPS).contains(&(keys / every)) {
@@ -598,14 +598,13 @@ mod tests {
             self.run_at(100, seconds, cost);
         }
 
-        /// As [`Sim::run`], with RATE lookups each second.
-        #[allow(non_snake_case)]
-        fn run_at(&mut self, RATE: u64, seconds: u64, cost: impl Fn(u64) -> Second) {
+        /// As [`Sim::run`], with `rate` lookups each second.
+        fn run_at(&mut self, rate: u64, seconds: u64, cost: impl Fn(u64) -> Second) {
             for i in 0..seconds {
                 let c = cost(i);
                 let mut pushed = 0;
-                for j in 0..RATE {
-                    let now = self.t0 + Duration::from_millis(self.ms + j * 1000 / RATE);
+                for j in 0..rate {
+                    let now = self.t0 + Duration::from_millis(self.ms + j * 1000 / rate);
                     if j % 2 == 0 {
                         self.disk.record(us(c.disk_us));
                     }
@@ -618,7 +617,7 @@ mod tests {
                         said = said.or(line);
                     }
                     let after = self.node.state();
-                    let t = (self.ms + j * 1000 / RATE) as f64 / 1000.0;
+                    let t = (self.ms + j * 1000 / rate) as f64 / 1000.0;
                     if after != before {
                         self.changes.push((t, after));
                     }
