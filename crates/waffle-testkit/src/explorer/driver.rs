@@ -230,6 +230,11 @@ impl<'a> Run<'a> {
             Step::Backup { file, .. } => {
                 self.tally.backups += u64::from(ok);
                 let path = self.backup_path(*file);
+                if !ok {
+                    // No answer is not "no file": a worker killed after its copy
+                    // finished leaves a whole backup the model would not know of.
+                    let _ = std::fs::remove_file(&path);
+                }
                 self.model.backed_up(&path, rows.filter(|_| ok));
             }
             Step::Restore { file, .. } if ok => {
