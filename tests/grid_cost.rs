@@ -1,6 +1,6 @@
 //! The cost back-off (`waffle_core::grid::cost`): a node whose lookups cost
 //! more than the disk reads they save is backed off (the lookups and pushes
-//! of one page key in SAMPLE_EVERY sent), and comes back when it gets cheap
+//! of a sample of page keys sent, 1 in SAMPLE_EVERY here), and comes back when it gets cheap
 //! again. Decisions are taken at the end of windows of COST_WINDOW_MS here
 //! (10 s in production) and held for a dwell of at least one window. Below
 //! SQLite (`PageCache`) over a disk that takes 2 ms a read and a fake node
