@@ -73,6 +73,11 @@ impl DiskCost {
         DiskMark { sum_us: self.sum_us.load(Ordering::Relaxed), reads: self.reads() }
     }
 
+    /// Reads since `mark`.
+    pub(super) fn reads_since(&self, mark: DiskMark) -> u64 {
+        self.reads().saturating_sub(mark.reads)
+    }
+
     /// A read's mean since `mark`, or the moving average if fewer than `min_reads` since.
     pub(super) fn mean_since(&self, mark: DiskMark, min_reads: u64) -> f64 {
         let now = self.mark();
