@@ -35,7 +35,15 @@ pub enum SealError {
     FileNotText,
     #[error("the key file must hold {KEY_BYTES} raw bytes or 64 hex digits: {0}")]
     FileNotAKey(#[source] Box<SealError>),
+    /// A FIFO, a device, a directory: never read (a FIFO blocks, /dev/zero never ends).
+    #[error("the key file must be a regular file (this is {0})")]
+    NotRegular(&'static str),
+    #[error("the key file is larger than {MAX_KEY_FILE_BYTES} bytes: a key is {KEY_BYTES} raw bytes or 64 hex digits")]
+    FileTooLarge,
 }
+
+/// A key file is read up to this: 32 raw bytes or 64 hex digits and some white space fit many times.
+pub const MAX_KEY_FILE_BYTES: u64 = 4096;
 
 pub struct SealKey {
     cipher: XChaCha20Poly1305,
@@ -61,9 +69,12 @@ impl SealKey {
         Ok(SealKey::from_bytes(&key))
     }
 
-    /// A file of exactly 32 raw bytes, or of 64 hex digits.
+    /// A file of exactly 32 raw bytes, or of 64 hex digits. The name may come
+    /// from SQL (an ATTACH's URI): a symlink is followed (keys are often
+    /// linked from a secrets mount) but the open never blocks (O_NONBLOCK: a
+    /// FIFO), only a regular file is read, and at most [`MAX_KEY_FILE_BYTES`].
     pub fn load_file(path: &Path) -> Result<SealKey, SealError> {
-        let bytes = std::fs::read(path).map_err(SealError::Unreadable)?;
+        let bytes = read_key_file(path)?;
         if bytes.len() == KEY_BYTES {
             let key: [u8; KEY_BYTES] = bytes.as_slice().try_into().expect("length checked");
             return Ok(SealKey::from_bytes(&key));
@@ -98,6 +109,38 @@ impl SealKey {
         }
         self.cipher.decrypt_in_place_detached(XNonce::from_slice(nonce), aad, buf, tag.into()).is_ok()
     }
+}
+
+/// The bytes of a key file, read as [`SealKey::load_file`] says.
+fn read_key_file(path: &Path) -> Result<Vec<u8>, SealError> {
+    use std::io::Read;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)
+        .map_err(SealError::Unreadable)?;
+    let t = file.metadata().map_err(SealError::Unreadable)?.file_type();
+    if !t.is_file() {
+        let kind = if t.is_fifo() {
+            "a FIFO"
+        } else if t.is_char_device() || t.is_block_device() {
+            "a device"
+        } else if t.is_dir() {
+            "a directory"
+        } else if t.is_socket() {
+            "a socket"
+        } else {
+            "not a regular file"
+        };
+        return Err(SealError::NotRegular(kind));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_KEY_FILE_BYTES + 1).read_to_end(&mut bytes).map_err(SealError::Unreadable)?;
+    if bytes.len() as u64 > MAX_KEY_FILE_BYTES {
+        return Err(SealError::FileTooLarge);
+    }
+    Ok(bytes)
 }
 
 impl fmt::Debug for SealKey {
@@ -175,6 +218,19 @@ mod tests {
         let e = SealKey::load_file(&dir.join("missing")).unwrap_err();
         assert!(matches!(e, SealError::Unreadable(_)), "{e}");
         assert!(e.to_string().starts_with("cannot read the key file: "), "{e}");
+        let big = dir.join("big");
+        std::fs::write(&big, vec![b' '; MAX_KEY_FILE_BYTES as usize + 1]).unwrap();
+        assert!(matches!(SealKey::load_file(&big), Err(SealError::FileTooLarge)));
+        let linked = dir.join("linked");
+        std::os::unix::fs::symlink(&raw, &linked).unwrap();
+        assert!(SealKey::load_file(&linked).is_ok(), "a symlink to a key is followed");
+        assert!(matches!(SealKey::load_file(Path::new("/dev/zero")), Err(SealError::NotRegular("a device"))));
+        let fifo = dir.join("fifo");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: c is a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        let e = SealKey::load_file(&fifo).unwrap_err(); // returns at once: no writer needed
+        assert_eq!(e.to_string(), "the key file must be a regular file (this is a FIFO)");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

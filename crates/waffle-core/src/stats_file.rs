@@ -11,8 +11,15 @@
 //! directory with the database's mode (and, as root, its owner), synced, then
 //! renamed over the old one. A reader sees the old file or the new one; a
 //! symlink or another user's file at the name is an error and left alone.
+//!
+//! The name may come from SQL (an ATTACH's URI, before the adapter knows it
+//! is one) or a mistake: a write never replaces a file that is not a stats
+//! file. Every file starts with [`MARKER`] (`"format": "waffle-stats"` and
+//! its version first); an existing file is replaced only if it starts so,
+//! is empty, or is a stats file of a Waffle from before the marker.
 
-use std::io;
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -21,6 +28,28 @@ use crate::stats::{Stamp, StatsSnapshot};
 
 /// Defined with the other parameters (config.rs); named here too, where it is used.
 pub use crate::config::STATS_FILE;
+
+/// The `format` of every stats file, and its version (`format_version`).
+pub const FORMAT: &str = "waffle-stats";
+pub const FORMAT_VERSION: u32 = 1;
+/// How every stats file starts (what [`write`] checks before it replaces one).
+pub const MARKER: &str = "{\n  \"format\": \"waffle-stats\",";
+/// A stats file of a Waffle from before the marker is recognised up to this size.
+const MAX_LEGACY_BYTES: u64 = 64 << 20;
+
+/// Why a JSON object read as a stats file is not one: None if it has the marker of this version.
+pub fn not_a_stats_file(v: &serde_json::Value) -> Option<String> {
+    match (v.get("format").and_then(|f| f.as_str()), v.get("format_version").and_then(|f| f.as_u64())) {
+        (Some(FORMAT), Some(n)) if n == u64::from(FORMAT_VERSION) => None,
+        (Some(FORMAT), n) => Some(format!(
+            "its format_version is {}; this waffle reads {FORMAT_VERSION}",
+            n.map_or_else(|| "missing".to_string(), |n| n.to_string())
+        )),
+        _ => Some(format!(
+            "it has no \"format\": \"{FORMAT}\" (not written by Waffle, or by a Waffle older than the marker)"
+        )),
+    }
+}
 
 /// How often an adapter rewrites its stats file.
 pub const INTERVAL_MS: u64 = 1000;
@@ -36,15 +65,71 @@ pub fn stamp(adapter: &str, final_write: bool) -> Stamp {
         pid: Some(std::process::id()),
         updated_unix_ms: Some(now.as_millis() as u64),
         final_write: Some(final_write),
+        format: Some(FORMAT.to_string()),
+        format_version: Some(FORMAT_VERSION),
         ..Stamp::default()
     }
 }
 
 /// Replaces the stats file at `path` with `stats` (pretty JSON and a line
-/// feed), made like `like` (the database's mode and, as root, owner).
+/// feed), made like `like` (the database's mode and, as root, owner); the
+/// marker comes first, whatever the stamp says. Err, and nothing written, if
+/// `path` names a file that is not a stats file (see the module's comment).
 pub fn write(path: &Path, like: &Beside, stats: &StatsSnapshot) -> io::Result<()> {
-    let text = serde_json::to_string_pretty(&stats.to_json()).map_err(io::Error::other)?;
-    side_file::replace_beside(path, like, (text + "\n").as_bytes())
+    let mut v = stats.to_json();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("format");
+        m.remove("format_version");
+    }
+    let rest = serde_json::to_string_pretty(&v).map_err(io::Error::other)?;
+    let rest = rest.strip_prefix('{').ok_or_else(|| io::Error::other("the stats are not a JSON object"))?;
+    let text = if rest == "}" {
+        format!("{MARKER}\n  \"format_version\": {FORMAT_VERSION}\n}}\n")
+    } else {
+        format!("{MARKER}\n  \"format_version\": {FORMAT_VERSION},{rest}\n")
+    };
+    check_replaceable(path)?;
+    side_file::replace_beside(path, like, text.as_bytes())
+}
+
+/// Ok if `path` is free, or holds a file a stats write may replace.
+fn check_replaceable(path: &Path) -> io::Result<()> {
+    let m = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(m) => m,
+    };
+    if !m.file_type().is_file() {
+        return Ok(()); // replace_beside refuses it, saying what it is
+    }
+    let not_ours =
+        || io::Error::other("it is not a Waffle stats file (it does not start with the stats-file marker); left alone");
+    // O_NONBLOCK|O_NOFOLLOW: swapped for a FIFO or a symlink since the stat, the open neither blocks nor follows.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NOCTTY)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(not_ours());
+    }
+    let mut head = Vec::with_capacity(MARKER.len());
+    (&file).take(MARKER.len() as u64).read_to_end(&mut head)?;
+    if head.is_empty() || head == MARKER.as_bytes() {
+        return Ok(());
+    }
+    // A Waffle from before the marker wrote a JSON object with these fields; an upgrade goes on writing it.
+    let mut all = head;
+    (&file).take(MAX_LEGACY_BYTES).read_to_end(&mut all)?;
+    let legacy = serde_json::from_slice::<serde_json::Value>(&all).ok().is_some_and(|v| {
+        matches!(v.get("adapter").and_then(|a| a.as_str()), Some("sqlite" | "mariadb-preload"))
+            && v.get("updated_unix_ms").is_some_and(|u| u.is_u64())
+            && v.get("pid").is_some_and(|p| p.is_u64())
+    });
+    if legacy {
+        Ok(())
+    } else {
+        Err(not_ours())
+    }
 }
 
 #[cfg(test)]
@@ -83,6 +168,40 @@ mod tests {
         assert!(s.updated_unix_ms.unwrap() > 1_600_000_000_000);
         assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o640);
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1, "no temporary file left");
+        assert!(text.starts_with(MARKER), "{text}");
+        assert_eq!(s.format.as_deref(), Some(FORMAT));
+        assert_eq!(not_a_stats_file(&serde_json::from_str(&text).unwrap()), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_write_replaces_no_file_but_a_stats_file() {
+        let dir = temp_dir("not-ours");
+        let like = Beside { mode: 0o600, uid: side_file::euid(), gid: 0 };
+        let stats = StatsSnapshot { stamp: stamp("sqlite", false), ..StatsSnapshot::default() };
+        let db = dir.join("app.db");
+        std::fs::write(&db, b"SQLite format 3\0 and the rest").unwrap();
+        let e = write(&db, &like, &stats).unwrap_err();
+        assert!(e.to_string().contains("not a Waffle stats file"), "{e}");
+        assert_eq!(std::fs::read(&db).unwrap(), b"SQLite format 3\0 and the rest");
+        let pkg = dir.join("pkg.json");
+        std::fs::write(&pkg, br#"{"name":"x"}"#).unwrap();
+        assert!(write(&pkg, &like, &stats).is_err(), "JSON that is not a stats file is left alone");
+        assert_eq!(
+            not_a_stats_file(&serde_json::json!({"name": "x"})).unwrap(),
+            "it has no \"format\": \"waffle-stats\" (not written by Waffle, or by a Waffle older than the marker)"
+        );
+        // Empty (made by the operator for its mode), a stats file before the marker, and its own: replaced.
+        for (name, before) in [
+            ("empty.json", String::new()),
+            ("legacy.json", r#"{"adapter": "sqlite", "pid": 7, "updated_unix_ms": 1700000000000}"#.to_string()),
+        ] {
+            let path = dir.join(name);
+            std::fs::write(&path, before).unwrap();
+            write(&path, &like, &stats).unwrap();
+            write(&path, &like, &stats).unwrap();
+            assert!(std::fs::read_to_string(&path).unwrap().starts_with(MARKER), "{name}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

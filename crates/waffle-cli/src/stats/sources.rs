@@ -29,6 +29,10 @@ impl Stats {
         if !json.is_object() {
             return Err("not a JSON object".into());
         }
+        // Any JSON is not a stats file: healthy must mean a Waffle wrote it.
+        if let Some(why) = waffle_core::stats_file::not_a_stats_file(&json) {
+            return Err(why);
+        }
         let snapshot = StatsSnapshot::from_json(&json).map_err(|e| e.to_string())?;
         Ok(Stats { json, snapshot })
     }

@@ -123,6 +123,7 @@ fn check_exposition(text: &str) -> HashMap<String, f64> {
 fn known_stats() -> Value {
     serde_json::from_str(
         r#"{
+        "format": "waffle-stats", "format_version": 1,
         "adapter": "mariadb-preload", "state": "active", "cache_id": "00ff", "datadir": "/var/lib/mysql",
         "updated_unix_ms": 1700000000500, "final": false, "page_bytes": 16384, "fused": null,
         "l1_hits": 600, "l1_misses": 400, "read_ahead_hits": 0, "push_queue_hits": 0,
@@ -235,7 +236,8 @@ fn two_sources_share_each_family_and_a_line_feed_in_a_name_is_escaped() {
 
 #[test]
 fn a_preload_that_turned_off_has_only_its_info() {
-    let v = json!({"adapter": "mariadb-preload", "state": "disabled", "disabled_reason": "native AIO"});
+    let v = json!({"format": "waffle-stats", "format_version": 1,
+        "adapter": "mariadb-preload", "state": "disabled", "disabled_reason": "native AIO"});
     let text = prom(&[source("f", v)]);
     let s = check_exposition(&text);
     assert_eq!(s.len(), 2, "waffle_up and waffle_info: {text}");
@@ -264,20 +266,27 @@ fn every_format_shows_the_files_read_and_output_is_atomic() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("s.json");
-    std::fs::write(&good, r#"{"l1_hits": 7, "l1_misses": 3}"#).unwrap();
+    std::fs::write(&good, r#"{"format": "waffle-stats", "format_version": 1, "l1_hits": 7, "l1_misses": 3}"#).unwrap();
     std::fs::write(dir.join("array.json"), "[1]").unwrap();
-    let all = sources::read_all(&[good.clone(), dir.join("missing.json"), dir.join("array.json")]);
+    // Issue 32: any JSON object is not a healthy stats file.
+    std::fs::write(dir.join("pkg.json"), r#"{"name":"x"}"#).unwrap();
+    let all =
+        sources::read_all(&[good.clone(), dir.join("missing.json"), dir.join("array.json"), dir.join("pkg.json")]);
     assert!(all[1].stats.as_ref().unwrap_err().contains("cannot read"));
     assert!(all[2].stats.as_ref().unwrap_err().contains("not a JSON object"));
+    let pkg = all[3].stats.as_ref().unwrap_err();
+    assert!(pkg.contains("pkg.json is not a stats file") && pkg.contains("\"format\": \"waffle-stats\""), "{pkg}");
+    let up = check_exposition(&render(&all, Format::Prometheus));
+    assert_eq!(up[&format!("waffle_up{{source=\"{}\"}}", dir.join("pkg.json").display())], 0.0);
     assert!(render(&all, Format::Text).contains("reads    10 pages"));
     assert_eq!(serde_json::from_str::<Value>(&render(&all, Format::Json)).unwrap()["l1_hits"], 7);
     let text = render(&all, Format::Prometheus);
     assert_eq!(check_exposition(&text)[&format!("waffle_l1_hits_total{{source=\"{}\"}}", good.display())], 7.0);
-    assert!(unreadable(&all).unwrap_err().starts_with("2 of 3 stats files"));
+    assert!(unreadable(&all).unwrap_err().starts_with("3 of 4 stats files"));
     let out = dir.join("waffle.prom");
     write_atomically(&out, &text).unwrap();
     write_atomically(&out, &text).unwrap();
     assert_eq!(std::fs::read_to_string(&out).unwrap(), text);
-    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 3, "no temporary file is left");
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4, "no temporary file is left");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -12,6 +12,13 @@ use serde::{Deserialize, Serialize};
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Stamp {
+    /// `waffle-stats` in every stats file (stats_file::FORMAT): what tells a
+    /// stats file from any other JSON (a reader refuses one without it, a
+    /// writer replaces no file that lacks it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub format_version: Option<u32>,
     /// sqlite or mariadb-preload.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
