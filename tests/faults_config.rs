@@ -23,7 +23,7 @@ use waffle_testkit::temp_dir::TempDir;
 #[test]
 fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {
     let dir = TempDir::new("config");
-    let closed_port = std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port();
+    let closed_port = waffle_nodes::closed_port();
     let mut cmd = Command::new(artefact("open-config-cases"));
     cmd.arg(dir.path()).arg(closed_port.to_string());
     for (k, _) in std::env::vars() {

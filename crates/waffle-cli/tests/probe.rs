@@ -6,7 +6,6 @@
 //! every wait is bounded.
 
 use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -75,7 +74,7 @@ fn the_scratch_file_goes_on_success_and_on_an_error() {
     assert_eq!(files(dir.path()), ["mine.txt"], "after a run: only what was there before");
 
     // A node nobody listens on: the values cannot be stored, after the file was written.
-    let closed = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let closed = format!("127.0.0.1:{}", waffle_nodes::closed_port());
     let out = waffle().arg("probe").args(SMALL).args(["--dir", d, "--grid", &closed]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("could store only 0"), "{stderr}");

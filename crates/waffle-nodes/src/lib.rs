@@ -270,6 +270,38 @@ pub fn stats(addr: SocketAddr) -> io::Result<HashMap<String, String>> {
     Ok(out)
 }
 
+/// The pid of the memcached answering at `addr` (its `stats`, one connection), if one answers.
+fn answering_pid(addr: SocketAddr) -> Option<u32> {
+    stats(addr).ok()?.get("pid")?.parse().ok()
+}
+
+/// A loopback port nobody listens on, for as long as this process lives: an
+/// unreachable node. A port merely found free could be taken by another
+/// test's node a moment later, making the "unreachable" node answer; this one
+/// stays bound (never listening, so a connect is refused at once), and
+/// memcached cannot bind it (the socket has no SO_REUSEADDR). Panics if the
+/// system has no port to give: a test cannot go on without one.
+pub fn closed_port() -> u16 {
+    // SAFETY: plain socket(2) call; the result is checked.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+    assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
+    let mut addr = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
+        sin_zero: [0; 8],
+    };
+    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: addr is a sockaddr_in of `len` bytes, fd the socket just made.
+    let bound = unsafe { libc::bind(fd, &addr as *const libc::sockaddr_in as *const libc::sockaddr, len) };
+    assert_eq!(bound, 0, "bind 127.0.0.1:0: {}", io::Error::last_os_error());
+    // SAFETY: getsockname writes at most `len` bytes into addr.
+    let named = unsafe { libc::getsockname(fd, &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut len) };
+    assert_eq!(named, 0, "getsockname: {}", io::Error::last_os_error());
+    // The descriptor is kept open (never closed) so that the port stays reserved.
+    u16::from_be(addr.sin_port)
+}
+
 fn free_port() -> io::Result<u16> {
     let listener = TcpListener::bind(("127.0.0.1", 0))?;
     Ok(listener.local_addr()?.port())
@@ -306,8 +338,19 @@ fn spawn(port: u16, memory_mib: u32, slab_args: &[String], tied: bool) -> io::Re
         if let Some(status) = child.try_wait()? {
             return Err(io::Error::other(format!("memcached on port {port} exited: {status}")));
         }
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(100)).is_ok() {
-            return Ok(child);
+        // Ready when the process answering on the port is this child: a port
+        // found free may have been taken by another test's node in between,
+        // and a connect alone would take that node for ours.
+        if let Some(pid) = answering_pid(addr) {
+            if pid == child.id() {
+                return Ok(child);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(io::Error::new(
+                io::ErrorKind::AddrInUse,
+                format!("port {port} is held by another memcached (pid {pid})"),
+            ));
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
@@ -400,8 +443,33 @@ mod tests {
         let mut buf = [0u8; 4];
         s.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"MN\r\n");
+        let pid = node.pid().unwrap();
         node.kill();
-        assert!(TcpStream::connect_timeout(&node.socket_addr(), Duration::from_millis(200)).is_err());
+        // Freed: our process answers no more (a parallel test's node may have the port by now).
+        assert_ne!(answering_pid(node.socket_addr()), Some(pid));
+    }
+
+    #[test]
+    fn a_closed_port_refuses_connections_and_no_memcached_can_take_it() {
+        let port = closed_port();
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let e = TcpStream::connect_timeout(&addr, Duration::from_millis(500)).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused, "{e}");
+        let taken = spawn(port, 8, &[], false);
+        assert!(taken.is_err(), "memcached started on a reserved port");
+        assert!(TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(), "still closed");
+    }
+
+    #[test]
+    fn a_node_is_ready_only_when_the_process_answering_is_its_own() {
+        let other = Node::start(8).expect("memcached must be installed");
+        // A second memcached on a port another one holds: it cannot bind, and the one
+        // that answers there is not taken for it.
+        let e = spawn(other.port(), 8, &[], false).unwrap_err();
+        assert!(matches!(e.kind(), io::ErrorKind::AddrInUse) || e.to_string().contains("exited"), "{e}");
+        let node = Node::start(8).unwrap();
+        assert_ne!(node.port(), other.port());
+        assert_eq!(answering_pid(node.socket_addr()), node.pid());
     }
 
     /// The classes memcached prints with `-vv` for these flags (read until it

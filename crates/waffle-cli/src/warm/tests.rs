@@ -35,7 +35,7 @@ fn options(db: &Path, grid: Option<String>) -> WarmOptions {
 }
 
 fn dead_addr() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = waffle_nodes::closed_port();
     format!("127.0.0.1:{port}")
 }
 

@@ -442,7 +442,7 @@ mod tests {
     #[test]
     fn a_down_node_is_skipped_until_its_backoff_has_passed_on_its_clock() {
         // A port nobody listens on: every connect is refused at once, an I/O fault.
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = waffle_nodes::closed_port();
         let spec = NodeSpec::parse_list(&format!("127.0.0.1:{port}")).unwrap().remove(0);
         let opts = GridOptions { backoff_min_ms: 100, backoff_max_ms: 400, ..GridOptions::default() }.normalized();
         let clock = ManualClock(Arc::new(Mutex::new(Instant::now())));

@@ -393,7 +393,7 @@ mod tests {
 
     /// A cache of `l1_pages` with a push queue of 64 pages and a grid whose only node refuses connections.
     fn cache_with_a_dead_grid(l1_pages: u64) -> PageCache {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = waffle_nodes::closed_port();
         let spec = crate::grid::NodeSpec { host: "127.0.0.1".into(), port, weight: 1 };
         PageCache::new(crate::cache::CacheOptions {
             cache_id: 7,

@@ -67,7 +67,7 @@ fn disk_reasons(c: &PageCache) -> Value {
 
 /// A grid whose only node refuses connections (a port nobody listens on).
 fn dead_grid() -> Arc<Grid> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = waffle_nodes::closed_port();
     let spec = crate::grid::NodeSpec { host: "127.0.0.1".into(), port, weight: 1 };
     Arc::new(Grid::new(vec![spec], Default::default()))
 }
