@@ -294,6 +294,42 @@ pub enum SizeError {
 }
 
 impl Config {
+    /// Why an open asking for `self` must not join a cache of the same file
+    /// already running with `open`'s settings: it would run weaker than it
+    /// asked (pages to another grid, unsealed or under another key, unchecked).
+    /// None: the differences are harmless (L1, timeouts, queue, log, hot list)
+    /// and the open one's settings are kept. Never names a key's bytes.
+    pub fn refuses_to_join(&self, open: &Config) -> Option<String> {
+        let nodes = |c: &Config| {
+            let mut v: Vec<String> = c.grid.iter().map(|n| format!("{}:{}", n.label(), n.weight)).collect();
+            v.sort();
+            v
+        };
+        let show = |v: Vec<String>| if v.is_empty() { "none".to_string() } else { v.join(",") };
+        if nodes(self) != nodes(open) {
+            return Some(format!(
+                "{}: this open asks for {} and the open one has {}",
+                GRID.name,
+                show(nodes(self)),
+                show(nodes(open))
+            ));
+        }
+        let key = format!("the seal key ({} or {KEY_ENV})", KEY_FILE.name);
+        match (&self.seal_key, &open.seal_key) {
+            (Some(_), None) => {
+                return Some(format!("{key}: this open seals grid values and the open one seals nothing"))
+            }
+            (Some(a), Some(b)) if a != b => {
+                return Some(format!("{key}: this open's key is not the one the open one seals with"))
+            }
+            _ => {}
+        }
+        if self.verify && !open.verify {
+            return Some(format!("{}: this open asks for on and the open one has off", VERIFY.name));
+        }
+        None
+    }
+
     /// The grid client's options for this configuration.
     pub fn grid_options(&self) -> crate::grid::GridOptions {
         crate::grid::GridOptions {
@@ -568,6 +604,36 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_later_open_refuses_to_join_only_weaker_settings() {
+        let grid = |g: &str| parse(&[("waffle_grid", g)]).unwrap();
+        let open = grid("10.0.0.1:11211,10.0.0.2:11211");
+        assert_eq!(grid("10.0.0.2:11211,10.0.0.1:11211").refuses_to_join(&open), None, "the same nodes");
+        let e = grid("10.0.0.9:11211").refuses_to_join(&open).unwrap();
+        assert!(e.starts_with("waffle_grid: this open asks for 10.0.0.9:11211:1 and the open one has 10.0.0."), "{e}");
+        let keyed = |k: &str| Config {
+            seal_key: Some(Arc::new(SealKey::from_hex(&k.repeat(32)).unwrap())),
+            ..Config::default()
+        };
+        let plain = Config::default();
+        assert!(keyed("ab").refuses_to_join(&plain).unwrap().contains("seals nothing"));
+        assert!(keyed("ab").refuses_to_join(&keyed("cd")).unwrap().contains("not the one"));
+        assert!(!keyed("ab").refuses_to_join(&keyed("cd")).unwrap().contains("ab"), "no key bytes");
+        assert_eq!(plain.refuses_to_join(&keyed("ab")), None, "joining a sealed cache is stronger");
+        let verify = Config { verify: true, ..Config::default() };
+        assert!(verify.refuses_to_join(&plain).unwrap().starts_with("waffle_verify"));
+        assert_eq!(plain.refuses_to_join(&verify), None);
+        let other = Config {
+            local_bytes: 1 << 20,
+            timeout_ms: 50,
+            push_queue_bytes: 0,
+            log: Some(crate::log::Level::Debug),
+            hot_list: Some(HotListMode::Off),
+            ..Config::default()
+        };
+        assert_eq!(other.refuses_to_join(&plain), None, "harmless differences keep the first settings");
     }
 
     #[test]

@@ -30,6 +30,8 @@ type ColumnText = unsafe extern "C" fn(*mut c_void, c_int) -> *const u8;
 type Errmsg = unsafe extern "C" fn(*mut c_void) -> *const c_char;
 type BusyTimeout = unsafe extern "C" fn(*mut c_void, c_int) -> c_int;
 type Threadsafe = unsafe extern "C" fn() -> c_int;
+/// `sqlite3_file_control(db, schema, op, arg)`: which file is a connection's main (opener.rs).
+pub type FileControl = unsafe extern "C" fn(*mut c_void, *const c_char, c_int, *mut c_void) -> c_int;
 /// `sqlite3_log(code, format, ...)`: the host's log (SQLITE_CONFIG_LOG), a no-op without one.
 pub type Log = unsafe extern "C" fn(c_int, *const c_char, ...);
 
@@ -59,6 +61,8 @@ pub struct Api {
     pub uri_key: Option<UriKey>,
     /// sqlite3_log (every SQLite since 3.6.23; the table has it since 3.7.7).
     pub log: Option<Log>,
+    /// sqlite3_file_control (every SQLite since 3.7.7, as the table).
+    pub file_control: FileControl,
     pub sql: Sql,
 }
 
@@ -82,6 +86,7 @@ const SLOT_PREPARE_V2: usize = 116;
 const SLOT_OPEN_V2: usize = 135;
 const SLOT_THREADSAFE: usize = 144;
 const SLOT_LOG: usize = 167;
+const SLOT_FILE_CONTROL: usize = 127;
 /// sqlite3_uri_key arrived in 3.31.0: older tables end before its slot.
 const URI_KEY_SINCE: c_int = 3_031_000;
 
@@ -116,6 +121,7 @@ impl Api {
                 malloc: std::mem::transmute::<*const c_void, Malloc>(slot(SLOT_MALLOC)?),
                 uri_key,
                 log: slot(SLOT_LOG).map(|p| std::mem::transmute::<*const c_void, Log>(p)),
+                file_control: std::mem::transmute::<*const c_void, FileControl>(slot(SLOT_FILE_CONTROL)?),
                 sql: Sql {
                     open_v2: std::mem::transmute::<*const c_void, OpenV2>(slot(SLOT_OPEN_V2)?),
                     close: std::mem::transmute::<*const c_void, Close>(slot(SLOT_CLOSE)?),
@@ -161,6 +167,7 @@ impl Api {
             fn sqlite3_busy_timeout(db: *mut c_void, ms: c_int) -> c_int;
             fn sqlite3_threadsafe() -> c_int;
             fn sqlite3_log(code: c_int, format: *const c_char, ...);
+            fn sqlite3_file_control(db: *mut c_void, schema: *const c_char, op: c_int, arg: *mut c_void) -> c_int;
         }
         Api {
             vfs_find: sqlite3_vfs_find,
@@ -169,6 +176,7 @@ impl Api {
             malloc: sqlite3_malloc,
             uri_key: Some(sqlite3_uri_key),
             log: Some(sqlite3_log),
+            file_control: sqlite3_file_control,
             sql: Sql {
                 open_v2: sqlite3_open_v2,
                 close: sqlite3_close,

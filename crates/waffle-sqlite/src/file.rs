@@ -21,8 +21,12 @@ use crate::lock::{
     coherent, main_lock, main_shm_lock, main_shm_map, main_shm_unmap, main_unlock, recorded_sig, saw_page_one,
 };
 use crate::open_db::OpenDb;
+use crate::opener::{self, Opener};
 use crate::pass_through::*;
 use crate::registry;
+
+/// `SQLITE_FCNTL_PDB`: sqlite3BtreeOpen's hint, the file is open and its connection known (opener.rs).
+const SQLITE_FCNTL_PDB: c_int = 30;
 
 /// Consecutive page reads (after the first) that make a handle a sequential scanner.
 const SEQUENTIAL_AFTER_PAGES: u32 = 3;
@@ -48,7 +52,7 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
     xRead: Some(main_read),
     xWrite: Some(main_write),
     xTruncate: Some(main_truncate),
-    xLock: Some(main_lock),
+    xLock: Some(main_lock_opened),
     xUnlock: Some(main_unlock),
     xFileControl: Some(main_file_control),
     xShmMap: Some(main_shm_map),
@@ -63,6 +67,23 @@ pub static MAIN_METHODS: sqlite3_io_methods = sqlite3_io_methods {
 /// A WAL file of a cached database: passes through, counting writes.
 pub static WAL_METHODS: sqlite3_io_methods =
     sqlite3_io_methods { iVersion: 3, xClose: Some(wal_close), xWrite: Some(wal_write), ..PASS_METHODS };
+
+/// Whether the file may do I/O: a file still pending (a host that sent no
+/// SQLITE_FCNTL_PDB) is attached now, as the main open; false if the cache
+/// refused it (opener.rs said why).
+///
+/// # Safety
+/// `f` is ours (see below).
+unsafe fn opened(f: *mut sqlite3_file) -> bool {
+    let wf = f as *mut WaffleFile;
+    // SAFETY: f is ours.
+    unsafe {
+        if !(*wf).pending.is_null() {
+            opener::resolve(f, Opener::Main);
+        }
+        !(*wf).refused
+    }
+}
 
 // ---- the main database file ----
 //
@@ -87,6 +108,8 @@ unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
     }
     // SAFETY: f is ours; SQLite closes it once.
     let rc = unsafe { pass_close(f) };
+    // SAFETY: f is ours, closing.
+    unsafe { opener::drop_pending(f) };
     // SAFETY: f is ours.
     let (p, warmer) = unsafe { (std::mem::replace(&mut (*wf).db, std::ptr::null()), (*wf).warmer) };
     if !p.is_null() {
@@ -101,6 +124,11 @@ unsafe extern "C" fn main_close(f: *mut sqlite3_file) -> c_int {
 }
 
 unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_int, offset: i64) -> c_int {
+    // The header's read at the open (100 bytes, before SQLite says whose file it is) passes through.
+    // SAFETY: f is ours.
+    if page_of(amt, offset).is_some() && !unsafe { opened(f) } {
+        return SQLITE_IOERR_READ;
+    }
     // SAFETY: f is ours.
     let (Some(db), Some(page)) = (unsafe { db(f) }, page_of(amt, offset)) else {
         // SAFETY: f is ours; SQLite's buffer, size and offset, passed on unchanged.
@@ -158,6 +186,10 @@ unsafe extern "C" fn main_read(f: *mut sqlite3_file, buf: *mut c_void, amt: c_in
 }
 
 unsafe extern "C" fn main_write(f: *mut sqlite3_file, buf: *const c_void, amt: c_int, offset: i64) -> c_int {
+    // SAFETY: f is ours.
+    if !unsafe { opened(f) } {
+        return SQLITE_IOERR;
+    }
     // The write reaches the file first, always.
     // SAFETY: f is ours; SQLite's buffer, size and offset, passed on unchanged.
     let rc = unsafe { pass_write(f, buf, amt, offset) };
@@ -199,6 +231,10 @@ fn invalidate_range(db: &OpenDb, offset: i64, len: i64) {
 
 unsafe extern "C" fn main_truncate(f: *mut sqlite3_file, size: i64) -> c_int {
     // SAFETY: f is ours.
+    if !unsafe { opened(f) } {
+        return SQLITE_IOERR;
+    }
+    // SAFETY: f is ours.
     let rc = unsafe { pass_truncate(f, size) };
     // SAFETY: f is ours.
     if let Some(db) = unsafe { db(f) } {
@@ -226,7 +262,24 @@ unsafe extern "C" fn main_file_control(f: *mut sqlite3_file, op: c_int, arg: *mu
 /// # Safety
 /// xFileControl's contract: `f` is ours, and `arg` is what SQLite passes with `op`.
 unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    // SAFETY: f is ours.
+    if op == SQLITE_FCNTL_PDB && unsafe { !(*(f as *mut WaffleFile)).pending.is_null() } {
+        // SAFETY: f is ours; with this op, arg is the opening connection (a sqlite3**), on its thread.
+        let who = match unsafe { opener::main_file_of(f, arg) } {
+            None => Opener::Main,
+            // SAFETY: a file whose methods are ours is a main database file of this VFS, open.
+            Some(main) if unsafe { (*main).pMethods } == &MAIN_METHODS as *const _ => {
+                Opener::Attach { main: unsafe { opener::settings_of(main) } }
+            }
+            Some(_) => Opener::Attach { main: None },
+        };
+        // SAFETY: f is ours.
+        unsafe { opener::resolve(f, who) };
+    }
     if op == SQLITE_FCNTL_PRAGMA {
+        // A PRAGMA before any lock, on a host that sent no SQLITE_FCNTL_PDB: the file attaches now.
+        // SAFETY: f is ours.
+        unsafe { opened(f) };
         #[cfg(test)]
         crate::test_faults::maybe_panic(&crate::test_faults::PANIC_IN_FILE_CONTROL, "xFileControl(PRAGMA)");
         // SAFETY: f is ours.
@@ -284,6 +337,17 @@ unsafe extern "C" fn wal_close(f: *mut sqlite3_file) -> c_int {
 unsafe extern "C" fn main_device_characteristics(f: *mut sqlite3_file) -> c_int {
     // SAFETY: f is ours.
     unsafe { pass_device_characteristics(f) & !SQLITE_IOCAP_BATCH_ATOMIC }
+}
+
+/// xLock: a pending file attaches first (see [`opened`]); a refused one cannot be locked,
+/// so the statement that wanted it fails ("unable to open database file").
+unsafe extern "C" fn main_lock_opened(f: *mut sqlite3_file, level: c_int) -> c_int {
+    // SAFETY: f is ours.
+    if !unsafe { opened(f) } {
+        return SQLITE_CANTOPEN;
+    }
+    // SAFETY: f is ours; SQLite's level, passed on.
+    unsafe { main_lock(f, level) }
 }
 
 /// mmap is declined so that every read of the database is seen by the cache.

@@ -14,7 +14,8 @@
 //!               ──xLock/xUnlock/xShmLock─> lock.rs ──> coherence.rs: before a
 //!                     transaction reads, forget what other writers changed
 //!                     (file signature; wal-index via wal_index.rs)
-//!  xOpen (vfs.rs) ──> registry.rs: one cache per database file per process;
+//!  xOpen (vfs.rs) ──> opener.rs (at SQLITE_FCNTL_PDB: the main open's URI, an
+//!                     ATTACH the main database's settings) ──> registry.rs: one cache per database file per process;
 //!                     other processes may have their own (shared sidecar lock);
 //!                     the last clean close's hot list is reloaded by hot_reload.rs
 //!                     (a thread as the warm's, L1's free room hottest first)
@@ -34,7 +35,9 @@
 //!  warm.rs, hot_reload.rs, stats_file.rs      the jobs
 //!  registry.rs       attach/detach; starts the reload, stops the jobs at the last close
 //!  pragma.rs         PRAGMA waffle_* (starts a warm with registry::WARMERS)
-//!  pass_through.rs, lock.rs, file.rs          the I/O methods
+//!  pass_through.rs   our file's header and the plain methods
+//!  opener.rs         whose settings a main file caches with (main open or ATTACH), at FCNTL_PDB
+//!  lock.rs, file.rs  the I/O methods
 //!  vfs.rs            the VFS: xOpen attaches, a job's connection joins; lib.rs registers it
 //! ```
 //!
@@ -63,6 +66,7 @@ mod hot_reload;
 mod job;
 mod lock;
 mod open_db;
+mod opener;
 mod pass_through;
 mod pragma;
 mod registry;

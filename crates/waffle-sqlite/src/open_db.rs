@@ -76,6 +76,21 @@ impl OpenDb {
     }
 }
 
+/// A main database file SQLite has opened whose cache is not attached yet:
+/// what its xOpen read, kept until SQLite says whose file it is (opener.rs).
+pub struct Pending {
+    /// Its URI's settings (and the environment's): the opener's if this is the main open.
+    pub config: Config,
+    /// Its URI's `waffle_*` parameter names, said if an ATTACH named any.
+    pub uri_params: Vec<String>,
+    /// The stats file its URI (else the environment) names; an ATTACH's is the environment's.
+    pub stats_uri: Option<PathBuf>,
+    pub path: PathBuf,
+    pub read_only: bool,
+    /// SQLite's own descriptor of the file (descriptor.rs).
+    pub fd: RawFd,
+}
+
 /// The wal-index mapping while handles of ours hold it: the address stays
 /// valid while `handles` > 0 (the VFS unmaps only after the last one lets go,
 /// and a handle leaves the count before it lets go, under this lock).

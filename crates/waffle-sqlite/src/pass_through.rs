@@ -7,7 +7,7 @@
 use std::os::raw::{c_int, c_void};
 
 use crate::ffi::*;
-use crate::open_db::OpenDb;
+use crate::open_db::{OpenDb, Pending};
 
 #[repr(C)]
 pub struct WaffleFile {
@@ -31,6 +31,11 @@ pub struct WaffleFile {
     pub warmer: bool,
     /// SQLite's own descriptor of a cached main database file (descriptor.rs); -1 otherwise.
     pub fd: std::os::raw::c_int,
+    /// A main database file whose cache waits for SQLite to say whose it is
+    /// (opener.rs): Box::into_raw, taken once; null otherwise.
+    pub pending: *mut Pending,
+    /// The cache refused this file (opener.rs said why): its I/O fails.
+    pub refused: bool,
 }
 
 /// Where the real file starts: right after our header, 8-byte aligned.

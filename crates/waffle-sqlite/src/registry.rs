@@ -46,9 +46,17 @@ fn gate(key: Key) -> Arc<Mutex<()>> {
 }
 
 /// A connection joins the open database with this key, if there is one.
-fn join(key: Key, path: &Path, config: &Config) -> Option<Arc<OpenDb>> {
+/// Err: it asks for settings the open one would weaken (another grid, a seal
+/// key, verify; Config::refuses_to_join): the open is refused, not joined.
+fn join(key: Key, path: &Path, config: &Config) -> Result<Option<Arc<OpenDb>>, String> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    let e = open.get_or_insert_with(HashMap::new).get_mut(&key)?;
+    let Some(e) = open.get_or_insert_with(HashMap::new).get_mut(&key) else { return Ok(None) };
+    if let Some(why) = config.refuses_to_join(&e.db.config) {
+        return Err(format!(
+            "{} is already open in this process with other settings; {why} (open it with the same settings, or close the other first)",
+            path.display()
+        ));
+    }
     if e.db.config != *config {
         waffle_core::warn!(
             key: format!("settings of {}", path.display()),
@@ -58,7 +66,7 @@ fn join(key: Key, path: &Path, config: &Config) -> Option<Arc<OpenDb>> {
         );
     }
     e.refs += 1;
-    Some(Arc::clone(&e.db))
+    Ok(Some(Arc::clone(&e.db)))
 }
 
 /// The WAL write counter of the database whose WAL file is `wal` (`<db>-wal`),
@@ -86,16 +94,16 @@ fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
 
 /// Joins (or creates) the cache of the database file SQLite has just opened
 /// at `path` as descriptor `fd` (`meta`: its fstat). `read_only`: SQLite
-/// opened it read-only (nothing is written beside it).
-pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Arc<OpenDb> {
+/// opened it read-only (nothing is written beside it). Err: refused (see [`join`]).
+pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<Arc<OpenDb>, String> {
     let key = key_of(meta);
-    if let Some(db) = join(key, path, &config) {
-        return db;
+    if let Some(db) = join(key, path, &config)? {
+        return Ok(db);
     }
     let gate = gate(key);
     let _opening = gate.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(db) = join(key, path, &config) {
-        return db; // opened by another thread while we waited
+    if let Some(db) = join(key, path, &config)? {
+        return Ok(db); // opened by another thread while we waited
     }
     let db = Arc::new(open_db(path, meta, config, read_only));
     OPEN.lock()
@@ -106,7 +114,7 @@ pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> 
     if let Some((list, from)) = hot {
         crate::hot_reload::start(&db, list, from, WARMERS);
     }
-    db
+    Ok(db)
 }
 
 /// Opens the cache of one database: sidecar, grid (no registry lock held).

@@ -51,6 +51,13 @@ pub unsafe fn path_of(name: *const c_char) -> Option<PathBuf> {
     (!value.is_empty()).then(|| std::path::absolute(value).unwrap_or_else(|_| PathBuf::from(value)))
 }
 
+/// The stats file the environment names (an ATTACH's: its URI is SQL's, not the opener's).
+pub fn env_path() -> Option<PathBuf> {
+    let value = std::env::var(STATS_FILE.env).ok()?;
+    let value = value.trim();
+    (!value.is_empty()).then(|| std::path::absolute(value).unwrap_or_else(|_| PathBuf::from(value)))
+}
+
 /// Tells the thread to stop, and wakes it.
 #[derive(Default)]
 struct Stop {

@@ -4,17 +4,16 @@
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::Arc;
 
 use waffle_core::{Config, ConfigError};
 
 use crate::api::Api;
-use crate::descriptor::{self, DescriptorError};
+use crate::descriptor;
 use crate::ffi::*;
 use crate::file::{self, MAIN_METHODS};
-use crate::open_db::key_of;
+use crate::open_db::{key_of, Pending};
 use crate::pass_through::{self, WaffleFile, PASS_METHODS, REAL_OFFSET};
 use crate::registry;
 use crate::vfs_name::VFS_NAME;
@@ -79,12 +78,15 @@ unsafe fn base(vfs: *mut sqlite3_vfs) -> *mut sqlite3_vfs {
     unsafe { (*vfs).pAppData as *mut sqlite3_vfs }
 }
 
-/// The cache settings of a main database: its URI parameters, else the environment.
+/// The cache settings of a main database: its URI parameters, else the
+/// environment; and the `waffle_*` parameters its URI names (an ATTACH's are
+/// ignored, and said: opener.rs).
 ///
 /// # Safety
 /// `name` is the (non-null) filename SQLite passed to xOpen for a main database.
-unsafe fn config_for(name: *const c_char) -> Result<Config, ConfigError> {
+unsafe fn config_for(name: *const c_char) -> Result<(Config, Vec<String>), ConfigError> {
     let api = crate::api::installed();
+    let mut named = Vec::new();
     if let Some(uri_key) = api.uri_key {
         // A misspelt waffle_* parameter is refused, not ignored.
         for i in 0..MAX_URI_PARAMS {
@@ -94,8 +96,11 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, ConfigError> {
                 break;
             }
             // SAFETY: a non-null key is a NUL-terminated string inside name's URI block.
-            let key = unsafe { CStr::from_ptr(k) };
-            waffle_core::config::check_name(&key.to_string_lossy())?;
+            let key = unsafe { CStr::from_ptr(k) }.to_string_lossy();
+            waffle_core::config::check_name(&key)?;
+            if key.to_ascii_lowercase().starts_with("waffle_") {
+                named.push(key.into_owned());
+            }
         }
     }
     let config = Config::from_lookup(|param| {
@@ -105,11 +110,7 @@ unsafe fn config_for(name: *const c_char) -> Result<Config, ConfigError> {
         // SAFETY: a non-null value is a NUL-terminated string inside name's URI block.
         (!v.is_null()).then(|| unsafe { CStr::from_ptr(v) }.to_string_lossy().into_owned())
     })?;
-    // The log is the process's: the last open that names a level sets it.
-    if let Some(level) = config.log {
-        waffle_core::log::set_level(level);
-    }
-    Ok(config)
+    Ok((config, named))
 }
 
 unsafe extern "C" fn x_open(
@@ -175,6 +176,8 @@ unsafe fn open(
         (*wf).wal_writes = std::ptr::null();
         (*wf).warmer = false;
         (*wf).fd = -1;
+        (*wf).pending = std::ptr::null_mut();
+        (*wf).refused = false;
     }
     // SAFETY: f has szOsFile = REAL_OFFSET + the base VFS's szOsFile bytes (register sized it so).
     let real = unsafe { pass_through::real(f) };
@@ -271,40 +274,16 @@ unsafe fn open(
     // SAFETY: name is xOpen's filename for a main database; out_flags is null or what the base VFS set.
     let read_only = unsafe { opened_read_only(name, flags, out_flags) };
     // SAFETY: as above.
-    let stats_path = unsafe { crate::stats_file::path_of(name) };
-    let attached = std::panic::catch_unwind(|| {
-        let meta = descriptor::metadata(fd).map_err(DescriptorError::Stat)?;
-        let db = registry::attach(Path::new(&path_text), &meta, config, read_only);
-        // A panic there is caught here: past the attach, nothing may lose the connection's reference.
-        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| crate::stats_file::start(&db, stats_path, &meta)));
-        Ok::<_, DescriptorError>(db)
-    });
-    match attached {
-        Ok(Ok(db)) => {
-            if db.config.direct_io {
-                descriptor::no_read_ahead(fd);
-            }
-            // SAFETY: f is ours to fill; main_close gives the Arc back.
-            unsafe {
-                (*wf).db = Arc::into_raw(db);
-                (*wf).fd = fd;
-                (*wf).base.pMethods = &MAIN_METHODS;
-            }
-            SQLITE_OK
-        }
-        Ok(Err(e)) => {
-            refused(&format!("cannot open {path_text}: {e}"));
-            // SAFETY: real is the base VFS's file, open.
-            unsafe { close_real(real) };
-            SQLITE_CANTOPEN
-        }
-        Err(_) => {
-            refused(&format!("cannot open {path_text}: internal error"));
-            // SAFETY: real is the base VFS's file, open.
-            unsafe { close_real(real) };
-            SQLITE_CANTOPEN
-        }
+    let stats_uri = unsafe { crate::stats_file::path_of(name) };
+    let (config, uri_params) = config;
+    // Whose file this is, SQLite says next (opener.rs): the cache is attached then.
+    let pending = Pending { config, uri_params, stats_uri, path: path_text.into(), read_only, fd };
+    // SAFETY: f is ours to fill; the pending state is taken by opener::resolve or main_close.
+    unsafe {
+        (*wf).pending = Box::into_raw(Box::new(pending));
+        (*wf).base.pMethods = &MAIN_METHODS;
     }
+    SQLITE_OK
 }
 
 /// Whether SQLite opened the database read-only: `mode=ro`, a file it could
