@@ -267,8 +267,9 @@ unsafe fn file_control(f: *mut sqlite3_file, op: c_int, arg: *mut c_void) -> c_i
         // SAFETY: f is ours; with this op, arg is the opening connection (a sqlite3**), on its thread.
         let who = match unsafe { opener::main_file_of(f, arg) } {
             None => Opener::Main,
-            // SAFETY: a file whose methods are ours is a main database file of this VFS, open.
-            Some(main) if unsafe { (*main).pMethods } == &MAIN_METHODS as *const _ => {
+            // SAFETY: main is the connection's main database file, open (SQLite handed it).
+            Some(main) if std::ptr::eq(unsafe { (*main).pMethods }, &MAIN_METHODS) => {
+                // SAFETY: a file whose methods are ours is a main database file of this VFS, open.
                 Opener::Attach { main: unsafe { opener::settings_of(main) } }
             }
             Some(_) => Opener::Attach { main: None },
