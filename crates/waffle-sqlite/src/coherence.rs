@@ -26,10 +26,19 @@
 //! a complete checkpoint elsewhere) leaves frames that can no longer be read:
 //! a new epoch. So does anything that cannot be read whole.
 //!
+//! A look at the wal-index with nothing accounted for yet (the first read mark
+//! of a warm start, the first after a rebuilt wal-index) cannot name what
+//! was copied back before it: the cache then holds on only if the file and
+//! the WAL show that nothing was copied back since the cache was last shown
+//! in step with the file ([`Anchor`]). That look, not the first SHARED lock,
+//! is where the snapshot is fixed: a SHARED lock does not stop a checkpoint,
+//! and a reader may wait in its busy handler between the two while another
+//! process copies a whole generation back and restarts the WAL.
+//!
 //! The rule, and the interleavings it was checked against, are in
 //! docs/design.md ("Other writers").
 
-use crate::wal_index::WalView;
+use crate::wal_index::{WalHeader, WalView};
 
 /// `WAFFLE_TRACE=coherence` (or `WAFFLE_LOG=debug`) logs every coherence step
 /// at the debug level (debugging a sharing problem in the field, as vfstrace
@@ -107,13 +116,58 @@ struct WalMark {
     backfilled: u32,
 }
 
-/// Where the pages of a WAL frame range can be read (the `-wal` file).
+/// Where the cache was last shown in step with the file while it did not
+/// know which WAL frames the file holds: the clean close of a warm start, or
+/// a rebuilt wal-index. The next look at the wal-index decides against it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Anchor {
+    sig: FileSig,
+    /// The generation the `-wal` file's header named then (None: no WAL; a
+    /// clean close that vouches leaves none).
+    salt: Option<[u8; 8]>,
+}
+
+impl Anchor {
+    /// Whether the cache may keep what it holds for the wal-index `v`: the
+    /// file is as it was then, and the WAL shows nothing copied back since
+    /// that the frames of `v` cannot name.
+    fn holds(self, v: WalView, frames: &dyn Frames) -> bool {
+        // Times included: content cannot show a generation that was copied
+        // back and then lost (a TRUNCATE checkpoint, then a wal-index rebuilt
+        // from the empty WAL, or a writer that draws fresh salts).
+        if frames.file_sig() != Some(self.sig) {
+            return false;
+        }
+        match self.salt {
+            // The same generation: what it copied back is named from frame 1.
+            Some(salt) => v.salt == salt,
+            // No WAL then. Content that shows a copy since, whatever the times say:
+            // frames copied back; new salts without a frame (a restart); a header whose
+            // checkpoint sequence moved (the restarting connection's count) or that is
+            // not this generation's.
+            None => {
+                let header = match frames.wal_header() {
+                    None => v.mx_frame == 0,
+                    Some(h) => h.ckpt_seq == 0 && (v.mx_frame == 0 || h.salt == v.salt),
+                };
+                v.backfilled == 0 && (v.mx_frame > 0 || v.salt == [0; 8]) && header
+            }
+        }
+    }
+}
+
+/// Where the pages of a WAL frame range can be read (the `-wal` file), and
+/// the files as they are now.
 pub trait Frames {
     /// 1-based page numbers written by frames `first..=last` of generation
     /// `salt`; None if they cannot all be read.
     fn pages(&self, salt: [u8; 8], page_bytes: u32, first: u32, last: u32) -> Option<Vec<u32>>;
     /// The database file's length now.
     fn db_len(&self) -> Option<u64>;
+    /// The database file's signature now (None: it cannot be read).
+    fn file_sig(&self) -> Option<FileSig>;
+    /// The `-wal` file's header now (None: no whole header).
+    fn wal_header(&self) -> Option<WalHeader>;
 }
 
 /// One database's coherence state, shared by this process's connections (behind a mutex).
@@ -140,13 +194,17 @@ pub struct Coherence {
     /// WAL mode: a connection of ours took EXCLUSIVE on the database file and
     /// caught up with the wal-index then (nobody else has the database open).
     exclusive_caught_up: bool,
+    /// What the first look at the wal-index with nothing accounted for (`wal`
+    /// None) must find for the cache to keep what it holds.
+    anchor: Option<Anchor>,
 }
 
 impl Coherence {
     /// A cache that starts from a clean close: it was in step with a file
     /// whose signature was `sig` (None: a cold cache).
     pub fn new(sig: Option<FileSig>) -> Coherence {
-        Coherence { sig, cold: sig.is_none(), vouched: sig.is_some(), ..Coherence::default() }
+        let anchor = sig.map(|sig| Anchor { sig, salt: None });
+        Coherence { sig, cold: sig.is_none(), vouched: sig.is_some(), anchor, ..Coherence::default() }
     }
 
     /// The signature a clean close may save for a warm start: recorded by an
@@ -187,6 +245,7 @@ impl Coherence {
         trace!("shared: file {:?}, recorded {:?}, cold {}", now, self.sig, self.cold);
         if !self.cold && (now.is_none() || now != self.sig) {
             cache.forget_all();
+            self.anchor = None; // nothing from before is held
         }
         self.cold = false;
         self.sig = now;
@@ -205,6 +264,9 @@ impl Coherence {
         if self.holders == 0 {
             self.sig = now();
             self.vouched = vouch;
+            if vouch {
+                self.anchor = None; // in step with the file as this unlock leaves it
+            }
             trace!("unlock: recorded {:?}, vouched {vouch}", self.sig);
         }
     }
@@ -267,26 +329,25 @@ impl Coherence {
     /// ours if we wrote to the WAL: the first frame written into an empty WAL
     /// draws new salts (a restart is seen by the restart hooks). Holding the
     /// lock without writing (a superlock, a file swapped under it) proves nothing.
-    pub fn on_write_end(
-        &mut self,
-        cache: &dyn Forget,
-        view: Option<WalView>,
-        wal_writes: u64,
-        file: impl FnOnce() -> Option<FileSig>,
-    ) {
+    pub fn on_write_end(&mut self, cache: &dyn Forget, view: Option<WalView>, wal_writes: u64, files: &dyn Frames) {
         let from = self.write_from.take();
         trace!("write end: wal-index {:?}, from {:?}, writes now {}, accounted {:?}", view, from, wal_writes, self.wal);
         if std::mem::take(&mut self.recovering) {
             // A rebuilt wal-index says nothing of how the database file got
             // here (a crash, a file swapped underneath): the file must be as
             // the cache last knew it to be in step, or nothing is trusted.
-            let now = file();
+            let now = files.file_sig();
             trace!("recovery: file {:?}, recorded {:?}", now, self.sig);
             if !self.cold && (now.is_none() || now != self.sig) {
                 cache.forget_all();
                 self.sig = now;
+                self.anchor = None;
+            } else if let (false, None, Some(sig)) = (self.cold, self.anchor, now) {
+                // In step now; the next look (the read mark may come after a wait) checks
+                // nothing was copied back in between. A warm start's older anchor stays.
+                self.anchor = Some(Anchor { sig, salt: files.wal_header().map(|h| h.salt) });
             }
-            self.wal = None; // the next read mark starts over from what the WAL says now
+            self.wal = None; // the next look starts over from what the WAL says then
             return;
         }
         let (Some(now), Some(m)) = (view, self.wal) else { return };
@@ -335,8 +396,22 @@ impl Coherence {
         let Some(v) = view else {
             cache.forget_all();
             self.wal = None;
+            self.anchor = None;
             return;
         };
+        // Nothing accounted for yet: what was copied back before this look can be named only
+        // from the anchor's generation (issue 31: a warm reader waited between its first
+        // SHARED lock and this read mark while a whole generation was copied back).
+        if self.wal.is_none() {
+            if let Some(anchor) = self.anchor.take() {
+                if !anchor.holds(v, frames) {
+                    trace!("anchor {:?} does not hold for {:?}: a new epoch", anchor, v);
+                    cache.forget_all();
+                    self.wal = Some(WalMark { salt: v.salt, backfilled: v.backfilled });
+                    return;
+                }
+            }
+        }
         let page_bytes = cache.page_bytes();
         // An empty WAL has no page size yet (0).
         if page_bytes != 0 && v.page_bytes != 0 && page_bytes != v.page_bytes as usize {
@@ -375,7 +450,7 @@ impl Coherence {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::RefCell;
+    use std::cell::{Cell, RefCell};
     use std::collections::HashMap;
 
     #[derive(Default)]
@@ -404,10 +479,12 @@ mod tests {
         }
     }
 
-    /// A WAL: frame number -> (salt, pgno).
+    /// A WAL: frame number -> (salt, pgno); the `-wal` header and the database file as they are now.
     #[derive(Default)]
     struct Wal {
         frames: HashMap<u32, ([u8; 8], u32)>,
+        header: Cell<Option<WalHeader>>,
+        file: Cell<Option<FileSig>>,
     }
 
     impl Frames for Wal {
@@ -421,6 +498,12 @@ mod tests {
         }
         fn db_len(&self) -> Option<u64> {
             Some(1 << 20)
+        }
+        fn file_sig(&self) -> Option<FileSig> {
+            self.file.get()
+        }
+        fn wal_header(&self) -> Option<WalHeader> {
+            self.header.get()
         }
     }
 
@@ -543,7 +626,7 @@ mod tests {
         let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
         c.on_wal_read(&cache, empty, &wal);
         c.on_write_begin(&cache, empty, &wal, 10);
-        c.on_write_end(&cache, view(7, 2, 0), 12, || None);
+        c.on_write_end(&cache, view(7, 2, 0), 12, &wal);
         c.on_wal_read(&cache, view(7, 2, 0), &wal);
         assert!(cache.take().is_empty(), "{:?}", c);
         // The same change while we held the write lock but wrote nothing (a
@@ -551,7 +634,7 @@ mod tests {
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, empty, &wal);
         c.on_write_begin(&cache, empty, &wal, 10);
-        c.on_write_end(&cache, view(7, 2, 0), 10, || None);
+        c.on_write_end(&cache, view(7, 2, 0), 10, &wal);
         c.on_wal_read(&cache, view(7, 2, 0), &wal);
         assert_eq!(cache.take(), vec!["all"]);
         // The same salt change seen without our write lock is someone else's.
@@ -563,7 +646,7 @@ mod tests {
         let mut c = Coherence::new(None);
         c.on_wal_read(&cache, view(3, 5, 0), &wal);
         c.on_write_begin(&cache, view(3, 5, 0), &wal, 0);
-        c.on_write_end(&cache, view(4, 1, 0), 5, || None);
+        c.on_write_end(&cache, view(4, 1, 0), 5, &wal);
         c.on_wal_read(&cache, view(4, 1, 0), &wal);
         assert_eq!(cache.take(), vec!["all"]);
     }
@@ -577,15 +660,116 @@ mod tests {
         let wal = Wal::default();
         let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
         let mut c = Coherence::new(Some(sig(1)));
+        wal.file.set(Some(sig(1)));
         c.on_shared(&cache, || Some(sig(1)));
         c.on_wal_read(&cache, empty, &wal);
         c.on_write_begin(&cache, None, &wal, 0);
-        c.on_write_end(&cache, empty, 0, || Some(sig(1)));
+        c.on_write_end(&cache, empty, 0, &wal);
         c.on_wal_read(&cache, empty, &wal);
         assert!(cache.take().is_empty(), "the file is as recorded: a warm cache stays");
         c.on_write_begin(&cache, None, &wal, 0);
-        c.on_write_end(&cache, empty, 0, || Some(sig(2)));
+        wal.file.set(Some(sig(2)));
+        c.on_write_end(&cache, empty, 0, &wal);
         assert_eq!(cache.take(), vec!["all"], "the file changed under the rebuilt index");
+    }
+
+    /// Issue 31: the warm check at the first SHARED lock passes; the reader
+    /// then waits (busy handler, another process's recovery) while a whole
+    /// generation is copied back and the WAL restarted. The read mark finds a
+    /// generation whose frames name none of it: the warm cache is forgotten,
+    /// with the file's times equal throughout (content decides).
+    #[test]
+    fn a_warm_start_is_decided_at_the_first_read_mark_not_the_first_lock() {
+        let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
+        let hdr = |ckpt_seq, salt| Some(WalHeader { ckpt_seq, salt: [salt; 8] });
+        // (the wal-index at the read mark, the -wal header then, whether the warm cache stays)
+        let cases = [
+            (empty, None, true),               // a WAL nobody wrote: the file is as the close left it
+            (view(7, 3, 0), hdr(0, 7), true),  // frames not copied back yet: the file is untouched
+            (view(7, 3, 2), hdr(0, 7), false), // frames copied back since the close
+            (view(8, 0, 0), None, false),      // TRUNCATE: new salts, no frame, an empty file
+            (view(8, 0, 0), hdr(0, 7), false), // RESTART: new salts, no frame yet
+            (view(8, 2, 0), hdr(1, 8), false), // restarted, then written: the sequence moved
+            (view(8, 2, 0), hdr(0, 9), false), // a header of another generation
+            (view(8, 2, 0), None, false),      // frames the file does not hold
+        ];
+        for (at_mark, header, stays) in cases {
+            let cache = Log::default();
+            let mut wal = Wal::default();
+            wal.file.set(Some(sig(1)));
+            for f in 1..=3 {
+                wal.frames.insert(f, ([7; 8], f + 1));
+            }
+            let mut c = Coherence::new(Some(sig(1)));
+            c.on_shared(&cache, || Some(sig(1)));
+            assert!(cache.take().is_empty(), "the first lock finds the file as the close left it");
+            // Our recovery attempt, busy on the other process's recovery lock: the file still matches.
+            c.on_write_begin(&cache, None, &wal, 0);
+            c.on_write_end(&cache, None, 0, &wal);
+            assert!(cache.take().is_empty());
+            wal.header.set(header);
+            c.on_wal_read(&cache, at_mark, &wal);
+            let want: Vec<String> = if stays { vec![] } else { vec!["all".into()] };
+            assert_eq!(cache.take(), want, "{at_mark:?} {header:?}");
+            // Accounted from here: the next read mark names what follows.
+            c.on_wal_read(&cache, at_mark, &wal);
+            assert!(cache.take().is_empty(), "{at_mark:?}");
+        }
+        // The file changed since the close (its times, or its header): never trusted.
+        let (cache, wal) = (Log::default(), Wal::default());
+        wal.file.set(Some(sig(2)));
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_wal_read(&cache, empty, &wal);
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    /// A rollback-mode warm start is decided at the first SHARED lock (it
+    /// keeps writers out); its vouching unlock leaves nothing for a later
+    /// switch to WAL mode to decide.
+    #[test]
+    fn a_vouched_unlock_settles_a_warm_start() {
+        let (cache, wal) = (Log::default(), Wal::default());
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_unlock(|| Some(sig(2)), true); // our own rollback-mode commits
+        wal.file.set(Some(sig(3))); // and our own switch to WAL mode
+        c.on_shared(&cache, || Some(sig(2)));
+        c.on_wal_read(&cache, view(5, 1, 0), &wal);
+        assert!(cache.take().is_empty(), "{c:?}");
+        // An unlock from SHARED in WAL mode vouches for nothing: the warm decision waits.
+        let (cache, wal) = (Log::default(), Wal::default());
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_unlock(|| Some(sig(4)), false); // a checkpoint elsewhere moved the file
+        c.on_shared(&cache, || Some(sig(4)));
+        wal.file.set(Some(sig(4)));
+        c.on_wal_read(&cache, view(5, 1, 0), &wal);
+        assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    /// After a rebuilt wal-index the next look names what the same generation
+    /// copied back; another generation in between is a new epoch.
+    #[test]
+    fn a_rebuilt_index_is_followed_by_its_generation_only() {
+        for (at_mark, stays) in [(view(3, 4, 2), true), (view(4, 1, 0), false)] {
+            let cache = Log::default();
+            let mut wal = Wal::default();
+            for f in 1..=4 {
+                wal.frames.insert(f, ([3; 8], f + 20));
+            }
+            wal.file.set(Some(sig(1)));
+            wal.header.set(Some(WalHeader { ckpt_seq: 2, salt: [3; 8] }));
+            let mut c = Coherence::new(None);
+            c.on_shared(&cache, || Some(sig(1)));
+            c.on_wal_read(&cache, view(3, 4, 0), &wal);
+            c.on_write_begin(&cache, None, &wal, 0);
+            c.on_write_end(&cache, view(3, 4, 0), 0, &wal);
+            c.on_wal_read(&cache, at_mark, &wal);
+            let want: Vec<String> =
+                if stays { vec!["pages [20, 21]".into(), "from 1048576".into()] } else { vec!["all".into()] };
+            assert_eq!(cache.take(), want, "{at_mark:?}");
+        }
     }
 
     /// A WAL-mode unlock vouches only when the adapter says so (an exclusive

@@ -137,6 +137,39 @@ pub fn read_at(fd: RawFd, buf: &mut [u8], offset: u64) -> io::Result<usize> {
     Ok(got)
 }
 
+/// Waits (at most SETTLE_MAX) until the clock the kernel stamps files with
+/// has moved past the file's mtime and ctime, so that any later write carries
+/// later ones: kernels before 6.13 stamp from a clock that moves only at a
+/// tick (a few milliseconds), and some file systems keep whole seconds. False
+/// if it did not (a clock behind the file's times, an unreadable clock).
+pub fn times_settled(fd: RawFd) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(m) = metadata(fd) else { return false };
+    let ns = |secs: i64, nanos: i64| i128::from(secs) * 1_000_000_000 + i128::from(nanos);
+    let mut stamp = ns(m.mtime(), m.mtime_nsec()).max(ns(m.ctime(), m.ctime_nsec()));
+    if m.mtime_nsec() == 0 && m.ctime_nsec() == 0 {
+        stamp += 999_999_999; // whole seconds: the next write in this second would look the same
+    }
+    let deadline = std::time::Instant::now() + SETTLE_MAX;
+    loop {
+        let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+        // SAFETY: `now` is a timespec the call fills; CLOCK_REALTIME_COARSE is what file times come from.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut now) } != 0 {
+            return false;
+        }
+        if ns(now.tv_sec, now.tv_nsec) > stamp {
+            return true;
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// The longest [`times_settled`] waits: a tick, or a whole-second stamp.
+const SETTLE_MAX: std::time::Duration = std::time::Duration::from_millis(1_100);
+
 /// The file as the cache reads it: SQLite's descriptor of the asking connection.
 pub struct SqliteFd {
     pub fd: RawFd,
@@ -184,6 +217,26 @@ impl Backing for NoFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After the wait, a write carries a later mtime, however coarse the kernel's stamps.
+    #[test]
+    fn once_the_times_settle_a_later_write_carries_later_ones() {
+        use std::io::Write;
+        use std::os::unix::fs::MetadataExt;
+        use std::os::unix::io::AsRawFd;
+        let path = std::env::temp_dir().join(format!("waffle-settle-{}", std::process::id()));
+        let mut f = File::options().create(true).truncate(true).read(true).write(true).open(&path).unwrap();
+        for _ in 0..20 {
+            f.write_all(b"x").unwrap();
+            let before = f.metadata().unwrap();
+            assert!(times_settled(f.as_raw_fd()));
+            f.write_all(b"y").unwrap();
+            let after = f.metadata().unwrap();
+            let at = |m: &Metadata| (m.mtime(), m.mtime_nsec());
+            assert!(at(&after) > at(&before), "{:?} then {:?}", at(&before), at(&after));
+        }
+        let _ = std::fs::remove_file(&path);
+    }
 
     #[test]
     fn a_refused_descriptor_says_why_as_before() {

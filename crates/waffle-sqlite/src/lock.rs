@@ -38,8 +38,9 @@ impl Forget for waffle_core::PageCache {
     }
 }
 
-/// The `-wal` file of an open database, for the page numbers of its frames,
-/// and SQLite's descriptor of the database file, for its length.
+/// The `-wal` file of an open database, for the page numbers of its frames
+/// and its header, and SQLite's descriptor of the database file, for its
+/// length and signature.
 struct WalFrames<'a>(&'a OpenDb, RawFd);
 
 impl Frames for WalFrames<'_> {
@@ -48,6 +49,12 @@ impl Frames for WalFrames<'_> {
     }
     fn db_len(&self) -> Option<u64> {
         descriptor::metadata(self.1).ok().map(|m| m.len())
+    }
+    fn file_sig(&self) -> Option<FileSig> {
+        file_sig(self.0, self.1)
+    }
+    fn wal_header(&self) -> Option<wal_index::WalHeader> {
+        wal_index::wal_header(&self.0.wal_path)
     }
 }
 
@@ -63,6 +70,15 @@ pub(crate) fn coherent(db: &OpenDb, step: impl FnOnce(&mut crate::coherence::Coh
     }
 }
 
+/// Test hook, compiled into builds with debug assertions only (the `checked`
+/// profile the tests run under): `WAFFLE_TEST_BLIND_FILE_TIMES` set makes the
+/// signature's mtime and ctime read as 0, so a test can show that no decision
+/// rests on them alone (tests/warm_wal_trust.rs).
+fn blind_file_times() -> bool {
+    static BLIND: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    cfg!(debug_assertions) && *BLIND.get_or_init(|| std::env::var_os("WAFFLE_TEST_BLIND_FILE_TIMES").is_some())
+}
+
 /// The database file as a cheap check sees it: header bytes 24..40, size, times, inode.
 fn file_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
     use std::os::unix::fs::MetadataExt;
@@ -73,11 +89,12 @@ fn file_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
     header[n..].fill(0);
     let m = descriptor::metadata(fd).ok()?;
     db.len_seen.store(m.len(), std::sync::atomic::Ordering::Release);
+    let blind = blind_file_times();
     Some(FileSig {
         header,
         size: m.size(),
-        mtime_ns: m.mtime() * 1_000_000_000 + m.mtime_nsec(),
-        ctime_ns: m.ctime() * 1_000_000_000 + m.ctime_nsec(),
+        mtime_ns: if blind { 0 } else { m.mtime() * 1_000_000_000 + m.mtime_nsec() },
+        ctime_ns: if blind { 0 } else { m.ctime() * 1_000_000_000 + m.ctime_nsec() },
         ino: m.ino(),
         dev: m.dev(),
     })
@@ -194,7 +211,11 @@ fn catch_up_before_mapping(db: &OpenDb, fd: RawFd) {
 /// every writer out since the last check. WAL mode (header bytes 18..20 are
 /// 2): only from EXCLUSIVE after the exclusive lock caught up with the
 /// wal-index (nobody else had the database open, so the close's checkpoint
-/// and everything before it went through the cache or was caught up).
+/// and everything before it went through the cache or was caught up), and
+/// once the file's times have settled: a later writer's commit and
+/// checkpoint may leave the header and size as they were, and the next warm
+/// open tells them apart by the times where no WAL content is left to show
+/// it (coherence.rs, `Anchor`).
 fn vouches(db: &OpenDb, fd: RawFd, lock_level: c_int) -> bool {
     let no_wal = match std::fs::metadata(&db.wal_path) {
         Ok(m) => m.len() == 0,
@@ -207,7 +228,7 @@ fn vouches(db: &OpenDb, fd: RawFd, lock_level: c_int) -> bool {
     };
     let exclusive = lock_level == SQLITE_LOCK_EXCLUSIVE
         && db.coherence.lock().unwrap_or_else(|e| e.into_inner()).exclusive_caught_up();
-    no_wal && (!wal_mode || exclusive)
+    no_wal && (!wal_mode || (exclusive && descriptor::times_settled(fd)))
 }
 
 pub(crate) unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
@@ -286,7 +307,7 @@ pub(crate) unsafe extern "C" fn main_shm_lock(f: *mut sqlite3_file, ofst: c_int,
         if write {
             let wrote = db.wal_writes.load(std::sync::atomic::Ordering::Acquire);
             // SAFETY: f is ours.
-            coherent(db, |c| c.on_write_end(&db.cache, unsafe { wal_view(f) }, wrote, || file_sig(db, fd)));
+            coherent(db, |c| c.on_write_end(&db.cache, unsafe { wal_view(f) }, wrote, &WalFrames(db, fd)));
         } else if checkpoint {
             // SAFETY: f is ours.
             coherent(db, |c| c.on_checkpoint_end(&db.cache, unsafe { wal_view(f) }, || recorded_sig(db, fd)));

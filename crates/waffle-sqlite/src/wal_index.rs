@@ -89,6 +89,55 @@ pub unsafe fn read_view(shm0: *const u8) -> Option<WalView> {
     None
 }
 
+/// The `-wal` file's header as SQLite's recovery reads it (walIndexRecover).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalHeader {
+    /// The checkpoint sequence number (bytes 12..16): the writing connection's
+    /// count of WAL restarts, 0 in a WAL its connections found empty.
+    pub ckpt_seq: u32,
+    /// The generation's salts (bytes 16..24), byte for byte as the wal-index holds them.
+    pub salt: [u8; 8],
+}
+
+const WAL_MAGIC: u32 = 0x377f_0682;
+const WAL_VERSION: u32 = 3_007_000;
+
+/// The header of the WAL file `wal`. None when there is none that SQLite's
+/// recovery would use (no file, too short, or a bad magic, version, page
+/// size or checksum).
+pub fn wal_header(wal: &Path) -> Option<WalHeader> {
+    let mut h = [0u8; WAL_HEADER_BYTES as usize];
+    File::open(wal).ok()?.read_exact_at(&mut h, 0).ok()?;
+    let be = |i: usize| u32::from_be_bytes(h[i..i + 4].try_into().expect("4 bytes"));
+    let page_bytes = be(8);
+    if be(0) & !1 != WAL_MAGIC || be(4) != WAL_VERSION || !(512..=65536).contains(&page_bytes) {
+        return None;
+    }
+    if !page_bytes.is_power_of_two() || wal_checksum(&h[..24], be(0) & 1 == 1) != [be(24), be(28)] {
+        return None;
+    }
+    Some(WalHeader { ckpt_seq: be(12), salt: h[16..24].try_into().expect("8 bytes") })
+}
+
+/// SQLite's WAL checksum (walChecksumBytes) of `data` from zero: 32-bit words,
+/// big-endian when the magic's low bit says so, else little-endian.
+fn wal_checksum(data: &[u8], big_endian: bool) -> [u32; 2] {
+    let (mut s1, mut s2) = (0u32, 0u32);
+    for pair in data.chunks_exact(8) {
+        let word = |b: &[u8]| {
+            let b: [u8; 4] = b.try_into().expect("4 bytes");
+            if big_endian {
+                u32::from_be_bytes(b)
+            } else {
+                u32::from_le_bytes(b)
+            }
+        };
+        s1 = s1.wrapping_add(word(&pair[..4])).wrapping_add(s2);
+        s2 = s2.wrapping_add(word(&pair[4..])).wrapping_add(s1);
+    }
+    [s1, s2]
+}
+
 /// The page numbers (1-based, as SQLite counts) written by frames
 /// `first..=last` of the WAL generation `salt`. None when a frame is missing
 /// or belongs to another generation: the caller cannot name the pages.
@@ -168,6 +217,39 @@ mod tests {
         assert_eq!(view_of(&r), None);
         let r = region([1, 2], 0, 12, 4096); // restart seen half-way: nBackfill above mxFrame
         assert_eq!(view_of(&r), None);
+    }
+
+    fn wal_header_of(path: &Path, bytes: &[u8]) -> Option<WalHeader> {
+        std::fs::write(path, bytes).unwrap();
+        wal_header(path)
+    }
+
+    /// A WAL written by SQLite itself: its header is read as recovery reads it.
+    #[test]
+    fn the_wal_header_is_read_as_recovery_reads_it() {
+        let dir = std::env::temp_dir().join(format!("waffle-walhdr-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let db = dir.join("h.db");
+        let wal = dir.join("h.db-wal");
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch("PRAGMA journal_mode = WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);").unwrap();
+        let first = wal_header(&wal).expect("SQLite wrote a whole header");
+        assert_eq!(first.ckpt_seq, 0, "a WAL created empty starts at 0");
+        conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |_| Ok(())).unwrap();
+        conn.execute_batch("INSERT INTO t VALUES (2);").unwrap();
+        let second = wal_header(&wal).unwrap();
+        let second_bytes = std::fs::read(&wal).unwrap()[..32].to_vec();
+        assert_eq!(second.ckpt_seq, 1, "the restart counted");
+        assert_ne!(second.salt, first.salt);
+        drop(conn);
+        let copy = dir.join("copy-wal");
+        let mut bytes = second_bytes;
+        assert_eq!(wal_header_of(&copy, &bytes), Some(second));
+        bytes[13] ^= 1; // the checksum no longer holds
+        assert_eq!(wal_header_of(&copy, &bytes), None);
+        assert_eq!(wal_header_of(&copy, &bytes[..20]), None, "too short");
+        assert_eq!(wal_header(&dir.join("none-wal")), None, "no file");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

@@ -1,0 +1,374 @@
+//! Issue 31, item 2: a warm WAL open's trust is decided where the first read
+//! transaction's snapshot is fixed (the read mark), not at the first lock.
+//!
+//! The interleaving that served 400 of 400 rows old: a WAL database is closed
+//! cleanly (sidecar, hot list, L1 pushed to the grid); a plain-SQLite process
+//! W has it open; the warm reader R takes its first SHARED lock (the file is
+//! as the close left it: the warm check passes), then finds the wal-index in
+//! need of a rebuild while another process holds the recovery lock, and waits
+//! in its busy handler (SQLITE_BUSY_RECOVERY). Meanwhile W rebuilds the
+//! wal-index, rewrites every row, checkpoints the whole WAL into the file and
+//! restarts it. R's read mark then sees a generation whose frames name none
+//! of the pages the checkpoint wrote. Every test here runs that sequence
+//! with verify mode on (each page a tier serves is compared with the file):
+//! the rows must be the new ones and `verify_mismatches` 0.
+//!
+//! R runs on a thread of this process with a busy handler of the test's (it
+//! says when it is first called and retries once told to); the recovery is
+//! held by a small Python program (fcntl on the `-shm` file's lock bytes as
+//! SQLite's walIndexRecover holds them, the header's isInit cleared as a
+//! crashed writer or a fresh `-shm` leaves it); W is an apsw process
+//! (waffle-testkit's `Peer`).
+
+use std::cell::RefCell;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use rusqlite::Connection;
+use serde_json::json;
+use waffle_core::stats::StatsSnapshot;
+use waffle_testkit::db::{cache_id, create_blob_table, open_plain, open_waffle, snapshot};
+use waffle_testkit::nodes::{start_node, Node};
+use waffle_testkit::process::KillOnDrop;
+use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::wait::{wait_for, wait_until};
+use waffle_testkit::warm_restart::{check_rows, value};
+use waffle_testkit::writers::{python_with_apsw, to_peer, Peer};
+
+/// Rows, one 4 KiB leaf page each.
+const ROWS: i64 = 400;
+/// How long any one step may take before the test fails.
+const STEP: Duration = Duration::from_secs(30);
+/// The adapter's test hook (read only in builds with debug assertions): the
+/// file signature's mtime and ctime read as 0, so no decision can rest on them.
+const BLIND_TIMES: &str = "WAFFLE_TEST_BLIND_FILE_TIMES";
+
+/// What W does once R waits in its busy handler.
+#[derive(Clone, Copy, Debug)]
+enum Then {
+    /// Every row rewritten, then `PRAGMA wal_checkpoint(TRUNCATE)`: all copied
+    /// back, a new generation without a frame, an empty WAL file.
+    Truncate,
+    /// Every row rewritten, `PRAGMA wal_checkpoint(RESTART)`, then row 1
+    /// rewritten again: all copied back, a new generation with frames.
+    RestartThenWrite,
+}
+
+impl Then {
+    /// The generation of row `id`'s bytes once W is done.
+    fn generation(self, id: i64) -> u64 {
+        match self {
+            Then::RestartThenWrite if id == 1 => 3,
+            _ => 2,
+        }
+    }
+}
+
+/// The waiting reader.
+#[derive(Clone, Copy, Debug)]
+enum Reader {
+    /// Through waffle, warm; `hot_list`: `grid` (the list's pages put in L1
+    /// from the grid at open, no lock taken) or `off` (the grid's copies on demand).
+    Waffle { hot_list: &'static str },
+    /// The control: SQLite alone.
+    Plain,
+}
+
+fn params(addr: &str, hot_list: &'static str) -> Vec<(&'static str, String)> {
+    vec![("waffle_grid", addr.to_string()), ("waffle_hot_list", hot_list.into()), ("waffle_verify", "on".into())]
+}
+
+fn open(db: &Path, addr: &str, hot_list: &'static str) -> Connection {
+    let p = params(addr, hot_list);
+    let p: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    open_waffle(db, &p)
+}
+
+fn side(db: &Path, suffix: &str) -> PathBuf {
+    let mut p = db.as_os_str().to_owned();
+    p.push(suffix);
+    PathBuf::from(p)
+}
+
+struct Closed {
+    _node: Node,
+    addr: String,
+    _dir: TempDir,
+    db: PathBuf,
+    first_id: u64,
+}
+
+/// A WAL database of ROWS rows (generation 1), every row read, closed cleanly
+/// as its last user: the WAL checkpointed and removed, L1 pushed to the grid,
+/// the sidecar and the hot list saved.
+fn closed(name: &str) -> Closed {
+    let node = start_node(64);
+    let addr = node.addr();
+    let dir = TempDir::new(name);
+    let db = dir.join("w.db");
+    let conn = open(&db, &addr, "grid");
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0)).unwrap();
+    assert_eq!(mode, "wal");
+    create_blob_table(&conn, 10, 1..=ROWS, |id| value(id, 1));
+    check_rows(&conn, |id| value(id, 1), ROWS);
+    let first_id = cache_id(&conn);
+    drop(conn);
+    assert!(!side(&db, "-wal").exists(), "the last close removes the WAL (a WAL close vouches only then)");
+    Closed { _node: node, addr, _dir: dir, db, first_id }
+}
+
+/// The stats once the open's reload has ended.
+fn after_reload(conn: &Connection) -> StatsSnapshot {
+    let mut s = StatsSnapshot::default();
+    wait_for(STEP, "the hot list reload to end", || {
+        s = snapshot(conn);
+        !matches!(s.warming().hot_list.state.as_str(), "pending" | "running")
+    });
+    s
+}
+
+// ---------------------------------------------------------------- the reader's busy handler
+
+/// Where the reader's busy handler reports and waits.
+#[derive(Default)]
+struct Gate {
+    /// Times the busy handler was called.
+    calls: AtomicU32,
+    /// The test's word that W is done: retry.
+    go: AtomicBool,
+}
+
+thread_local! {
+    /// The gate of the reader on this thread (a busy handler is a plain fn).
+    static GATE: RefCell<Option<Arc<Gate>>> = const { RefCell::new(None) };
+}
+
+/// The reader's busy handler: counts the call, then waits (with a deadline)
+/// for the test's go; after it, retries as a busy timeout would.
+fn gated_busy(attempt: i32) -> bool {
+    let Some(gate) = GATE.with(|g| g.borrow().clone()) else { return false };
+    if gate.calls.fetch_add(1, Ordering::SeqCst) == 0 {
+        return wait_until(STEP, || gate.go.load(Ordering::SeqCst));
+    }
+    // SQLite's own busy handler backs off between retries too.
+    std::thread::sleep(Duration::from_millis(1));
+    attempt < 10_000
+}
+
+// ---------------------------------------------------------------- the process holding the recovery
+
+/// The wal-index's lock bytes start at 120 (WALINDEX_LOCK_OFFSET): 121 is the
+/// checkpoint lock, 122 the recovery lock, both held exclusively while SQLite
+/// rebuilds the index (walIndexRecover). isInit (byte 12 of each 48-byte
+/// header copy) 0 says the index must be rebuilt before anyone reads.
+const HOLD_RECOVERY_PY: &str = r#"
+import fcntl, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 2, 121, os.SEEK_SET)
+m = mmap.mmap(fd, 136)
+m[12] = 0
+m[48 + 12] = 0
+print("held", flush=True)
+sys.stdin.readline()
+"#;
+
+/// Another process inside a wal-index recovery (until [`Recovery::end`]).
+struct Recovery {
+    child: KillOnDrop,
+}
+
+impl Recovery {
+    fn hold(shm: &Path) -> Recovery {
+        let mut child = Command::new(python_with_apsw())
+            .arg("-c")
+            .arg(HOLD_RECOVERY_PY)
+            .arg(shm)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn python3 (the recovery holder)");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(line);
+            }
+        });
+        let line = rx.recv_timeout(STEP).expect("the recovery holder took the locks");
+        assert_eq!(line, "held");
+        Recovery { child: KillOnDrop(child) }
+    }
+
+    /// The holder exits: its locks go with it.
+    fn end(mut self) {
+        let mut stdin = self.child.0.stdin.take().unwrap();
+        stdin.write_all(b"end\n").unwrap();
+        drop(stdin);
+        let mut status = None;
+        wait_for(STEP, "the recovery holder to exit", || {
+            status = self.child.0.try_wait().unwrap();
+            status.is_some()
+        });
+        assert!(status.unwrap().success(), "the recovery holder failed: {status:?}");
+    }
+}
+
+// ---------------------------------------------------------------- the writer
+
+fn ok(answer: serde_json::Value, what: &str) -> serde_json::Value {
+    answer.get("ok").cloned().unwrap_or_else(|| panic!("W: {what}: {answer}"))
+}
+
+fn rewrite_rows(w: &mut Peer, generation: u64, ids: impl Iterator<Item = i64>) {
+    let stmts: Vec<serde_json::Value> = ids
+        .map(|id| {
+            let v = to_peer(&rusqlite::types::Value::Blob(value(id, generation)));
+            json!(["UPDATE t SET v = ? WHERE id = ?", [v, id]])
+        })
+        .collect();
+    ok(w.request(&json!({"op": "txn", "stmts": stmts, "busy_ms": 10_000})), "rewrite rows");
+}
+
+fn checkpoint(w: &mut Peer, mode: &str) {
+    let sql = format!("PRAGMA wal_checkpoint({mode})");
+    let rows = ok(w.request(&json!({"op": "query", "sql": sql, "busy_ms": 10_000})), &sql);
+    assert_eq!(rows[0][0], json!(0), "{sql} was not blocked: {rows}");
+}
+
+fn writer_does(w: &mut Peer, then: Then) {
+    rewrite_rows(w, 2, 1..=ROWS);
+    match then {
+        Then::Truncate => checkpoint(w, "TRUNCATE"),
+        Then::RestartThenWrite => {
+            checkpoint(w, "RESTART");
+            rewrite_rows(w, 3, 1..=1);
+        }
+    }
+}
+
+// ---------------------------------------------------------------- the sequence
+
+/// Rows of `conn` not of W's generation (SQLite's cache dropped first).
+fn old_rows(conn: &Connection, then: Then) -> Vec<i64> {
+    conn.execute_batch("PRAGMA shrink_memory").unwrap();
+    let mut stmt = conn.prepare("SELECT id, v FROM t ORDER BY id").unwrap();
+    let rows = stmt.query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))).unwrap();
+    let rows: Vec<(i64, Vec<u8>)> = rows.map(|r| r.unwrap()).collect();
+    assert_eq!(rows.len() as i64, ROWS);
+    rows.into_iter().filter(|(id, v)| *v != value(*id, then.generation(*id))).map(|(id, _)| id).collect()
+}
+
+fn run(name: &str, reader: Reader, then: Then) {
+    let c = closed(name);
+    // W: plain SQLite; its open creates an empty WAL and the wal-index.
+    let mut w = Peer::spawn(None, &format!("file:{}", c.db.display()));
+    assert!(w.open_error.is_none(), "W: {:?}", w.open_error);
+    let r = match reader {
+        Reader::Waffle { hot_list } => {
+            let r = open(&c.db, &c.addr, hot_list);
+            assert_eq!(cache_id(&r), c.first_id, "a warm open");
+            let s = after_reload(&r);
+            if hot_list == "grid" {
+                let h = &s.warming().hot_list;
+                assert!(h.from_grid_pages >= ROWS as u64 - 5, "the hot list put the old pages in L1: {h:?}");
+            }
+            r
+        }
+        Reader::Plain => open_plain(&c.db),
+    };
+    let recovery = Recovery::hold(&side(&c.db, "-shm"));
+
+    // R's first statement: SHARED on the file (the warm check), then the wal-index
+    // needs a rebuild that another process holds: SQLITE_BUSY_RECOVERY, the busy handler.
+    let gate = Arc::new(Gate::default());
+    let reading = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            GATE.with(|g| *g.borrow_mut() = Some(gate));
+            r.busy_handler(Some(gated_busy)).unwrap();
+            let old = old_rows(&r, then);
+            (r, old)
+        })
+    };
+    wait_for(STEP, "the reader to wait in its busy handler", || {
+        gate.calls.load(Ordering::SeqCst) > 0 || reading.is_finished()
+    });
+    assert!(!reading.is_finished(), "the reader never waited: {:?}", reading.join().map(|(_, old)| old.len()));
+
+    // The recovery ends; W rebuilds the wal-index, rewrites every row, copies the whole
+    // WAL back into the file and restarts it. Then R's retry takes its read mark.
+    recovery.end();
+    writer_does(&mut w, then);
+    gate.go.store(true, Ordering::SeqCst);
+    let (r, old) = reading.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+
+    let stats = matches!(reader, Reader::Waffle { .. }).then(|| snapshot(&r));
+    let s = stats.as_ref().map(|s| s.cache());
+    assert!(old.is_empty(), "{reader:?} {then:?}: {} of {ROWS} rows old (first {:?}); {s:?}", old.len(), old.first());
+    if let Some(s) = s {
+        assert_eq!(s.verify_mismatches, 0, "{reader:?} {then:?}: a tier served a page older than the file: {s:?}");
+        assert!(s.foreign_resets >= 1, "the read mark could not name the frames: a new epoch: {s:?}");
+    }
+    // Everything R reads from here on is the file's.
+    check_rows(&r, |id| value(id, then.generation(id)), ROWS);
+    if let Some(s) = stats.map(|_| snapshot(&r)) {
+        assert_eq!(s.cache().verify_mismatches, 0, "{s:?}");
+    }
+    drop(r);
+    w.close();
+}
+
+/// The hot list put the old pages in L1 at open (grid mode: no lock); W's
+/// generation is copied back and the WAL truncated while R waits.
+#[test]
+fn a_warm_reader_waiting_on_recovery_never_serves_the_hot_lists_old_pages() {
+    for then in [Then::Truncate, Then::RestartThenWrite] {
+        run("wal-trust-hot", Reader::Waffle { hot_list: "grid" }, then);
+    }
+}
+
+/// No hot list: L1 starts empty and every page R asks for is in the grid
+/// under the version the clean close saved.
+#[test]
+fn a_warm_reader_waiting_on_recovery_never_serves_the_grids_old_copies() {
+    for then in [Then::Truncate, Then::RestartThenWrite] {
+        run("wal-trust-grid", Reader::Waffle { hot_list: "off" }, then);
+    }
+}
+
+/// The control: SQLite alone, the same sequence, reads the new rows.
+#[test]
+fn without_waffle_the_same_sequence_reads_the_new_rows() {
+    for then in [Then::Truncate, Then::RestartThenWrite] {
+        run("wal-trust-plain", Reader::Plain, then);
+    }
+}
+
+/// The file's mtime and ctime read as 0 in the adapter (its test hook, in a
+/// child process of this test binary so no other test is blinded): the
+/// decision rests on the WAL's content alone (a new generation without a
+/// frame; a WAL header whose checkpoint sequence moved), not on timestamps.
+#[test]
+fn when_timestamps_cannot_tell_the_wal_content_decides() {
+    const NAME: &str = "when_timestamps_cannot_tell_the_wal_content_decides";
+    if std::env::var_os(BLIND_TIMES).is_some() {
+        for then in [Then::Truncate, Then::RestartThenWrite] {
+            run("wal-trust-blind", Reader::Waffle { hot_list: "grid" }, then);
+        }
+        return;
+    }
+    assert!(cfg!(debug_assertions), "the hook is compiled only with debug assertions: run under --profile checked");
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", NAME, "--nocapture", "--test-threads=1"])
+        .env(BLIND_TIMES, "1")
+        .output()
+        .expect("run this test binary as a child");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains("1 passed"), "the blinded run failed:\n{text}");
+}
