@@ -342,6 +342,33 @@ fn a_warm_reader_waiting_on_recovery_never_serves_the_grids_old_copies() {
     }
 }
 
+/// What the rule keeps: a warm WAL open nobody changed, and one where
+/// another process has committed frames it has not copied back, keep their
+/// L1 (no new epoch, the hot list's pages served, each equal to the file).
+#[test]
+fn a_warm_wal_open_whose_file_nobody_changed_stays_warm() {
+    for frames_of_another in [false, true] {
+        let c = closed("wal-trust-kept");
+        let mut w = Peer::spawn(None, &format!("file:{}", c.db.display()));
+        assert!(w.open_error.is_none(), "W: {:?}", w.open_error);
+        if frames_of_another {
+            rewrite_rows(&mut w, 2, 1..=10); // in the WAL only: under the auto-checkpoint's 1000 frames
+        }
+        let r = open(&c.db, &c.addr, "grid");
+        assert_eq!(cache_id(&r), c.first_id, "a warm open");
+        let s = after_reload(&r);
+        assert!(s.warming().hot_list.from_grid_pages >= ROWS as u64 - 5, "{:?}", s.warming().hot_list);
+        let generation = |id| if frames_of_another && id <= 10 { 2 } else { 1 };
+        check_rows(&r, |id| value(id, generation(id)), ROWS);
+        let s = snapshot(&r);
+        let s = s.cache();
+        assert_eq!((s.foreign_resets, s.verify_mismatches), (0, 0), "{s:?}");
+        assert!(s.l1_hits >= ROWS as u64 - 20, "the hot list's pages served from L1: {s:?}");
+        drop(r);
+        w.close();
+    }
+}
+
 /// The control: SQLite alone, the same sequence, reads the new rows.
 #[test]
 fn without_waffle_the_same_sequence_reads_the_new_rows() {
