@@ -37,12 +37,8 @@ const WRAPPED_FROM: u64 = 1024;
 /// pages the earlier passes made young depended on how fast the machine ran them, and in a
 /// slow run all of them stayed in the pool, so the five read again never asked the preload
 /// (0 L1 hits before and after). With 95% old, a scan past the pool's size evicts nearly all.
-const OPEN_ARGS: [&str; 4] = [
-    "--innodb-open-files=4000",
-    "--table-open-cache=4000",
-    "--open-files-limit=10000",
-    "--innodb-old-blocks-pct=95",
-];
+const OPEN_ARGS: [&str; 4] =
+    ["--innodb-open-files=4000", "--table-open-cache=4000", "--open-files-limit=10000", "--innodb-old-blocks-pct=95"];
 
 fn small(i: u32) -> String {
     format!("s{i:04}")
