@@ -23,10 +23,15 @@ const PICKUP: Duration = Duration::from_secs(15);
 /// error when the warm stored nothing it read, or read nothing because InnoDB
 /// has opened none of the tablespaces it names (it opens a table at its first use).
 pub fn warm(dir: &Path, tablespaces: &[String], show: Show<'_>) -> Result<Warmed, String> {
+    warm_within(dir, tablespaces, show, PICKUP)
+}
+
+/// [`warm`], with `pickup` for [`PICKUP`] (the tests' requests nobody takes need not wait 15 s).
+fn warm_within(dir: &Path, tablespaces: &[String], show: Show<'_>, pickup: Duration) -> Result<Warmed, String> {
     let stats_path = if dir.is_dir() { dir.join("waffle-stats.json") } else { dir.to_path_buf() };
     // A server just started writes its first stats after one interval.
     let t0 = Instant::now();
-    while !stats_path.is_file() && t0.elapsed() < PICKUP {
+    while !stats_path.is_file() && t0.elapsed() < pickup {
         std::thread::sleep(POLL);
     }
     if !stats_path.is_file() {
@@ -42,7 +47,7 @@ pub fn warm(dir: &Path, tablespaces: &[String], show: Show<'_>) -> Result<Warmed
         std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos())
     );
     write_request(&request, &id, tablespaces)?;
-    let warmed = follow(&stats_path, &request, &id, show)?;
+    let warmed = follow(&stats_path, &request, &id, show, pickup)?;
     if warmed.read_pages == 0 && warmed.skipped_pages == 0 && warmed.skipped_targets_count > 0 {
         return Err(format!(
             "nothing warmed: {}. Warm again once InnoDB has opened them (a statement that uses the table opens it, e.g. SELECT 1 FROM db.t LIMIT 1)",
@@ -72,8 +77,8 @@ fn write_request(request: &Path, id: &str, tablespaces: &[String]) -> Result<(),
 }
 
 /// Follows the stats file until its warm is request `id`'s and done; an
-/// error when the preload does not take the request within [`PICKUP`].
-fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>) -> Result<Warmed, String> {
+/// error when the preload does not take the request within `pickup`.
+fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>, pickup: Duration) -> Result<Warmed, String> {
     // The command's time starts with the request, before the server takes it.
     let t0 = Instant::now();
     let ours = format!("request {id}:");
@@ -88,7 +93,7 @@ fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>) -> Result
             .unwrap_or(Value::Null);
         let target = w["target"].as_str().unwrap_or_default();
         if !target.starts_with(&ours) {
-            if t0.elapsed() > PICKUP {
+            if t0.elapsed() > pickup {
                 // Still there: never taken. Withdrawn, so that a server started later does not run it.
                 let taken = !request.exists();
                 let _ = std::fs::remove_file(request);
@@ -110,6 +115,9 @@ fn follow(stats_path: &Path, request: &Path, id: &str, show: Show<'_>) -> Result
 mod tests {
     use super::*;
 
+    /// Long enough for the taker thread below to run on a loaded machine; not the 15 s a real server gets.
+    const TEST_PICKUP: Duration = Duration::from_secs(3);
+
     /// A directory with a stats file whose warm is nobody's request (no preload reads the control file).
     fn server_dir(name: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("waffle-warm-client-{name}-{}", std::process::id()));
@@ -122,7 +130,7 @@ mod tests {
     #[test]
     fn a_request_nobody_takes_is_said_so_and_withdrawn() {
         let dir = server_dir("untaken");
-        let e = warm(&dir, &["shop/*".to_string()], None).unwrap_err();
+        let e = warm_within(&dir, &["shop/*".to_string()], None, TEST_PICKUP).unwrap_err();
         let left = dir.join(REQUEST_FILE).exists();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(e.contains("did not take the request"), "{e}");
@@ -142,7 +150,7 @@ mod tests {
                 }
             }
         });
-        let e = warm(&dir, &[], None).unwrap_err();
+        let e = warm_within(&dir, &[], None, TEST_PICKUP).unwrap_err();
         taker.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
         assert!(e.contains("took the request but did not start it"), "{e}");
