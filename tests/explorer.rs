@@ -17,11 +17,18 @@
 //!
 //! `scripts/explore SECONDS` runs new seeds until the time is up or one fails.
 
-use waffle_testkit::explorer::{explore, steps_from_env};
+use waffle_testkit::explorer::{explore, explore_moves, steps_from_env, Move, Moves};
 use waffle_testkit::test_cases;
 
 fn run(_name: &str, seed: u64) {
     if let Err(why) = explore(seed, steps_from_env()) {
+        panic!("{why}");
+    }
+}
+
+/// The seeds found before the opener's moves existed: their schedules as they were drawn then.
+fn classic(_name: &str, seed: u64) {
+    if let Err(why) = explore_moves(seed, steps_from_env(), Moves::Classic) {
         panic!("{why}");
     }
 }
@@ -38,7 +45,7 @@ test_cases! { run;
 
 // Seeds that found a bug once, kept as fixed cases (each failed on a1ca75a, before cc1b28e, or
 // on the tree after it, as said; 400 steps, the failing step is earlier).
-test_cases! { run;
+test_cases! { classic;
     // A waffle connection's reopen dropped the POSIX locks of a plain connection of the same
     // process holding BEGIN IMMEDIATE: at step 73 another process's BEGIN IMMEDIATE succeeded
     // (the control: SQLITE_BUSY). DELETE mode. Bug 1 of issue 19.
@@ -69,7 +76,7 @@ test_cases! { run;
 /// test that fails without the fix every time (on an EMULATED slow disk).
 #[test]
 fn found_reload_refused_leaving_wal() {
-    if let Err(why) = explore(45782153, 70) {
+    if let Err(why) = explore_moves(45782153, 70, Moves::Classic) {
         panic!("{why}");
     }
 }
@@ -80,7 +87,7 @@ fn found_reload_refused_leaving_wal() {
 /// now reads before `PRAGMA journal_mode`. WAL; the failing read is step 458.
 #[test]
 fn found_model_leaving_wal_with_a_stale_cache() {
-    if let Err(why) = explore(40059101, 460) {
+    if let Err(why) = explore_moves(40059101, 460, Moves::Classic) {
         panic!("{why}");
     }
 }
@@ -128,8 +135,59 @@ fn leave_wal_then_write(read_first: bool) -> Vec<i64> {
 /// forgot it, the file stayed. The driver now removes a backup's file when the step is not ok.
 #[test]
 fn found_model_backup_without_an_answer_left_its_file() {
-    if let Err(why) = explore(86743014, 330) {
+    if let Err(why) = explore_moves(86743014, 330, Moves::Classic) {
         panic!("{why}");
+    }
+}
+
+// The opener's moves (issue 31 item 4), each drawn in a quarter of the steps of a short
+// schedule (100 steps, 60 for the stalls: both runs in a few seconds each).
+
+/// ATTACH/DETACH from SQL, on read-write slots and read-only connections of their own, of the
+/// database under another name and of another database, with `waffle_grid` (a node of the run),
+/// `waffle_stats_file` (the database, a JSON file not Waffle's, a new file) and `waffle_key_file`
+/// (a FIFO, a regular key) in the URI: the rows and writes through the attached name are plain
+/// SQLite's, no file appears or is replaced, each statement returns within 10 s; an ATTACH
+/// naming a FIFO key file is refused on a waffle connection. DELETE and WAL.
+#[test]
+fn moves_attach_delete() {
+    focused(0x31_0400, Move::Attach, 100);
+}
+
+#[test]
+fn moves_attach_wal() {
+    focused(0x31_0401, Move::Attach, 100);
+}
+
+/// An open (a connection of its own in a worker, a read, a close) with another grid, no grid, a
+/// seal key, verify flipped, or only harmless differences: refused exactly when weaker while
+/// another waffle connection of its process has the database open, else the model's rows.
+#[test]
+fn moves_open_with_other_settings() {
+    focused(0x31_0403, Move::OpenOther, 100);
+}
+
+/// A reader reopens (warm when it can) and reads while another process holds the wal-index's
+/// recovery lock with the index marked unbuilt; a shell writes and checkpoints (RESTART or
+/// TRUNCATE) once it lets go; the read must see the shell's rows (verify mode counts no page
+/// older than the file). WAL.
+#[test]
+fn moves_stall_in_wal_recovery() {
+    focused(0x31_0405, Move::StallRecovery, 60);
+}
+
+/// A schedule of `steps` drawing move `m` in a quarter of them; at least 5 must have run.
+fn focused(seed: u64, m: Move, steps: usize) {
+    match explore_moves(seed, steps, Moves::Focus(m)) {
+        Ok(t) => {
+            let drawn = match m {
+                Move::Attach => t.attaches,
+                Move::OpenOther => t.other_opens,
+                Move::StallRecovery => t.recovery_stalls,
+            };
+            assert!(drawn >= 5, "{m:?} ran {drawn} times: {t}");
+        }
+        Err(why) => panic!("{why}"),
     }
 }
 

@@ -61,6 +61,8 @@ pub struct Run<'a> {
     pub(super) model: Model,
     pub(super) tally: Tally,
     cache_ids: HashSet<String>,
+    /// The rows of the scratch directory's other database (written only through ATTACHes).
+    pub(super) other_rows: Rows,
 }
 
 /// Runs `schedule` through waffle (`waffle`: with verify mode if `verify`) or as the control.
@@ -87,6 +89,7 @@ impl<'a> Run<'a> {
         let dir = TempDir::new(if waffle { "explore" } else { "explore-control" });
         let db = dir.join("e.db");
         let rows = create_db(&db, schedule.wal)?;
+        let other_rows = super::scratch::make_scratch(&dir)?;
         let nodes: Vec<Node> = if waffle { (0..NODES).map(|_| start_node(64)).collect() } else { Vec::new() };
         let args =
             WorkerArgs { program: worker_program(), db: db.clone(), grid: grid_of(&nodes), local: L1.into(), verify };
@@ -103,6 +106,7 @@ impl<'a> Run<'a> {
             model: Model::new(rows),
             tally: Tally::default(),
             cache_ids: HashSet::new(),
+            other_rows,
         };
         for _ in 0..schedule.waffle.len() {
             let worker = run.spawn_worker()?;
@@ -127,6 +131,9 @@ impl<'a> Run<'a> {
             Step::RenameDuringOpen { w, k, file } => self.rename_during_open(*w, *k, *file),
             Step::NodeFlush { n } => self.node_flush(*n),
             Step::NodeRestart { n } => self.node_restart(*n),
+            Step::Attach { .. } => self.attach(step),
+            Step::OpenOther { w, k, other } => self.open_other(*w, *k, *other),
+            Step::StallRecovery { .. } => self.stall_recovery(step),
             Step::Reopen { w, k, hot_list } => {
                 let closed = self.conn_step(&Step::Close { w: *w, k: *k })?;
                 let opened = self.conn_step(&Step::Open { w: *w, k: *k, hot_list })?;
@@ -288,7 +295,7 @@ impl<'a> Run<'a> {
         }
     }
 
-    fn check_stderr(&mut self, w: usize) -> Result<(), String> {
+    pub(super) fn check_stderr(&mut self, w: usize) -> Result<(), String> {
         let new = self.workers[w].new_stderr();
         match new.lines().find(|l| l.contains(VERIFY_LOG_PREFIX)) {
             Some(line) => {
@@ -342,9 +349,16 @@ impl<'a> Run<'a> {
         let got = crate::workload::query(&conn, &rows_sql(""), &[]).map_err(|e| format!("final read: {e}"))?;
         let got: Vec<String> = got.iter().map(|r| r.iter().map(value_text).collect::<Vec<_>>().join("|")).collect();
         let expected = rows_text(self.model.committed(), None);
-        match first_difference(&expected, &got) {
+        if let Some(diff) = first_difference(&expected, &got) {
+            return Err(format!("the final file differs from the model: {diff}"));
+        }
+        self.check_scratch()?;
+        let other = open_plain(&self.dir.join(super::scratch::OTHER_DB));
+        let got = crate::workload::query(&other, &rows_sql(""), &[]).map_err(|e| format!("final read: {e}"))?;
+        let got: Vec<String> = got.iter().map(|r| r.iter().map(value_text).collect::<Vec<_>>().join("|")).collect();
+        match first_difference(&rows_text(&self.other_rows, None), &got) {
             None => Ok(()),
-            Some(diff) => Err(format!("the final file differs from the model: {diff}")),
+            Some(diff) => Err(format!("the final other database differs from the model: {diff}")),
         }
     }
 }

@@ -15,17 +15,24 @@
 
 pub mod driver;
 pub mod model;
+pub mod moves;
 mod outside;
 pub mod procs;
 pub mod protocol;
+mod recovery;
 pub mod schedule;
+mod scratch;
+mod settings;
 pub mod tally;
 pub mod worker;
+mod worker_moves;
+mod worker_sql;
 
 use std::sync::OnceLock;
 
 use driver::{Outcome, Record};
 use schedule::Schedule;
+pub use schedule::{Move, Moves};
 use tally::Tally;
 
 pub use protocol::BUSY_TIMEOUT_MS;
@@ -58,8 +65,15 @@ pub fn verify_supported() -> bool {
 /// Runs the schedule of `seed` through waffle and as the control; Err says what differed, with
 /// the seed and the command that replays it.
 pub fn explore(seed: u64, steps: usize) -> Result<Tally, String> {
-    let schedule = Schedule::generate(seed, steps);
+    explore_moves(seed, steps, Moves::All)
+}
+
+/// As [`explore`] with the moves given: `Moves::Classic` for the seeds found before the opener's
+/// moves existed (their schedules unchanged), `Moves::Focus` for a move's own test.
+pub fn explore_moves(seed: u64, steps: usize, moves: Moves) -> Result<Tally, String> {
+    let mut schedule = Schedule::generate(seed, steps, moves);
     let verify = verify_supported();
+    schedule.verify = verify;
     println!("explorer: {}; verify mode {}", schedule.describe(), if verify { "on" } else { "absent in this build" });
     let waffle = driver::run(&schedule, true, verify);
     let control = driver::run(&schedule, false, false);

@@ -133,7 +133,7 @@ impl Model {
 }
 
 /// Applies one statement; returns the rows it changes.
-fn apply(rows: &mut Rows, op: &WriteOp) -> usize {
+pub(super) fn apply(rows: &mut Rows, op: &WriteOp) -> usize {
     match op {
         WriteOp::Insert { id, v, pad_len } => {
             assert!(rows.insert(*id, (v.clone(), *pad_len)).is_none(), "the schedule reused id {id}");

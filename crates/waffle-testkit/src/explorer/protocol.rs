@@ -22,7 +22,12 @@ pub const CREATE_SQL: &str = "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT 
 /// Every reader prints a row as `id|v|length(pad)|hex(last 4 bytes of pad)`, in id order; `filter`
 /// is a WHERE clause or empty.
 pub fn rows_sql(filter: &str) -> String {
-    format!("SELECT id, v, length(pad), hex(substr(pad, -4)) FROM t {filter} ORDER BY id")
+    rows_sql_in("t", filter)
+}
+
+/// As [`rows_sql`] on `table` (`a.t`: through an attached name).
+pub fn rows_sql_in(table: &str, filter: &str) -> String {
+    format!("SELECT id, v, length(pad), hex(substr(pad, -4)) FROM {table} {filter} ORDER BY id")
 }
 
 /// The pad of a row: a function of its value, so a row with a stale `v` and a fresh pad (or the
@@ -50,16 +55,21 @@ impl WriteOp {
     /// The statement with literal values (the shell runs it as text; the worker too, as the
     /// values are tokens and pads are functions of them).
     pub fn sql(&self) -> String {
+        self.sql_in("t")
+    }
+
+    /// The statement on `table` (`a.t`: through an attached name).
+    pub fn sql_in(&self, table: &str) -> String {
         let pad = |v: &str, len: u32| pad_of(v, len).iter().map(|b| format!("{b:02X}")).collect::<String>();
         match self {
             WriteOp::Insert { id, v, pad_len } => {
-                format!("INSERT INTO t(id, v, pad) VALUES ({id}, '{v}', X'{}')", pad(v, *pad_len))
+                format!("INSERT INTO {table}(id, v, pad) VALUES ({id}, '{v}', X'{}')", pad(v, *pad_len))
             }
             WriteOp::Update { id, v, pad_len } => {
-                format!("UPDATE t SET v = '{v}', pad = X'{}' WHERE id = {id}", pad(v, *pad_len))
+                format!("UPDATE {table} SET v = '{v}', pad = X'{}' WHERE id = {id}", pad(v, *pad_len))
             }
-            WriteOp::Delete { id } => format!("DELETE FROM t WHERE id = {id}"),
-            WriteOp::DeleteRange { lo, hi } => format!("DELETE FROM t WHERE id BETWEEN {lo} AND {hi}"),
+            WriteOp::Delete { id } => format!("DELETE FROM {table} WHERE id = {id}"),
+            WriteOp::DeleteRange { lo, hi } => format!("DELETE FROM {table} WHERE id BETWEEN {lo} AND {hi}"),
         }
     }
 

@@ -8,6 +8,7 @@ use std::fmt;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+pub use super::moves::{AttachParam, AttachTarget, Move, Moves, OtherSettings, ATTACH_PARAMS, OTHER_SETTINGS};
 use super::protocol::WriteOp;
 use super::protocol::SLOTS;
 
@@ -19,6 +20,10 @@ const HOT_LISTS: [&str; 3] = ["on", "off", "grid"];
 const TXN_MAX_AGE_STEPS: usize = 6;
 pub const BACKUP_FILES: u8 = 2;
 pub const NODES: usize = 2;
+/// Rows of the scratch directory's other database (an ATTACH's target).
+pub const OTHER_ROWS: i64 = 40;
+/// Ids of rows inserted into the other database start here (one per step at most).
+pub const OTHER_IDS_FROM: i64 = 1_000_000;
 
 #[derive(Clone, Debug)]
 pub enum Step {
@@ -129,6 +134,35 @@ pub enum Step {
     NodeRestart {
         n: usize,
     },
+    /// ATTACH from SQL (settings.rs): on slot k's connection, or on a read-only connection of its
+    /// own (`read_only`), then a read through the attached name, a write where the connection
+    /// may, and DETACH.
+    Attach {
+        w: usize,
+        k: usize,
+        read_only: bool,
+        target: AttachTarget,
+        param: AttachParam,
+        write: Option<WriteOp>,
+    },
+    /// A connection of its own in worker w opens the database with settings other than the
+    /// run's, reads and closes: refused exactly when another waffle connection of w has the
+    /// database open and `other` is weaker (settings.rs).
+    OpenOther {
+        w: usize,
+        k: usize,
+        other: OtherSettings,
+    },
+    /// Slot k reopens and reads while another process holds the wal-index's recovery lock; a
+    /// shell writes and checkpoints once it lets go; the read must see the shell's rows
+    /// (recovery.rs).
+    StallRecovery {
+        w: usize,
+        k: usize,
+        hot_list: &'static str,
+        ops: Vec<WriteOp>,
+        mode: &'static str,
+    },
 }
 
 impl Step {
@@ -145,6 +179,7 @@ impl Step {
             Vacuum { w, k } | Journal { w, k, .. } | Check { w, k } | Backup { w, k, .. } | Restore { w, k, .. } => {
                 Some((w, k))
             }
+            Attach { w, k, .. } | OpenOther { w, k, .. } | StallRecovery { w, k, .. } => Some((w, k)),
             _ => None,
         }
     }
@@ -169,6 +204,14 @@ impl fmt::Display for Step {
             Step::Get { ids, .. } => write!(f, " {ids:?}"),
             Step::Checkpoint { mode, .. } | Step::Journal { mode, .. } => write!(f, " {mode}"),
             Step::Backup { file, .. } | Step::Restore { file, .. } => write!(f, " file {file}"),
+            Step::Attach { read_only, target, param, write: op, .. } => {
+                let op = op.as_ref().map(|o| format!(" write {o}")).unwrap_or_default();
+                write!(f, " {}{target:?} {param:?}{op}", if *read_only { "ro " } else { "" })
+            }
+            Step::OpenOther { other, .. } => write!(f, " {other:?}"),
+            Step::StallRecovery { hot_list, ops: o, mode, .. } => {
+                write!(f, " hot_list={hot_list} then shell write {} checkpoint {mode}", ops(o))
+            }
             _ => Ok(()),
         })
     }
@@ -181,17 +224,20 @@ pub struct Schedule {
     /// Per worker process, per slot: opened through waffle (in the waffle run) or plainly.
     pub waffle: Vec<Vec<bool>>,
     pub steps: Vec<Step>,
+    /// The waffle run's verify mode (set by the caller; the control's workers run without it,
+    /// yet expect what the waffle run does).
+    pub verify: bool,
 }
 
 impl Schedule {
     /// The seed's lowest bit picks the journal mode (odd: WAL), the rest is drawn.
-    pub fn generate(seed: u64, steps: usize) -> Schedule {
-        let mut g = Generator::new(seed);
+    pub fn generate(seed: u64, steps: usize, moves: Moves) -> Schedule {
+        let mut g = Generator::new(seed, moves);
         let waffle = g.connection_kinds();
         while g.steps.len() < steps {
             g.next_step();
         }
-        Schedule { seed, wal: seed % 2 == 1, waffle, steps: g.steps }
+        Schedule { seed, wal: seed % 2 == 1, waffle, steps: g.steps, verify: false }
     }
 
     pub fn describe(&self) -> String {
@@ -216,10 +262,12 @@ struct Generator {
     txn_since: Vec<Vec<Option<usize>>>,
     next_id: i64,
     backups: Vec<u8>,
+    moves: Moves,
+    wal: bool,
 }
 
 impl Generator {
-    fn new(seed: u64) -> Generator {
+    fn new(seed: u64, moves: Moves) -> Generator {
         let mut rng = SmallRng::seed_from_u64(seed);
         let workers = rng.gen_range(2..=3);
         Generator {
@@ -229,6 +277,8 @@ impl Generator {
             txn_since: vec![vec![None; SLOTS]; workers],
             next_id: INITIAL_ROWS + 1,
             backups: Vec::new(),
+            moves,
+            wal: seed % 2 == 1,
         }
     }
 
@@ -256,7 +306,7 @@ impl Generator {
 
     fn push(&mut self, step: Step) {
         match &step {
-            Step::Open { w, k, .. } | Step::Reopen { w, k, .. } => {
+            Step::Open { w, k, .. } | Step::Reopen { w, k, .. } | Step::StallRecovery { w, k, .. } => {
                 self.open[*w][*k] = true;
                 self.txn_since[*w][*k] = None;
             }
@@ -280,6 +330,22 @@ impl Generator {
         if let Some((w, k)) = self.old_txn() {
             let step = if self.rng.gen_bool(0.7) { Step::Commit { w, k } } else { Step::Rollback { w, k } };
             return self.push(step);
+        }
+        // Classic schedules draw nothing more, so the found_* seeds keep their steps.
+        let new_move = match self.moves {
+            Moves::Classic => None,
+            Moves::All => {
+                let r = self.rng.gen_range(0..100);
+                let stall = if self.wal { Move::StallRecovery } else { Move::Attach };
+                [(0..4, Move::Attach), (4..6, Move::OpenOther), (6..7, stall)]
+                    .into_iter()
+                    .find(|(range, _)| range.contains(&r))
+                    .map(|(_, m)| m)
+            }
+            Moves::Focus(m) => self.rng.gen_bool(0.25).then_some(m),
+        };
+        if let Some(m) = new_move {
+            return self.new_move(m);
         }
         match self.rng.gen_range(0..100) {
             0..=71 => self.conn_step(),
@@ -392,6 +458,52 @@ impl Generator {
             _ => Step::Read { w, k },
         };
         self.push(step)
+    }
+
+    /// One of the opener's moves (Attach, OpenOther, StallRecovery) on a connection drawn.
+    fn new_move(&mut self, m: Move) {
+        let (w, k) = self.any_conn();
+        let step = match m {
+            Move::Attach => {
+                let read_only = !self.open[w][k] || self.rng.gen_bool(0.3);
+                let target = if self.rng.gen_bool(0.5) { AttachTarget::Same } else { AttachTarget::Other };
+                let param = self.pick(&ATTACH_PARAMS);
+                let write = (!read_only && self.rng.gen_bool(0.6)).then(|| match target {
+                    AttachTarget::Same => self.op(0),
+                    AttachTarget::Other => self.other_op(),
+                });
+                Step::Attach { w, k, read_only, target, param, write }
+            }
+            Move::OpenOther => Step::OpenOther { w, k, other: self.pick(&OTHER_SETTINGS) },
+            Move::StallRecovery => {
+                // A write transaction held across the stall would keep the shell (and the
+                // reader's recovery) busy: the open ones end first.
+                let open_txns: Vec<(usize, usize)> = (0..self.open.len())
+                    .flat_map(|w| (0..self.open[w].len()).map(move |k| (w, k)))
+                    .filter(|(w, k)| self.txn_since[*w][*k].is_some())
+                    .collect();
+                for (w, k) in open_txns {
+                    self.push(Step::Commit { w, k });
+                }
+                let hot_list = self.pick(&HOT_LISTS);
+                let ops = self.ops(3);
+                let mode = self.pick(&["RESTART", "TRUNCATE"]);
+                Step::StallRecovery { w, k, hot_list, ops, mode }
+            }
+        };
+        self.push(step)
+    }
+
+    /// A write to the other database (ids 1..=OTHER_ROWS at first; new ones above OTHER_IDS_FROM).
+    fn other_op(&mut self) -> WriteOp {
+        let v = format!("o{}", self.steps.len());
+        let pad_len = self.rng.gen_range(100..700);
+        let id = self.rng.gen_range(1..=OTHER_ROWS);
+        match self.rng.gen_range(0..3) {
+            0 => WriteOp::Insert { id: OTHER_IDS_FROM + self.steps.len() as i64, v, pad_len },
+            1 => WriteOp::Update { id, v, pad_len },
+            _ => WriteOp::Delete { id },
+        }
     }
 
     fn ids(&mut self) -> Vec<i64> {

@@ -19,6 +19,12 @@ pub struct Tally {
     pub restores: u64,
     pub busy: u64,
     pub verify_checked: u64,
+    pub attaches: u64,
+    pub other_opens: u64,
+    /// Opens and ATTACHes waffle refused by design (weaker settings, a FIFO key file).
+    pub refusals: u64,
+    /// Reads that waited on another process's wal-index recovery.
+    pub recovery_stalls: u64,
 }
 
 impl Tally {
@@ -39,6 +45,10 @@ impl Tally {
             (&mut self.restores, o.restores),
             (&mut self.busy, o.busy),
             (&mut self.verify_checked, o.verify_checked),
+            (&mut self.attaches, o.attaches),
+            (&mut self.other_opens, o.other_opens),
+            (&mut self.refusals, o.refusals),
+            (&mut self.recovery_stalls, o.recovery_stalls),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -52,7 +62,8 @@ impl fmt::Display for Tally {
         write!(
             f,
             "schedules={} steps={} processes={} kills={} opens_warm={} opens_cold={} checkpoints={} \
-             node_restarts={} node_flushes={} shells={} renames={} backups={} restores={} busy={} verify_checked={}",
+             node_restarts={} node_flushes={} shells={} renames={} backups={} restores={} busy={} verify_checked={} \
+             attaches={} other_opens={} refusals={} recovery_stalls={}",
             self.schedules,
             self.steps,
             self.processes,
@@ -67,7 +78,11 @@ impl fmt::Display for Tally {
             self.backups,
             self.restores,
             self.busy,
-            self.verify_checked
+            self.verify_checked,
+            self.attaches,
+            self.other_opens,
+            self.refusals,
+            self.recovery_stalls
         )
     }
 }

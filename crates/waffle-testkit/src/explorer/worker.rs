@@ -4,30 +4,24 @@
 //! Commands, one a line: `<verb> <slot> [args]`, verbs `open SLOT waffle|plain HOT_LIST`,
 //! `close`, `begin SLOT deferred|immediate`, `commit`, `rollback`, `write SLOT OP...`, `read`,
 //! `get SLOT ID,ID,...`, `checkpoint SLOT MODE`, `vacuum`, `journal SLOT MODE`, `check`,
-//! `backup SLOT PATH`, `restore SLOT PATH`; `quit` closes everything and exits. Every
+//! `backup SLOT PATH`, `restore SLOT PATH`, and the opener's moves (worker_moves.rs: `attach`,
+//! `try_open`, `stall`, `go`); `quit` closes everything and exits. Every
 //! connection has the explorer's busy timeout (BUSY_TIMEOUT_MS), so an outcome depends only on the order of steps.
 
 use std::io::{BufRead, Write};
-use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 use super::protocol::{rows_sql, Answer, WriteOp, BUSY_TIMEOUT_MS, SLOTS};
+use super::worker_moves;
+pub use super::worker_sql::Setup;
+use super::worker_sql::{error_answer, in_txn, rows, Slot};
 use crate::db::{stats, try_open_waffle};
 
 /// SQLite's own cache per connection, in pages: small, so reads reach the VFS.
 const SQLITE_CACHE_PAGES: u32 = 8;
-
-/// What every waffle open of a worker shares (its command line).
-#[derive(Clone)]
-pub struct Setup {
-    pub db: PathBuf,
-    pub grid: String,
-    pub local: String,
-    pub verify: bool,
-}
 
 /// Runs the worker until `quit` or the end of stdin.
 pub fn serve(setup: Setup) {
@@ -39,7 +33,10 @@ pub fn serve(setup: Setup) {
         if words.first().map(String::as_str) == Some("quit") {
             break;
         }
-        let answer = match words.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|k| *k < SLOTS) {
+        let slot = words.get(1).and_then(|s| s.parse::<usize>().ok()).filter(|k| *k < SLOTS);
+        let answer = match slot {
+            Some(k) if words[0] == "stall" => worker_moves::stall(&slots[k], words),
+            Some(k) if words[0] == "go" => worker_moves::go(&slots[k]),
             Some(k) => ask_slot(&slots[k], words),
             None => Answer { class: "err:protocol".into(), in_txn: false, payload: line.clone() },
         };
@@ -51,8 +48,6 @@ pub fn serve(setup: Setup) {
         let _ = tx.send(vec!["quit".into()]);
     }
 }
-
-type Slot = (mpsc::Sender<Vec<String>>, mpsc::Receiver<Answer>);
 
 fn spawn_slot(setup: Setup) -> Slot {
     let (tx, rx) = mpsc::channel::<Vec<String>>();
@@ -76,18 +71,6 @@ fn ask_slot(slot: &Slot, words: Vec<String>) -> Answer {
     slot.1.recv().expect("slot thread answers")
 }
 
-fn error_answer(conn: Option<&Connection>, e: &rusqlite::Error) -> Answer {
-    let class = match e.sqlite_error() {
-        Some(err) => format!("err:{}", err.extended_code),
-        None => "err:other".into(),
-    };
-    Answer { class, in_txn: in_txn(conn), payload: e.to_string() }
-}
-
-fn in_txn(conn: Option<&Connection>) -> bool {
-    conn.is_some_and(|c| !c.is_autocommit())
-}
-
 /// One command on a slot.
 fn run(setup: &Setup, conn: &mut Option<Connection>, words: &[String]) -> Answer {
     let arg = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
@@ -96,6 +79,12 @@ fn run(setup: &Setup, conn: &mut Option<Connection>, words: &[String]) -> Answer
     }
     if words[0] == "close" {
         return close(conn);
+    }
+    if words[0] == "attach" {
+        return worker_moves::attach(setup, conn.as_ref(), words);
+    }
+    if words[0] == "try_open" {
+        return worker_moves::try_open(setup, arg(2) == "waffle", arg(3));
     }
     let Some(c) = conn.as_ref() else {
         return Answer { class: "err:closed".into(), in_txn: false, payload: String::new() };
@@ -115,6 +104,7 @@ fn run(setup: &Setup, conn: &mut Option<Connection>, words: &[String]) -> Answer
         "check" => rows(c, "PRAGMA integrity_check"),
         "backup" => backup_to(c, arg(2)),
         "restore" => restore_from(c, arg(2)),
+        "stall" => return worker_moves::stalled_read(c),
         other => return Answer { class: "err:protocol".into(), in_txn: false, payload: other.into() },
     };
     match result {
@@ -245,31 +235,6 @@ fn write_in_txn(c: &Connection, ops: &[String]) -> Answer {
 
 fn join(changes: &[usize]) -> String {
     changes.iter().map(|n| n.to_string()).collect::<Vec<_>>().join(",")
-}
-
-/// Every row of a query, columns joined by `|`, rows by `;`.
-fn rows(c: &Connection, sql: &str) -> rusqlite::Result<String> {
-    let mut stmt = c.prepare(sql)?;
-    let cols = stmt.column_count();
-    let mut rows = stmt.query([])?;
-    let mut out = Vec::new();
-    while let Some(row) = rows.next()? {
-        let fields: Vec<String> = (0..cols).map(|i| text_of(row.get_ref(i))).collect::<Vec<_>>();
-        out.push(fields.join("|"));
-    }
-    Ok(out.join(";"))
-}
-
-fn text_of(v: rusqlite::Result<rusqlite::types::ValueRef>) -> String {
-    use rusqlite::types::ValueRef::*;
-    match v {
-        Ok(Null) => "NULL".into(),
-        Ok(Integer(i)) => i.to_string(),
-        Ok(Real(r)) => r.to_string(),
-        Ok(Text(t)) => String::from_utf8_lossy(t).into_owned(),
-        Ok(Blob(b)) => format!("blob({})", b.len()),
-        Err(e) => format!("error({e})"),
-    }
 }
 
 /// `PRAGMA journal_mode = MODE`, after a read that brings SQLite's own page cache up to date.

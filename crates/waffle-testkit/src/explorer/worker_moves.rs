@@ -1,0 +1,190 @@
+//! The worker's side of the opener's moves (issue 31): an ATTACH from SQL with its read, write
+//! and DETACH; an open with settings other than the run's on a connection of its own; a read
+//! whose busy handler holds it (the `stall`/`go` pair) while another process recovers the
+//! wal-index and the driver's shell checkpoints.
+//!
+//! Commands: `attach SLOT ro|rw waffle|plain URI [OP]`, `try_open SLOT waffle|plain PARAMS`
+//! (`k=v&k=v`, or `-`), `stall SLOT` (answers `waiting` once the read's busy handler is first
+//! called, or the read's own answer if it never waits), `go SLOT` (the read's answer).
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use rusqlite::{Connection, OpenFlags};
+
+use super::protocol::{rows_sql, rows_sql_in, Answer, WriteOp, BUSY_TIMEOUT_MS};
+use super::worker_sql::{error_answer, in_txn, rows, Setup, Slot};
+use crate::db::{try_open_waffle, waffle_uri};
+
+/// How long a stalled read waits for the driver's `go` before it gives up (busy).
+const STALL_MAX: Duration = Duration::from_secs(20);
+
+/// Calls of the stalled read's busy handler, and the driver's word to retry (one stall at a
+/// time per worker: the handler is a plain fn).
+static GATE_CALLS: AtomicU32 = AtomicU32::new(0);
+static GATE_GO: AtomicBool = AtomicBool::new(false);
+
+fn closed() -> Answer {
+    Answer { class: "err:closed".into(), in_txn: false, payload: String::new() }
+}
+
+/// An error answer whose payload says at which statement (`attach`, `read`, ...): the driver
+/// compares the stage too.
+fn failed_at(stage: &str, c: Option<&Connection>, e: &rusqlite::Error) -> Answer {
+    let mut a = error_answer(c, e);
+    a.payload = format!("{stage}: {}", a.payload);
+    a
+}
+
+fn timed(c: rusqlite::Result<Connection>) -> rusqlite::Result<Connection> {
+    let c = c?;
+    c.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS.into()))?;
+    Ok(c)
+}
+
+/// The run's settings for a waffle connection of the worker's own, then `extra` over them.
+fn waffle_params<'a>(setup: &'a Setup, extra: &[(&'a str, &'a str)]) -> Vec<(&'a str, &'a str)> {
+    let mut p = vec![
+        ("waffle_grid", setup.grid.as_str()),
+        ("waffle_local", setup.local.as_str()),
+        ("waffle_hot_list", "off"),
+        ("waffle_verify", if setup.verify { "on" } else { "off" }),
+    ];
+    for (k, v) in extra {
+        p.retain(|(name, _)| name != k);
+        p.push((k, v));
+    }
+    p
+}
+
+fn open_read_only(setup: &Setup, waffle: bool) -> rusqlite::Result<Connection> {
+    crate::db::register();
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    let c = if waffle {
+        Connection::open_with_flags(waffle_uri(&setup.db, &waffle_params(setup, &[("mode", "ro")])), flags)
+    } else {
+        Connection::open_with_flags(&setup.db, flags)
+    };
+    timed(c)
+}
+
+/// ATTACH `uri` AS a on the slot's connection (`rw`) or a read-only one of its own, every row
+/// of `a.t`, the write `op` on `a.t`, DETACH. Payload: `rows changes=N` (`-`: no write).
+pub(super) fn attach(setup: &Setup, conn: Option<&Connection>, words: &[String]) -> Answer {
+    let arg = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+    let (read_only, waffle, uri) = (arg(2) == "ro", arg(3) == "waffle", arg(4));
+    let op = WriteOp::parse(arg(5));
+    let own = if read_only {
+        match open_read_only(setup, waffle) {
+            Ok(c) => Some(c),
+            Err(e) => return failed_at("open", None, &e),
+        }
+    } else {
+        None
+    };
+    let Some(c) = own.as_ref().or(conn) else { return closed() };
+    if let Err(e) = c.execute_batch(&format!("ATTACH '{uri}' AS a")) {
+        return failed_at("attach", Some(c), &e);
+    }
+    let body = || -> Result<String, (&'static str, rusqlite::Error)> {
+        let read = rows(c, &rows_sql_in("a.t", "")).map_err(|e| ("read", e))?;
+        let changes = match &op {
+            Some(op) => c.execute(&op.sql_in("a.t"), []).map_err(|e| ("write", e))?.to_string(),
+            None => "-".into(),
+        };
+        Ok(format!("{read} changes={changes}"))
+    };
+    let result = body();
+    let detached = c.execute_batch("DETACH a");
+    let answer = match (result, detached) {
+        (Ok(payload), Ok(())) => Answer::ok(in_txn(Some(c)), payload),
+        (Err((stage, e)), _) => failed_at(stage, Some(c), &e),
+        (Ok(_), Err(e)) => failed_at("detach", Some(c), &e),
+    };
+    if let Some(c) = own {
+        if let Err((_, e)) = c.close() {
+            return failed_at("close", None, &e);
+        }
+    }
+    answer
+}
+
+/// An open of the database on a connection of its own (`waffle`: the run's settings with
+/// `params` over them), a read of every row, a close. Payload: the rows.
+pub(super) fn try_open(setup: &Setup, waffle: bool, params: &str) -> Answer {
+    let extra: Vec<(&str, &str)> =
+        params.split('&').filter(|p| !p.is_empty() && *p != "-").filter_map(|p| p.split_once('=')).collect();
+    let opened = if waffle {
+        try_open_waffle(&setup.db, &waffle_params(setup, &extra))
+    } else {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        Connection::open_with_flags(&setup.db, flags)
+    };
+    let c = match timed(opened) {
+        Ok(c) => c,
+        Err(e) => return failed_at("open", None, &e),
+    };
+    let answer = match rows(&c, &rows_sql("")) {
+        Ok(payload) => Answer::ok(false, payload),
+        Err(e) => failed_at("read", Some(&c), &e),
+    };
+    match c.close() {
+        Err((_, e)) if answer.is_ok() => failed_at("close", None, &e),
+        _ => answer,
+    }
+}
+
+/// The busy handler of a stalled read: says it was called, waits for `go`, then retries as a
+/// busy timeout would.
+fn gated_busy(attempt: i32) -> bool {
+    if GATE_CALLS.fetch_add(1, Ordering::SeqCst) == 0 {
+        let deadline = Instant::now() + STALL_MAX;
+        while !GATE_GO.load(Ordering::SeqCst) {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        return true;
+    }
+    std::thread::sleep(Duration::from_millis(1));
+    attempt < 5000
+}
+
+/// On the slot's thread: every row, with the gated busy handler in place of the busy timeout.
+pub(super) fn stalled_read(c: &Connection) -> Answer {
+    let read = c.busy_handler(Some(gated_busy)).and_then(|_| rows(c, &rows_sql("")));
+    let restored = c.busy_timeout(Duration::from_millis(BUSY_TIMEOUT_MS.into()));
+    match read.and_then(|rows| restored.map(|_| rows)) {
+        Ok(payload) => Answer::ok(in_txn(Some(c)), payload),
+        Err(e) => error_answer(Some(c), &e),
+    }
+}
+
+/// On the worker's main thread: starts the slot's stalled read and answers once it waits in
+/// its busy handler (`waiting`), or with its own answer if it never waits.
+pub(super) fn stall(slot: &Slot, words: Vec<String>) -> Answer {
+    GATE_CALLS.store(0, Ordering::SeqCst);
+    GATE_GO.store(false, Ordering::SeqCst);
+    slot.0.send(words).expect("slot thread alive");
+    let deadline = Instant::now() + STALL_MAX;
+    while Instant::now() < deadline {
+        if let Ok(answer) = slot.1.try_recv() {
+            return answer;
+        }
+        if GATE_CALLS.load(Ordering::SeqCst) > 0 {
+            return Answer::ok(false, "waiting");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Answer { class: "err:stall-hung".into(), in_txn: false, payload: "the read neither answered nor waited".into() }
+}
+
+/// The driver's word: the stalled read retries; its answer.
+pub(super) fn go(slot: &Slot) -> Answer {
+    GATE_GO.store(true, Ordering::SeqCst);
+    match slot.1.recv_timeout(STALL_MAX + Duration::from_secs(5)) {
+        Ok(answer) => answer,
+        Err(e) => Answer { class: "err:go-hung".into(), in_txn: false, payload: e.to_string() },
+    }
+}
