@@ -9,6 +9,9 @@
 //! waffle's background readers are waited out), so a schedule's outcomes depend on its steps alone; each schedule runs through waffle (64 KiB
 //! L1, two memcached nodes) and as a control with every connection plain, and every step's
 //! outcome must be the control's, every read the model's, verify mode must count no mismatch.
+//! The opener's moves (issue 31 item 4) are drawn too: ATTACH/DETACH from SQL with `waffle_*`
+//! parameters in the URI, opens meeting the database open in their process with other settings,
+//! a reader stalled on another process's wal-index recovery (docs/reliability.md).
 //!
 //! The seed's lowest bit is the journal mode (odd: WAL). A failure prints the seed and the
 //! replay command:
