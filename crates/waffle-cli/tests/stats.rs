@@ -35,8 +35,13 @@ impl Drop for TempDir {
     }
 }
 
+/// A stats file as the preload writes it: the format marker first (a JSON without it is no stats file).
 fn stats_json(l1_hits: u64) -> String {
-    format!(r#"{{"adapter": "mariadb-preload", "state": "active", "l1_hits": {l1_hits}, "l1_misses": 5}}"#)
+    format!(
+        r#"{{"format": "{}", "format_version": {}, "adapter": "mariadb-preload", "state": "active", "l1_hits": {l1_hits}, "l1_misses": 5}}"#,
+        waffle_core::stats_file::FORMAT,
+        waffle_core::stats_file::FORMAT_VERSION
+    )
 }
 
 fn run(args: &[&Path]) -> Output {
