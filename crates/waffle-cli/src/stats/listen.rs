@@ -17,7 +17,11 @@ use super::{prometheus, sources};
 /// where on stdout (the address bound: a port 0 asks for a free one).
 pub fn serve(addr: &str, paths: &[PathBuf]) -> Result<(), String> {
     let server = Server::http(addr).map_err(|e| format!("--listen {addr}: {e}"))?;
-    let bound = server.server_addr().to_ip().map_or_else(|| addr.to_string(), |a| a.to_string());
+    let ip = server.server_addr().to_ip();
+    let bound = ip.map_or_else(|| addr.to_string(), |a| a.to_string());
+    if let Some(warning) = ip.and_then(|a| exposure_warning(addr, a)) {
+        eprintln!("{warning}");
+    }
     println!("waffle stats: serving Prometheus metrics at http://{bound}/metrics");
     let _ = std::io::stdout().flush();
     let mut said = HashMap::new();
@@ -27,6 +31,20 @@ pub fn serve(addr: &str, paths: &[PathBuf]) -> Result<(), String> {
         let _ = request.respond(response);
     }
     Ok(())
+}
+
+/// The warning for an endpoint bound beyond this host: it has no authentication, and its
+/// metrics name the databases (paths) and the grid nodes (addresses). None on a loopback address.
+pub fn exposure_warning(asked: &str, bound: std::net::SocketAddr) -> Option<String> {
+    if bound.ip().is_loopback() {
+        return None;
+    }
+    let reach = if bound.ip().is_unspecified() { "every interface of this host" } else { "its network" };
+    Some(format!(
+        "waffle stats: warning: --listen {asked} serves {reach} without authentication, and the metrics name \
+         databases (file paths) and grid nodes (addresses): bind 127.0.0.1 (a Prometheus on this host) or \
+         let a firewall admit only the scraper"
+    ))
 }
 
 fn answer(

@@ -114,6 +114,10 @@ const NODE_COUNTERS: &[(&str, &str, NodeField)] = &[
 
 const COST_STATES: [&str; 3] = ["measuring", "on", "backed_off"];
 
+/// Up/down is the node's health (faults), not its cost: a node backed off for cost still answers.
+pub const NODE_UP_HELP: &str = "1 while the grid node is up, 0 while it is down (faults marked it down until its next \
+     probe, or its address did not resolve); a node backed off for cost is up (see waffle_node_cost_state).";
+
 /// A label value as the text format wants it: `\`, `"` and line feeds escaped
 /// (prometheus-client 0.22 writes label values as given).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -355,12 +359,7 @@ impl Exposition {
 
     fn add_node(&mut self, node: &NodeStatus, source: &str) {
         let labels = || vec![label("source", source), label("node", &node.addr)];
-        self.gauge(
-            "waffle_node_up",
-            "1 while the grid node is up, 0 while it is backed off.",
-            labels(),
-            f64::from(u8::from(node.up)),
-        );
+        self.gauge("waffle_node_up", NODE_UP_HELP, labels(), f64::from(u8::from(node.up)));
         for &(key, help, field) in NODE_COUNTERS {
             self.counter(&format!("waffle_node_{key}"), help, labels(), field(node));
         }

@@ -290,3 +290,29 @@ fn every_format_shows_the_files_read_and_output_is_atomic() {
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 4, "no temporary file is left");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn node_up_is_health_and_a_node_backed_off_for_cost_is_up() {
+    // Issue 32 item 3: the HELP said a backed-off node was 0.
+    let text = prom(&[source("f", known_stats())]);
+    let s = check_exposition(&text);
+    let n = r#"source="f",node="10.0.0.2:11211""#;
+    assert_eq!(s[&format!("waffle_node_cost_state{{{n},state=\"backed_off\"}}")], 1.0);
+    assert_eq!(s[&format!("waffle_node_up{{{n}}}")], 1.0, "backed off for cost, and up");
+    let help = text.lines().find(|l| l.starts_with("# HELP waffle_node_up ")).expect("a HELP line");
+    assert!(help.contains("backed off for cost is up") && !help.contains("0 while it is backed off"), "{help}");
+}
+
+#[test]
+fn an_endpoint_beyond_loopback_is_warned_of() {
+    // Issue 32 item 6: 0.0.0.0 served every interface without a word.
+    for quiet in ["127.0.0.1:9477", "[::1]:9477", "127.0.0.2:1"] {
+        assert_eq!(listen::exposure_warning(quiet, quiet.parse().unwrap()), None, "{quiet}");
+    }
+    let w = listen::exposure_warning("0.0.0.0:9477", "0.0.0.0:9477".parse().unwrap()).unwrap();
+    assert!(w.contains("--listen 0.0.0.0:9477 serves every interface") && w.contains("without authentication"), "{w}");
+    let w = listen::exposure_warning(":::9477", "[::]:9477".parse().unwrap()).unwrap();
+    assert!(w.contains("every interface"), "{w}");
+    let w = listen::exposure_warning("10.0.0.5:9477", "10.0.0.5:9477".parse().unwrap()).unwrap();
+    assert!(w.contains("serves its network") && w.contains("bind 127.0.0.1"), "{w}");
+}

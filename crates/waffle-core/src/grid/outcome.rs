@@ -124,7 +124,8 @@ impl StoreReport {
 pub struct NodeStatus {
     /// "host:port" as configured.
     pub addr: String,
-    /// False while the node is in backoff (or its address could not be resolved).
+    /// False while the node is down: faults marked it down until its next probe (health.rs), or its
+    /// address could not be resolved. A node backed off for cost ([`CostStatus`]) is up.
     pub up: bool,
     /// Round trips sent for the cache (a pipelined batch is one; idle probes apart).
     pub requests: u64,
