@@ -38,7 +38,7 @@ pub const PUSH_QUEUE: Param = Param {
 pub const DIRECT_IO: Param = Param {
     name: "waffle_direct_io",
     env: "WAFFLE_DIRECT_IO",
-    help: "read the backing file with O_DIRECT: on|off (default on)",
+    help: "keep what waffle reads out of the kernel's page cache: auto|on|off (default auto: on for a file larger than a quarter of the machine's memory)",
 };
 
 pub const KEY_FILE: Param = Param {
@@ -126,13 +126,35 @@ pub const PARAMS: [&Param; 13] = [
 ];
 
 /// Refuses a parameter that looks like ours (`waffle_` prefix) but is not one:
-/// a misspelt `waffle_locl=1GiB` would otherwise run with defaults unnoticed.
+/// a misspelt `waffle_locl=1GiB` would otherwise run with defaults unnoticed,
+/// and so would `WAFFLE_LOCAL=2MiB` (SQLite's URI keys are case-sensitive: the
+/// value would never be read).
 pub fn check_name(name: &str) -> Result<(), ConfigError> {
     let lower = name.to_ascii_lowercase();
-    if !lower.starts_with("waffle_") || PARAMS.iter().any(|p| p.name == lower) {
+    if !lower.starts_with("waffle_") || PARAMS.iter().any(|p| p.name == name) {
         return Ok(());
     }
-    Err(ConfigError::UnknownParam { name: name.to_string() })
+    match PARAMS.iter().find(|p| p.name == lower) {
+        Some(p) => Err(ConfigError::WrongCase { name: name.to_string(), want: p.name, env: p.env }),
+        None => Err(ConfigError::UnknownParam { name: name.to_string() }),
+    }
+}
+
+/// Checks a URI's parameter names in order (each through [`check_name`]):
+/// one of ours given twice is refused, since only the first would be read.
+/// Returns ours, as given.
+pub fn check_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Vec<String>, ConfigError> {
+    let mut ours: Vec<String> = Vec::new();
+    for name in names {
+        check_name(name)?;
+        if name.to_ascii_lowercase().starts_with("waffle_") {
+            if ours.iter().any(|n| n == name) {
+                return Err(ConfigError::Repeated { name: name.to_string() });
+            }
+            ours.push(name.to_string());
+        }
+    }
+    Ok(ours)
 }
 
 /// The parameters' names, for the message naming an unknown one.
@@ -153,6 +175,9 @@ pub struct Config {
     pub timeout_ms: u64,
     pub push_queue_bytes: u64,
     pub direct_io: bool,
+    /// `waffle_direct_io=auto` (the default): `direct_io` is decided by the
+    /// file's size against the machine's memory, not by the switch.
+    pub direct_io_auto: bool,
     /// Seal grid values with this key (waffle_key_file or WAFFLE_KEY); None: plain envelopes.
     pub seal_key: Option<Arc<SealKey>>,
     /// Whether `PRAGMA waffle_grid='...'` may move the grid while open (the opener's choice).
@@ -182,6 +207,7 @@ impl Default for Config {
             timeout_ms: DEFAULT_TIMEOUT_MS,
             push_queue_bytes: DEFAULT_PUSH_QUEUE_BYTES,
             direct_io: true,
+            direct_io_auto: true,
             seal_key: None,
             grid_change: false,
             grid_backoff: true,
@@ -229,6 +255,12 @@ pub enum ConfigError {
     /// A `waffle_` URI parameter that is none of [`PARAMS`] (a misspelling).
     #[error("bad value for URI parameter: '{name}': not a waffle parameter (known: {})", known_names())]
     UnknownParam { name: String },
+    /// One of [`PARAMS`] in another case (`WAFFLE_LOCAL` in a URI): SQLite would never hand its value over.
+    #[error("bad value for URI parameter: '{name}': URI parameters are lower case: write {want} ({env} is its environment variable)")]
+    WrongCase { name: String, want: &'static str, env: &'static str },
+    /// One of [`PARAMS`] twice in one URI: SQLite hands over the first only.
+    #[error("bad value for URI parameter: '{name}': given more than once; give it once")]
+    Repeated { name: String },
 }
 
 impl ConfigError {
@@ -236,7 +268,9 @@ impl ConfigError {
     pub fn param(&self) -> &'static str {
         match self {
             ConfigError::BadValue { param, .. } => param,
-            ConfigError::UnknownParam { .. } => "URI parameter",
+            ConfigError::UnknownParam { .. } | ConfigError::WrongCase { .. } | ConfigError::Repeated { .. } => {
+                "URI parameter"
+            }
         }
     }
 
@@ -244,7 +278,9 @@ impl ConfigError {
     pub fn value(&self) -> &str {
         match self {
             ConfigError::BadValue { value, .. } => value,
-            ConfigError::UnknownParam { name } => name,
+            ConfigError::UnknownParam { name }
+            | ConfigError::WrongCase { name, .. }
+            | ConfigError::Repeated { name } => name,
         }
     }
 }
@@ -256,7 +292,7 @@ pub enum ValueError {
     Size(#[from] SizeError),
     #[error("expected a whole number from {min} to {max}")]
     NotACount { min: u64, max: u64 },
-    #[error("expected on or off")]
+    #[error("expected {}", switch_words())]
     NotASwitch,
     #[error("expected on, grid or off")]
     NotAHotListMode,
@@ -282,6 +318,9 @@ pub enum SizeError {
     DecimalUnit { unit: String, n: u64 },
     #[error("unknown unit '{unit}' (use KiB, MiB, GiB or TiB)")]
     UnknownUnit { unit: String },
+    /// Something after a size that is whole on its own (`16MiB extra`): `size` as written.
+    #[error("'{after}' after {size}: a size is a number and at most one unit, nothing after it")]
+    TextAfter { size: String, after: String },
     #[error("the size is too large")]
     Overflow,
     #[error("the size is larger than 1TiB")]
@@ -365,7 +404,10 @@ impl Config {
             c.push_queue_bytes = parse_push_queue(&v).map_err(|reason| err(n, &v, reason))?;
         }
         if let Some((v, n)) = get(&DIRECT_IO) {
-            c.direct_io = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
+            c.direct_io_auto = v.trim().eq_ignore_ascii_case("auto");
+            if !c.direct_io_auto {
+                c.direct_io = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
+            }
         }
         if let Some((v, n)) = get(&GRID_CHANGE) {
             c.grid_change = parse_switch(&v).map_err(|reason| err(n, &v, reason))?;
@@ -421,13 +463,20 @@ pub fn parse_size(s: &str) -> Result<u64, SizeError> {
     }
     let n: u64 = digits.parse().map_err(|_| SizeError::NumberTooLarge)?;
     let unit = unit.trim();
-    let shift = match unit.to_ascii_lowercase().as_str() {
+    // The unit's word, and what follows it: a known unit with more after it is
+    // told as such, not as an unknown unit (whose message would list the unit
+    // the user wrote).
+    let (word, after) = unit.split_at(unit.find(|c: char| !c.is_ascii_alphabetic()).unwrap_or(unit.len()));
+    let shift = match word.to_ascii_lowercase().as_str() {
+        "kb" | "mb" | "gb" | "tb" => return Err(SizeError::DecimalUnit { unit: word.to_string(), n }),
+        "" | "b" | "k" | "kib" | "m" | "mib" | "g" | "gib" | "t" | "tib" if !after.trim().is_empty() => {
+            return Err(SizeError::TextAfter { size: format!("{digits}{word}"), after: after.trim().to_string() })
+        }
         "" | "b" => 0,
         "k" | "kib" => 10,
         "m" | "mib" => 20,
         "g" | "gib" => 30,
         "t" | "tib" => 40,
-        "kb" | "mb" | "gb" | "tb" => return Err(SizeError::DecimalUnit { unit: unit.to_string(), n }),
         _ => return Err(SizeError::UnknownUnit { unit: unit.to_string() }),
     };
     let bytes = n.checked_mul(1u64 << shift).ok_or(SizeError::Overflow)?;
@@ -487,12 +536,25 @@ fn parse_count(s: &str, min: u64, max: u64) -> Result<u64, ValueError> {
     Ok(n)
 }
 
+/// The words of a switch (any case), on's and off's side by side: the one
+/// rule that [`parse_switch`] reads and its message states.
+const SWITCH_WORDS: [(&str, &str); 4] = [("on", "off"), ("1", "0"), ("yes", "no"), ("true", "false")];
+
+fn switch_words() -> String {
+    let pairs: Vec<String> = SWITCH_WORDS[1..].iter().map(|(on, off)| format!("{on}/{off}")).collect();
+    format!("on or off (or {})", pairs.join(", "))
+}
+
 fn parse_switch(s: &str) -> Result<bool, ValueError> {
-    match s.trim().to_ascii_lowercase().as_str() {
-        "1" | "on" | "yes" | "true" => Ok(true),
-        "0" | "off" | "no" | "false" => Ok(false),
-        _ => Err(ValueError::NotASwitch),
-    }
+    let w = s.trim().to_ascii_lowercase();
+    SWITCH_WORDS
+        .iter()
+        .find_map(|&(on, off)| match w.as_str() {
+            x if x == on => Some(true),
+            x if x == off => Some(false),
+            _ => None,
+        })
+        .ok_or(ValueError::NotASwitch)
 }
 
 #[cfg(test)]
@@ -528,6 +590,22 @@ mod tests {
             let e = e.to_string();
             assert!(e.contains("refused") && e.contains(hint), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn text_after_a_whole_size_is_told_as_such_never_as_its_unit() {
+        // Issue 32 item 7: "unknown unit 'MiB  # small L1' (use KiB, MiB, ...)" told the user to write MiB.
+        for (bad, size, after) in [
+            ("16MiB  # small L1", "16MiB", "# small L1"),
+            ("16 MiB ; L1", "16MiB", "; L1"),
+            ("1 MiB MiB", "1MiB", "MiB"),
+            ("4096 #x", "4096", "#x"),
+        ] {
+            let e = parse_size(bad).unwrap_err();
+            assert_eq!(e, SizeError::TextAfter { size: size.into(), after: after.into() }, "{bad}");
+            assert!(!e.to_string().contains("use KiB"), "{e}");
+        }
+        assert_eq!(parse_size("12XB"), Err(SizeError::UnknownUnit { unit: "XB".into() }));
     }
 
     #[test]
@@ -681,13 +759,45 @@ mod tests {
 
     #[test]
     fn a_misspelt_parameter_is_refused_and_the_known_ones_named() {
-        for good in ["waffle_local", "WAFFLE_LOCAL", "cache", "vfs", "waffle", "mode"] {
+        for good in ["waffle_local", "cache", "vfs", "waffle", "mode", "WAFFLE"] {
             assert!(check_name(good).is_ok(), "{good}");
         }
         for bad in ["waffle_locl", "waffle_compres", "waffle_"] {
             let e = check_name(bad).unwrap_err();
             let text = e.to_string();
             assert!(text.contains(bad) && text.contains("waffle_local") && text.contains("waffle_grid"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_parameter_in_upper_case_or_given_twice_is_refused() {
+        // Issue 32 item 11: both were ignored silently (the default, or the first value, used).
+        for name in ["WAFFLE_LOCAL", "Waffle_Local"] {
+            let e = check_name(name).unwrap_err();
+            assert_eq!((e.param(), e.value()), ("URI parameter", name));
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "bad value for URI parameter: '{name}': URI parameters are lower case: write waffle_local \
+                     (WAFFLE_LOCAL is its environment variable)"
+                )
+            );
+        }
+        let e = check_names(["vfs", "waffle_local", "cache", "waffle_local"]).unwrap_err();
+        assert_eq!(e.to_string(), "bad value for URI parameter: 'waffle_local': given more than once; give it once");
+        let ours = check_names(["vfs", "waffle_local", "waffle_grid", "mode", "mode"]).unwrap();
+        assert_eq!(ours, ["waffle_local", "waffle_grid"], "only ours, and SQLite's own may repeat");
+    }
+
+    #[test]
+    fn a_switch_reads_the_words_its_message_states() {
+        let msg = parse(&[("waffle_direct_io", "maybe")]).unwrap_err().to_string();
+        assert_eq!(msg, "bad value for waffle_direct_io: 'maybe': expected on or off (or 1/0, yes/no, true/false)");
+        for (on, off) in SWITCH_WORDS {
+            assert!(msg.contains(on) && msg.contains(off), "{msg}");
+            for (w, want) in [(on, true), (off, false), (&*on.to_ascii_uppercase(), true)] {
+                assert_eq!(parse(&[("waffle_direct_io", w)]).unwrap().direct_io, want, "{w}");
+            }
         }
     }
 

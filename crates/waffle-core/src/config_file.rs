@@ -2,14 +2,20 @@
 //!
 //! ```text
 //! # comments and blank lines are ignored
+//! ; so are these
 //! WAFFLE_GRID  = 10.0.0.2:11211,10.0.0.3:11211
-//! waffle_local = 640MiB          # no: a comment only at the start of a line
+//! waffle_local = 640MiB          # a comment after a value, as in MariaDB's option files
+//! WAFFLE_TABLES = "shop/#sql*"   # quoted: the # is the value's
 //! ```
 //!
 //! One `KEY = VALUE` a line. A key is a `WAFFLE_*` variable or its URI
 //! parameter (`waffle_local`), either case; a value may be quoted ("..." or
-//! '...'). The environment wins over the file: a variable set in the process's
-//! environment is used, whatever the file says ([`ConfigFile::lookup`]).
+//! '...'). Comments follow MariaDB's option files (mysys `remove_end_comment`):
+//! a line starting with `#` or `;` is one, and `#` outside quotes starts one
+//! anywhere on a line; `;` after a value is the value's (MariaDB's rule too),
+//! and a value refused with one in it says so. The environment wins over the
+//! file: a variable set in the process's environment is used, whatever the
+//! file says ([`ConfigFile::lookup`]).
 //!
 //! The whole file is checked when it is read, by the same parser as the
 //! environment (crate::config), each line on its own: a line that is not
@@ -110,6 +116,10 @@ pub enum FileReason {
     /// A value of one of the adapter's keys, refused by its [`Check::Value`].
     #[error(transparent)]
     Adapter(CheckError),
+    /// A refused value with a `;` in it: MariaDB's option files (and this one) take `;` as a comment only
+    /// at the start of a line.
+    #[error("{0} (';' starts a comment only at the start of a line; after a value, start it with '#')")]
+    Semicolon(Box<FileReason>),
 }
 
 impl fmt::Display for FileError {
@@ -199,6 +209,7 @@ impl ConfigFile {
                 value: value.to_string(),
                 reason,
             };
+            let trimmed = strip_comment(trimmed).trim_end();
             let Some((key, value)) = trimmed.split_once('=') else {
                 return Err(bad("", trimmed, FileReason::NotKeyValue));
             };
@@ -207,7 +218,13 @@ impl ConfigFile {
             if let Some(first) = entries.iter().find(|e| e.env == env) {
                 return Err(bad(key, value, FileReason::SetTwice { first_line: first.line }));
             }
-            check(&env, value, own).map_err(|(shown, reason)| bad(key, shown.unwrap_or(value), reason))?;
+            check(&env, value, own).map_err(|(shown, reason)| {
+                let reason = match shown {
+                    None if value.contains(';') => FileReason::Semicolon(Box::new(reason)),
+                    _ => reason,
+                };
+                bad(key, shown.unwrap_or(value), reason)
+            })?;
             entries.push(Entry { env, value: value.to_string(), line });
         }
         Ok(ConfigFile { path: path.to_path_buf(), entries })
@@ -238,6 +255,27 @@ fn canonical(key: &str) -> Option<String> {
     let upper = key.to_ascii_uppercase();
     (upper.starts_with("WAFFLE_") && upper.len() > "WAFFLE_".len() && !upper.contains(char::is_whitespace))
         .then_some(upper)
+}
+
+/// The line up to its comment: a `#` outside quotes, as MariaDB's option
+/// files read it (mysys `remove_end_comment`: a quote opens until the same
+/// quote closes it; inside quotes a backslash escapes the next character).
+fn strip_comment(line: &str) -> &str {
+    let (mut quote, mut escape) = (None, false);
+    for (i, c) in line.char_indices() {
+        if (c == '\'' || c == '"') && !escape {
+            match quote {
+                None => quote = Some(c),
+                Some(q) if q == c => quote = None,
+                Some(_) => {}
+            }
+        }
+        if quote.is_none() && c == '#' {
+            return &line[..i];
+        }
+        escape = quote.is_some() && c == '\\' && !escape;
+    }
+    line
 }
 
 /// One pair of matching quotes around a value goes.
@@ -282,7 +320,10 @@ fn check(env: &str, value: &str, own: &[Setting]) -> Result<(), (Option<&'static
         return Config::from_sources(|_| None, |n| (n == p.env).then(|| value.to_string())).map(drop).map_err(
             |e| match e {
                 ConfigError::BadValue { reason, .. } => (None, FileReason::BadValue(Box::new(reason))),
-                ConfigError::UnknownParam { .. } => (None, unknown(own)),
+                // Names only a URI has (the file's keys are canonical here).
+                ConfigError::UnknownParam { .. } | ConfigError::WrongCase { .. } | ConfigError::Repeated { .. } => {
+                    (None, unknown(own))
+                }
             },
         );
     }
@@ -386,6 +427,32 @@ mod tests {
         assert_eq!((e.line, e.value.as_str()), (1, "WAFFLE_GRID 127.0.0.1:11211"));
         assert!(e.to_string().contains("expected KEY = VALUE"), "{e}");
         assert!(matches!(e.reason, FileReason::NotKeyValue), "{e:?}");
+    }
+
+    #[test]
+    fn comments_as_mariadb_option_files_have_them() {
+        // Issue 32 item 7: a trailing comment turned Waffle off for the run.
+        let f = parse(
+            "WAFFLE_LOCAL = 16MiB  # small L1\n; a comment line\n  # another\nWAFFLE_TIMEOUT_MS=20#no space\n\
+             WAFFLE_TABLES = 'shop/#sql*' # quoted: the first # is the value's\n\
+             WAFFLE_GRID = \"127.0.0.1:11211\"#\n",
+        )
+        .unwrap();
+        assert_eq!(f.get("WAFFLE_LOCAL"), Some("16MiB"));
+        assert_eq!(f.get("WAFFLE_TIMEOUT_MS"), Some("20"));
+        assert_eq!(f.get("WAFFLE_TABLES"), Some("shop/#sql*"));
+        assert_eq!(f.get("WAFFLE_GRID"), Some("127.0.0.1:11211"));
+        assert_eq!(strip_comment(r##"a = "x\"#y" # z"##), r##"a = "x\"#y" "##, "an escaped quote stays inside");
+        // ';' after a value is the value's in MariaDB too: refused, and the message says what to write instead,
+        // never the unit the user wrote.
+        let e = parse("WAFFLE_LOCAL = 16MiB ; small L1\n").unwrap_err();
+        assert_eq!((e.line, e.value.as_str()), (1, "16MiB ; small L1"));
+        let shown = e.to_string();
+        assert!(matches!(e.reason, FileReason::Semicolon(_)), "{e:?}");
+        assert!(shown.contains("'; small L1' after 16MiB") && shown.contains("start it with '#'"), "{shown}");
+        assert!(!shown.contains("use KiB, MiB"), "{shown}");
+        let e = parse("WAFFLE_LOCAL 16MiB # no equals sign\n").unwrap_err();
+        assert_eq!(e.value, "WAFFLE_LOCAL 16MiB", "the line without its comment");
     }
 
     #[test]

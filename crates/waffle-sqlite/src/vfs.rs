@@ -88,7 +88,8 @@ unsafe fn config_for(name: *const c_char) -> Result<(Config, Vec<String>), Confi
     let api = crate::api::installed();
     let mut named = Vec::new();
     if let Some(uri_key) = api.uri_key {
-        // A misspelt waffle_* parameter is refused, not ignored.
+        // A misspelt waffle_* parameter, one in upper case or one given twice is refused, not ignored.
+        let mut keys = Vec::new();
         for i in 0..MAX_URI_PARAMS {
             // SAFETY: name is xOpen's filename, the kind sqlite3_uri_key takes; any index is allowed.
             let k = unsafe { uri_key(name, i) };
@@ -96,12 +97,9 @@ unsafe fn config_for(name: *const c_char) -> Result<(Config, Vec<String>), Confi
                 break;
             }
             // SAFETY: a non-null key is a NUL-terminated string inside name's URI block.
-            let key = unsafe { CStr::from_ptr(k) }.to_string_lossy();
-            waffle_core::config::check_name(&key)?;
-            if key.to_ascii_lowercase().starts_with("waffle_") {
-                named.push(key.into_owned());
-            }
+            keys.push(unsafe { CStr::from_ptr(k) }.to_string_lossy().into_owned());
         }
+        named = waffle_core::config::check_names(keys.iter().map(String::as_str))?;
     }
     let config = Config::from_lookup(|param| {
         let key = std::ffi::CString::new(param).ok()?;

@@ -105,6 +105,16 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
     for name in ["waffle_locl", "waffle_compres", "WAFFLE_GRIDS"] {
         c.push(Case { uri: uri(&[(name, "1GiB")]), env: vec![], want: Refused("URI parameter", name) });
     }
+    // One of ours in upper case (never read: SQLite's keys are case-sensitive), or twice (the first
+    // only read), is refused too (issue 32 item 11).
+    for name in ["WAFFLE_LOCAL", "Waffle_Grid"] {
+        c.push(Case { uri: uri(&[(name, "2MiB")]), env: vec![], want: Refused("URI parameter", name) });
+    }
+    c.push(Case {
+        uri: uri(&[("waffle_local", "2MiB"), ("waffle_local", "3MiB")]),
+        env: vec![],
+        want: Refused("URI parameter", "waffle_local"),
+    });
     // So are the benchmarks' emulation parameters, gone from the product (issue 22).
     for name in ["waffle_device", "waffle_link"] {
         c.push(Case { uri: uri(&[(name, "real")]), env: vec![], want: Refused("URI parameter", name) });
@@ -136,6 +146,11 @@ pub fn cases(key_dir: &Path, closed_port: u16) -> Vec<Case> {
         ("waffle_push_queue", "4KiB"),
         ("waffle_direct_io", "off"),
         ("waffle_direct_io", "ON"),
+        // Every word the switch's message states (issue 32 item 11).
+        ("waffle_direct_io", "yes"),
+        ("waffle_direct_io", "TRUE"),
+        ("waffle_direct_io", "0"),
+        ("waffle_verify", "no"),
         ("waffle_hot_list", "off"),
         ("waffle_grid", ""),
         ("waffle_grid", "  "),
