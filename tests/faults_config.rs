@@ -52,6 +52,7 @@ fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {
                 assert!(result.contains("file created: false"), "a refused open must not create the file: {what}");
                 let line = said
                     .lines()
+                    .filter_map(waffle_core::log::unstamped)
                     .find(|l| l.starts_with("waffle: cannot open"))
                     .unwrap_or_else(|| panic!("no error line: {what}"));
                 assert!(
@@ -68,7 +69,7 @@ fn every_bad_value_refuses_the_open_and_names_the_parameter_and_value() {
             }
             Want::Warns(text) => {
                 assert!(result.contains("opened ok"), "an unreachable node must not fail the open: {what}");
-                let warnings: Vec<&str> = said.lines().filter(|l| l.starts_with("waffle:")).collect();
+                let warnings: Vec<&str> = said.lines().filter_map(waffle_core::log::unstamped).collect();
                 assert!(warnings.iter().any(|l| l.contains(text)), "expected a warning with '{text}': {what}");
                 assert_eq!(warnings.len(), 1, "one warning, not one per request: {what}");
                 let misses: u64 = result.rsplit(' ').next().unwrap().parse().unwrap();

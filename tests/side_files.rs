@@ -93,7 +93,7 @@ fn fingerprint(path: &Path) -> (Vec<u8>, u64, u32, u32, i64, i64) {
 
 /// The lines waffle printed on stderr.
 fn warnings(run: &Run) -> Vec<&str> {
-    run.stderr.lines().filter(|l| l.starts_with("waffle:")).collect()
+    run.stderr.lines().filter_map(waffle_core::log::unstamped).collect()
 }
 
 /// The plain shell and the shell through waffle on `db` (URI parameters `params`), as nobody if

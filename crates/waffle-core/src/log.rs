@@ -94,11 +94,28 @@ pub trait Sink: Send + Sync {
     fn write(&self, level: Level, msg: &str);
 }
 
-/// Lines on stderr, `waffle: message` for errors and `waffle: LEVEL: message`
-/// for the others (a Unix tool's form; the host's log carries its own time).
+/// Lines on stderr, `YYYY-MM-DD HH:MM:SS waffle: message` for errors and
+/// `... waffle: LEVEL: message` for the others, the time local: stderr has no
+/// time of its own (a journal adds one, a redirected file does not), and a
+/// line to compare with the host's log needs one. The host's own log
+/// (`sqlite3_log`) gets the line without it: it carries its own.
 pub struct Stderr;
 
 impl Stderr {
+    /// The line [`Stderr`] writes at `tm` (without the newline).
+    pub fn stamped(tm: &libc::tm, level: Level, msg: &str) -> String {
+        format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} {}",
+            tm.tm_year + 1900,
+            tm.tm_mon + 1,
+            tm.tm_mday,
+            tm.tm_hour,
+            tm.tm_min,
+            tm.tm_sec,
+            Stderr::format(level, msg)
+        )
+    }
+
     /// The text [`Stderr`] writes for a line (without the newline).
     pub fn format(level: Level, msg: &str) -> String {
         match level {
@@ -109,9 +126,33 @@ impl Stderr {
     }
 }
 
+/// The local time now, broken down.
+pub fn local_now() -> libc::tm {
+    // SAFETY: time(NULL), and localtime_r into a zeroed tm of our own.
+    unsafe {
+        let t = libc::time(std::ptr::null_mut());
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&t, &mut tm);
+        tm
+    }
+}
+
+/// The text after the time of a line [`Stderr`] wrote (`waffle: ...`); None for a line that is not one.
+pub fn unstamped(line: &str) -> Option<&str> {
+    let rest = line.get(20..)?;
+    let stamp = line.as_bytes();
+    let shape = stamp[..19].iter().enumerate().all(|(i, b)| match i {
+        4 | 7 => *b == b'-',
+        10 => *b == b' ',
+        13 | 16 => *b == b':',
+        _ => b.is_ascii_digit(),
+    });
+    (shape && stamp[19] == b' ' && rest.starts_with("waffle:")).then_some(rest)
+}
+
 impl Sink for Stderr {
     fn write(&self, level: Level, msg: &str) {
-        let mut line = Stderr::format(level, msg);
+        let mut line = Stderr::stamped(&local_now(), level, msg);
         line.push('\n');
         // One write: lines of several threads do not interleave.
         let _ = std::io::stderr().lock().write_all(line.as_bytes());
@@ -369,6 +410,16 @@ mod tests {
         assert_eq!(Stderr::format(Level::Error, "cannot open x"), "waffle: cannot open x");
         assert_eq!(Stderr::format(Level::Warn, "node down"), "waffle: warning: node down");
         assert_eq!(Stderr::format(Level::Info, "backed off"), "waffle: info: backed off");
+        // Issue 32 item 12: a stderr line carries its time, as the host's log lines do.
+        // SAFETY: a zeroed tm is a valid one (all fields integers or a null pointer).
+        let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+        (tm.tm_year, tm.tm_mon, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec) = (126, 10, 25, 7, 5, 9);
+        let line = Stderr::stamped(&tm, Level::Warn, "node down");
+        assert_eq!(line, "2026-11-25 07:05:09 waffle: warning: node down");
+        assert_eq!(unstamped(&line), Some("waffle: warning: node down"));
+        let now = Stderr::stamped(&local_now(), Level::Error, "x");
+        assert_eq!(unstamped(&now), Some("waffle: x"), "{now}");
+        assert_eq!(unstamped("waffle: x"), None);
         assert_eq!(Stderr::format(Level::Debug, "trace"), "waffle: debug: trace");
     }
 

@@ -28,6 +28,7 @@
 //! as the kernel's tick timer is no later than [`RECV_TIMER_LATENESS`]
 //! (scheduling delays of a loaded host come on top, as with any wait).
 
+use std::cell::Cell;
 use std::io;
 use std::net::{SocketAddr, TcpStream};
 use std::os::fd::AsRawFd;
@@ -82,9 +83,16 @@ impl Connection {
     pub fn open(addr: SocketAddr, deadline: Instant) -> Result<Connection, FaultKind> {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
+            note(Cause::NoConnection(Duration::ZERO));
             return Err(FaultKind::Timeout);
         }
-        let stream = TcpStream::connect_timeout(&addr, remaining).map_err(|e| io_fault(&e))?;
+        let stream = TcpStream::connect_timeout(&addr, remaining).map_err(|e| {
+            let kind = io_fault(&e);
+            if kind == FaultKind::Timeout {
+                note(Cause::NoConnection(remaining));
+            }
+            kind
+        })?;
         // Requests are small and latency is the point.
         stream.set_nodelay(true).map_err(|e| io_fault(&e))?;
         Ok(Connection {
@@ -181,6 +189,7 @@ impl Connection {
                 continue;
             }
             if n == 0 {
+                note(Cause::Closed);
                 return Err(FaultKind::Io);
             }
             let e = io::Error::last_os_error();
@@ -286,6 +295,7 @@ impl Connection {
                 return Ok(true);
             }
             if n == 0 {
+                note(Cause::Closed);
                 return Err(FaultKind::Io);
             }
             let e = io::Error::last_os_error();
@@ -310,13 +320,15 @@ impl Connection {
             // SAFETY: one valid pollfd, and the fd is owned by `self.stream` for the call.
             let rc = unsafe { libc::poll(&mut pollfd, 1, timeout_ms) };
             if rc < 0 {
-                if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
                     continue;
                 }
-                return Err(FaultKind::Io);
+                return Err(io_fault(&e));
             }
             if rc > 0 {
                 if pollfd.revents & libc::POLLNVAL != 0 {
+                    note(Cause::Os(libc::EBADF));
                     return Err(FaultKind::Io);
                 }
                 return Ok(pollfd.revents);
@@ -328,8 +340,62 @@ impl Connection {
 fn io_fault(e: &io::Error) -> FaultKind {
     match e.kind() {
         io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => FaultKind::Timeout,
-        _ => FaultKind::Io,
+        _ => {
+            note(e.raw_os_error().map_or(Cause::Closed, Cause::Os));
+            FaultKind::Io
+        }
     }
+}
+
+/// What an I/O fault was, for the line that marks its node down: the fault's
+/// kind is what is counted, this is what an operator can act on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Cause {
+    /// The node ended the stream (EOF where a reply was due).
+    Closed,
+    /// The connection did not open within this.
+    NoConnection(Duration),
+    /// An errno.
+    Os(i32),
+}
+
+impl Cause {
+    /// In words an operator can act on.
+    pub fn words(self) -> String {
+        match self {
+            Cause::Closed => "it closed the connection: memcached restarted or was stopped".into(),
+            Cause::NoConnection(d) => format!(
+                "no connection within {} ms: the host does not answer (down, or a firewall drops the packets)",
+                d.as_millis()
+            ),
+            Cause::Os(libc::ECONNREFUSED) => {
+                "connection refused: nothing listens on that port (memcached not running there?)".into()
+            }
+            Cause::Os(libc::ECONNRESET | libc::EPIPE) => {
+                "connection reset: memcached restarted, or something between resets connections".into()
+            }
+            Cause::Os(libc::EHOSTUNREACH | libc::ENETUNREACH) => {
+                "no route to the host: its network or a firewall (ICMP unreachable)".into()
+            }
+            Cause::Os(libc::ETIMEDOUT) => "the connection timed out in the kernel: the host stopped answering".into(),
+            Cause::Os(errno) => io::Error::from_raw_os_error(errno).to_string(),
+        }
+    }
+}
+
+thread_local! {
+    /// The cause of this thread's last I/O fault, taken by the node that records it (an exchange
+    /// fails on the thread that ran it, right after).
+    static CAUSE: Cell<Option<Cause>> = const { Cell::new(None) };
+}
+
+fn note(cause: Cause) {
+    CAUSE.with(|c| c.set(Some(cause)));
+}
+
+/// The cause of this thread's last I/O fault since the last call, if one was noted.
+pub fn take_cause() -> Option<Cause> {
+    CAUSE.with(Cell::take)
 }
 
 #[cfg(test)]

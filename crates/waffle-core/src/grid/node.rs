@@ -23,7 +23,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::clock::{Clock, SystemClock};
-use super::connection::Connection;
+use super::connection::{self, Cause, Connection};
 use super::cost::NodeCost;
 use super::disk_cost::DiskCost;
 use super::health::{Admission, Health, Strike, MISSES_TO_DOWN};
@@ -326,6 +326,7 @@ impl<C: Clock> Node<C> {
     }
 
     fn record_fault(&self, admission: Admission, kind: FaultKind, strike: Strike, counted: bool) -> FaultKind {
+        let cause = connection::take_cause();
         if counted {
             self.counters.failures.fetch_add(1, Ordering::Relaxed);
             if kind == FaultKind::Timeout {
@@ -337,8 +338,12 @@ impl<C: Clock> Node<C> {
                 self.counters.marked_down.fetch_add(1, Ordering::Relaxed);
                 // One line per up-to-down change: a down node is retried with backoff, not reported each time.
                 let why = match strike {
-                    Strike::Miss => format!("{MISSES_TO_DOWN} missed deadlines in a row"),
-                    Strike::Fatal => kind.name().to_string(),
+                    Strike::Miss => format!(
+                        "no reply within its {} ms deadline {MISSES_TO_DOWN} times in a row: the node or the \
+                         network is slow (waffle_timeout_ms)",
+                        self.timeout.as_millis()
+                    ),
+                    Strike::Fatal => fault_words(kind, cause, self.addr.is_none()),
                 };
                 crate::warn!(
                     key: format!("grid node {}", self.label),
@@ -408,6 +413,20 @@ impl<'n, C: Clock> Exchange<'n, C> {
     }
 }
 
+/// Why a fault marked a node down, in words an operator can act on (the
+/// stats count it by kind: `io`, `timeout`, `protocol`).
+fn fault_words(kind: FaultKind, cause: Option<Cause>, unresolved: bool) -> String {
+    match (kind, cause) {
+        _ if unresolved => "its address could not be resolved (DNS, or /etc/hosts)".into(),
+        (FaultKind::Io | FaultKind::Timeout, Some(c)) => c.words(),
+        (FaultKind::Timeout, None) => "no answer within its deadline".into(),
+        (FaultKind::Protocol, _) => {
+            "it answered something that is not memcached's meta protocol (memcached 1.6 or later on that port?)".into()
+        }
+        (kind, _) => kind.name().into(),
+    }
+}
+
 /// How a fault on an open connection counts: a missed deadline is a
 /// [`Strike::Miss`]; a reset or a broken reply makes the node unusable.
 fn strike_of(kind: FaultKind) -> Strike {
@@ -469,6 +488,48 @@ mod tests {
 
         let status = node.status(&DiskCost::default());
         assert_eq!((status.requests, status.failures, status.marked_down), (2, 2, 1), "skips are no requests");
+    }
+
+    #[test]
+    fn a_fault_that_marks_a_node_down_is_said_in_words_an_operator_can_act_on() {
+        // Issue 32 item 12: "is down (io)" said nothing an operator could act on.
+        let port = waffle_nodes::closed_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let _ = connection::take_cause();
+        let refused = Connection::open(addr, Instant::now() + Duration::from_secs(5)).err();
+        assert_eq!(refused, Some(FaultKind::Io));
+        let cause = connection::take_cause();
+        assert_eq!(cause, Some(Cause::Os(libc::ECONNREFUSED)));
+        assert_eq!(connection::take_cause(), None, "taken once");
+        let words = fault_words(FaultKind::Io, cause, false);
+        assert!(words.starts_with("connection refused: nothing listens on that port"), "{words}");
+        // A node that closes the connection where a reply was due.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = answering(listener, 0);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut conn = Connection::open(addr, deadline).unwrap();
+        server.join().unwrap();
+        let failed = conn.send(b"mn\r\n", deadline).err().or_else(|| conn.next_reply(deadline, |_| ()).err());
+        assert_eq!(failed, Some(FaultKind::Io));
+        let cause = connection::take_cause();
+        assert!(matches!(cause, Some(Cause::Closed | Cause::Os(libc::ECONNRESET | libc::EPIPE))), "{cause:?}");
+        let words = fault_words(FaultKind::Io, cause, false);
+        assert!(words.contains("memcached restarted"), "{words}");
+        for (kind, cause, unresolved, want) in [
+            (
+                FaultKind::Timeout,
+                Some(Cause::NoConnection(Duration::from_millis(50))),
+                false,
+                "no connection within 50 ms",
+            ),
+            (FaultKind::Protocol, None, false, "not memcached's meta protocol"),
+            (FaultKind::Io, None, true, "could not be resolved"),
+            (FaultKind::Io, Some(Cause::Os(libc::EHOSTUNREACH)), false, "no route to the host"),
+        ] {
+            let words = fault_words(kind, cause, unresolved);
+            assert!(words.contains(want) && words != kind.name(), "{words}");
+        }
     }
 
     /// A one-connection stand-in for memcached on `listener`: answers each
