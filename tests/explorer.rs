@@ -194,6 +194,18 @@ fn focused(seed: u64, m: Move, steps: usize) {
     }
 }
 
+/// The explorer's own, found by the first 20-minute run with the opener's moves (both runs
+/// differed at step 268, waffle not at fault): `w0.1` had begun IMMEDIATE and ATTACHed the
+/// database naming a FIFO key file; waffle refused it by design, plain SQLite attached (SQLite
+/// attaches inside a transaction), read, and its DETACH failed ("database a is locked"),
+/// leaving the name attached. The worker now attaches outside transactions only. WAL.
+#[test]
+fn found_model_attach_inside_a_transaction() {
+    if let Err(why) = explore(31009, 270) {
+        panic!("{why}");
+    }
+}
+
 /// `WAFFLE_EXPLORE_SEED` (default 0x19_0006, one more DELETE schedule): the replay of a seed a
 /// failure or `scripts/explore` printed.
 #[test]

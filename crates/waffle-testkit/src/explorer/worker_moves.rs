@@ -83,6 +83,12 @@ pub(super) fn attach(setup: &Setup, conn: Option<&Connection>, words: &[String])
         None
     };
     let Some(c) = own.as_ref().or(conn) else { return closed() };
+    if !c.is_autocommit() {
+        // SQLite attaches inside a transaction, but its DETACH then fails ("database a is
+        // locked") and the name stays attached: the explorer attaches outside one only.
+        let payload = "attach: inside a transaction (not tried)".to_string();
+        return Answer { class: "err:in-txn".into(), in_txn: true, payload };
+    }
     if let Err(e) = c.execute_batch(&format!("ATTACH '{uri}' AS a")) {
         return failed_at("attach", Some(c), &e);
     }
