@@ -197,6 +197,10 @@ pub struct Coherence {
     /// What the first look at the wal-index with nothing accounted for (`wal`
     /// None) must find for the cache to keep what it holds.
     anchor: Option<Anchor>,
+    /// This span of held locks began with the file as recorded, and no connection
+    /// of ours has gone past SHARED or mapped the wal-index since
+    /// ([`Coherence::on_unlock_unchanged`]).
+    span_unchanged: bool,
 }
 
 impl Coherence {
@@ -243,6 +247,7 @@ impl Coherence {
         }
         let now = now();
         trace!("shared: file {:?}, recorded {:?}, cold {}", now, self.sig, self.cold);
+        self.span_unchanged = !self.cold && now.is_some() && now == self.sig;
         if !self.cold && (now.is_none() || now != self.sig) {
             cache.forget_all();
             self.anchor = None; // nothing from before is held
@@ -262,6 +267,7 @@ impl Coherence {
         self.holders = self.holders.saturating_sub(1);
         self.exclusive_caught_up = false;
         if self.holders == 0 {
+            self.span_unchanged = false;
             self.sig = now();
             self.vouched = vouch;
             if vouch {
@@ -269,6 +275,28 @@ impl Coherence {
             }
             trace!("unlock: recorded {:?}, vouched {vouch}", self.sig);
         }
+    }
+
+    /// A connection of ours asked for more than SHARED (it may write the file)
+    /// or mapped the wal-index (it is in WAL mode, where others checkpoint
+    /// under our SHARED lock): this span's end must look at the file again.
+    pub fn on_beyond_shared(&mut self) {
+        self.span_unchanged = false;
+    }
+
+    /// The last connection of ours is about to let go of its lock, and the
+    /// span was a rollback-mode read: the first SHARED found the file as
+    /// recorded, SHARED kept every other writer out, nothing of ours went past
+    /// SHARED or into WAL mode. The file is as recorded, so is the vouch made
+    /// for it: both are kept, and the adapter reads nothing (issue 33). False
+    /// (nothing done): call [`Coherence::on_unlock`].
+    pub fn on_unlock_unchanged(&mut self) -> bool {
+        if self.holders != 1 || !self.span_unchanged {
+            return false;
+        }
+        let (sig, vouched) = (self.sig, self.vouched);
+        self.on_unlock(|| sig, vouched);
+        true
     }
 
     /// A waffle connection took a read mark (a WAL read transaction starts):
@@ -529,6 +557,41 @@ mod tests {
         c.on_unlock(|| Some(sig(2)), true);
         c.on_shared(&cache, || Some(sig(3))); // someone else committed while we held nothing
         assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    /// Issue 33: a rollback-mode read span that found the file as recorded
+    /// ends without reading the file; any span that may have changed it does not.
+    #[test]
+    fn an_unchanged_span_keeps_its_signature_and_vouch() {
+        let cache = Log::default();
+        let mut c = Coherence::new(None);
+        c.on_shared(&cache, || Some(sig(1)));
+        assert!(!c.on_unlock_unchanged(), "a cold start has recorded nothing to keep");
+        c.on_unlock(|| Some(sig(1)), true);
+        c.on_shared(&cache, || Some(sig(1)));
+        assert!(c.on_unlock_unchanged());
+        assert_eq!(c.sig(), Some(sig(1)));
+        // Two holders: only the last unlock ends the span.
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_shared(&cache, || panic!("a second holder reads nothing"));
+        assert!(!c.on_unlock_unchanged());
+        c.on_unlock(|| panic!("not the last holder"), true);
+        assert!(c.on_unlock_unchanged());
+        // Past SHARED (a write may follow), or into WAL mode: the unlock reads the file.
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_beyond_shared();
+        assert!(!c.on_unlock_unchanged());
+        c.on_unlock(|| Some(sig(2)), true);
+        // A foreign change found at the first lock: recorded afresh at the unlock.
+        c.on_shared(&cache, || Some(sig(3)));
+        assert_eq!(cache.take(), vec!["all"]);
+        assert!(!c.on_unlock_unchanged());
+        c.on_unlock(|| Some(sig(3)), false);
+        // An unvouched signature stays unvouched.
+        c.on_shared(&cache, || Some(sig(3)));
+        assert!(c.on_unlock_unchanged());
+        assert_eq!(c.sig(), None);
+        assert!(cache.take().is_empty());
     }
 
     #[test]

@@ -40,6 +40,9 @@ pub struct PieceGate {
 struct GateState {
     in_piece: bool,
     writers: u32,
+    /// Pieces waiting for the writers to leave: only they need a wake-up
+    /// (a notify is a futex call even with nobody waiting; issue 33).
+    waiting_pieces: u32,
 }
 
 /// How long a writer waits for a piece to end (a piece is about PIECE_TIME).
@@ -56,9 +59,11 @@ impl PieceGate {
     /// The piece is marked until the returned guard drops.
     pub(crate) fn enter_piece(&self, stop: &AtomicBool) -> Piece<'_> {
         let mut g = self.lock();
+        g.waiting_pieces += 1;
         while g.writers > 0 && !stop.load(Ordering::Acquire) {
             g = self.changed.wait_timeout(g, LOCK_RETRY).unwrap_or_else(|e| e.into_inner()).0;
         }
+        g.waiting_pieces -= 1;
         g.in_piece = true;
         Piece(self)
     }
@@ -87,8 +92,11 @@ impl PieceGate {
     pub fn writer_leave(&self) {
         let mut g = self.lock();
         g.writers = g.writers.saturating_sub(1);
+        let wake = g.writers == 0 && g.waiting_pieces > 0;
         drop(g);
-        self.changed.notify_all();
+        if wake {
+            self.changed.notify_all();
+        }
     }
 }
 

@@ -81,12 +81,23 @@ fn blind_file_times() -> bool {
 
 /// The database file as a cheap check sees it: header bytes 24..40, size, times, inode.
 fn file_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
+    file_sig_with(db, fd, None)
+}
+
+/// As [`file_sig`], with these header bytes if given (then the file's are not read).
+fn file_sig_with(db: &OpenDb, fd: RawFd, header: Option<[u8; 16]>) -> Option<FileSig> {
     use std::os::unix::fs::MetadataExt;
-    // pread on SQLite's descriptor, not through its VFS: SQLite's I/O (and its
-    // tests' counted I/O errors) sees exactly the reads it makes itself.
-    let mut header = [0u8; 16];
-    let n = descriptor::read_at(fd, &mut header, 24).ok()?;
-    header[n..].fill(0);
+    let header = match header {
+        Some(h) => h,
+        None => {
+            // pread on SQLite's descriptor, not through its VFS: SQLite's I/O (and its
+            // tests' counted I/O errors) sees exactly the reads it makes itself.
+            let mut h = [0u8; 16];
+            let n = descriptor::read_at(fd, &mut h, 24).ok()?;
+            h[n..].fill(0);
+            h
+        }
+    };
     let m = descriptor::metadata(fd).ok()?;
     db.len_seen.store(m.len(), std::sync::atomic::Ordering::Release);
     let blind = blind_file_times();
@@ -105,11 +116,8 @@ fn file_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
 /// keeps the header it last read or wrote, not what is on disk at unlock), so
 /// a header changed behind a held lock (exclusive mode) is still noticed.
 pub(crate) fn recorded_sig(db: &OpenDb, fd: RawFd) -> Option<FileSig> {
-    let mut sig = file_sig(db, fd)?;
-    if let Some(seen) = *db.header_seen.lock().unwrap_or_else(|e| e.into_inner()) {
-        sig.header = seen;
-    }
-    Some(sig)
+    let seen = *db.header_seen.lock().unwrap_or_else(|e| e.into_inner());
+    file_sig_with(db, fd, seen)
 }
 
 /// Page 1 passed through the cache: remember its header bytes 24..40.
@@ -146,6 +154,12 @@ pub(crate) unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) ->
         // SAFETY: f is ours.
         if let Some(db) = unsafe { db(f) } {
             db.warm.stop_and_wait();
+        }
+    }
+    if level > SQLITE_LOCK_SHARED {
+        // SAFETY: f is ours.
+        if let Some(db) = unsafe { db(f) } {
+            coherent(db, |c| c.on_beyond_shared()); // it may write: the span's end reads the file
         }
     }
     // A writer of this process first lets a warm's or reload's read transaction end (warm.rs,
@@ -238,8 +252,13 @@ pub(crate) unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) 
     // SAFETY: f is ours.
     if let (Some(db), true) = (unsafe { db(f) }, held >= SQLITE_LOCK_SHARED && level < SQLITE_LOCK_SHARED) {
         // While the lock is still held: in rollback mode nobody else has written since our last check.
-        let vouch = vouches(db, fd, held);
-        coherent(db, |c| c.on_unlock(|| recorded_sig(db, fd), vouch));
+        // A read span that changed nothing keeps what was recorded, reading nothing (coherence.rs).
+        let mut kept = false;
+        coherent(db, |c| kept = c.on_unlock_unchanged());
+        if !kept {
+            let vouch = vouches(db, fd, held);
+            coherent(db, |c| c.on_unlock(|| recorded_sig(db, fd), vouch));
+        }
     }
     // SAFETY: f is ours.
     if level < unsafe { (*wf).lock_level } {
@@ -257,6 +276,10 @@ pub(crate) unsafe extern "C" fn main_shm_map(
     extend: c_int,
     pp: *mut *mut c_void,
 ) -> c_int {
+    // SAFETY: f is ours.
+    if let Some(db) = unsafe { db(f) } {
+        coherent(db, |c| c.on_beyond_shared()); // WAL mode: others checkpoint under our SHARED lock
+    }
     // SAFETY: f is ours; SQLite's arguments, passed on unchanged.
     let rc = unsafe { pass_shm_map(f, pg, sz, extend, pp) };
     // SAFETY: pp is SQLite's out-pointer, set by the real xShmMap when it succeeded; f is ours.
