@@ -22,7 +22,10 @@
 //! read (the local memory given to waffle is all the memory its pages use),
 //! so the descriptor gets POSIX_FADV_RANDOM (no kernel read-ahead) and each
 //! read is followed by POSIX_FADV_DONTNEED of its range: the effect of an
-//! O_DIRECT read without a descriptor of waffle's own.
+//! O_DIRECT read without a descriptor of waffle's own. `auto` (the default,
+//! [`drops_page_cache`]) does so only for a file larger than a quarter of the
+//! machine's memory: a smaller one the kernel keeps cached at little cost, and
+//! dropping it turns each L1 miss from a memory copy into a disk read.
 
 use std::ffi::CStr;
 use std::fs::{File, Metadata};
@@ -170,6 +173,44 @@ pub fn times_settled(fd: RawFd) -> bool {
 /// The longest [`times_settled`] waits: a tick, or a whole-second stamp.
 const SETTLE_MAX: std::time::Duration = std::time::Duration::from_millis(1_100);
 
+/// `waffle_direct_io=auto` drops what waffle reads from the page cache only
+/// for a file larger than this share of the machine's memory (1/4): the
+/// double caching it avoids is then worth a disk read per L1 miss.
+const AUTO_MEMORY_SHARE: u64 = 4;
+
+/// Whether reads of a file of `file_bytes` are dropped from the kernel's page
+/// cache (`waffle_direct_io`; `auto` asks the size at each read, so a file
+/// that grows past the bound starts dropping then).
+pub fn drops_page_cache(config: &waffle_core::Config, file_bytes: u64) -> bool {
+    if config.direct_io_auto {
+        auto_drops(file_bytes, machine_memory_bytes())
+    } else {
+        config.direct_io
+    }
+}
+
+/// `auto`'s rule; memory that cannot be read counts as none (drop, as `on`).
+fn auto_drops(file_bytes: u64, memory_bytes: Option<u64>) -> bool {
+    memory_bytes.is_none_or(|m| file_bytes > m / AUTO_MEMORY_SHARE)
+}
+
+/// The memory this process may use: physical memory, or its cgroup's bound if lower.
+fn machine_memory_bytes() -> Option<u64> {
+    static MEMORY: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(|| {
+        // SAFETY: sysconf reads a system constant; no memory is passed.
+        let (pages, page_bytes) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let physical = (pages > 0 && page_bytes > 0).then(|| pages as u64 * page_bytes as u64);
+        // cgroup v2 ("max" or a byte count); the page cache counts against it.
+        let bound =
+            std::fs::read_to_string("/sys/fs/cgroup/memory.max").ok().and_then(|s| s.trim().parse::<u64>().ok());
+        match (physical, bound) {
+            (Some(p), Some(b)) => Some(p.min(b)),
+            (p, b) => p.or(b),
+        }
+    })
+}
+
 /// The file as the cache reads it: SQLite's descriptor of the asking connection.
 pub struct SqliteFd {
     pub fd: RawFd,
@@ -236,6 +277,25 @@ mod tests {
             assert!(at(&after) > at(&before), "{:?} then {:?}", at(&before), at(&after));
         }
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// Issue 33: the default drops nothing of a file the machine's memory
+    /// holds four times over, and everything of a larger one; `on` and `off` are kept.
+    #[test]
+    fn direct_io_auto_drops_only_a_file_large_for_the_memory() {
+        let gib = 1u64 << 30;
+        assert!(!auto_drops(8 << 20, Some(8 * gib)));
+        assert!(!auto_drops(2 * gib, Some(8 * gib)));
+        assert!(auto_drops(2 * gib + 1, Some(8 * gib)));
+        assert!(auto_drops(8 << 20, None), "unknown memory: as on");
+        let auto = waffle_core::Config::default();
+        assert!(auto.direct_io_auto, "auto is the default");
+        let small = 4096;
+        assert_eq!(drops_page_cache(&auto, small), machine_memory_bytes().is_none());
+        assert!(drops_page_cache(&auto, u64::MAX));
+        let on = waffle_core::Config { direct_io_auto: false, direct_io: true, ..waffle_core::Config::default() };
+        let off = waffle_core::Config { direct_io_auto: false, direct_io: false, ..waffle_core::Config::default() };
+        assert!(drops_page_cache(&on, small) && !drops_page_cache(&off, u64::MAX));
     }
 
     #[test]

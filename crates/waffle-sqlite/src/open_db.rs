@@ -12,7 +12,7 @@ use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use waffle_core::backing::Backing;
@@ -67,7 +67,8 @@ impl OpenDb {
     /// Calls `read` with what the cache reads from: the file through SQLite's
     /// descriptor `fd` of the asking connection.
     pub fn with_backing<R>(&self, fd: RawFd, read: impl FnOnce(&dyn Backing) -> R) -> R {
-        read(&SqliteFd { fd, drop_cache: self.config.direct_io })
+        let drop_cache = crate::descriptor::drops_page_cache(&self.config, self.len_seen.load(Ordering::Relaxed));
+        read(&SqliteFd { fd, drop_cache })
     }
 
     /// Turns the database's cache off for good (pass-through), saying why once.

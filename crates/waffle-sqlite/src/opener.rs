@@ -88,7 +88,7 @@ pub unsafe fn resolve(f: *mut sqlite3_file, who: Opener) {
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| attach(*pending, who)));
     match result {
         Ok(Ok(db)) => {
-            if db.config.direct_io {
+            if descriptor::drops_page_cache(&db.config, db.len_seen.load(std::sync::atomic::Ordering::Relaxed)) {
                 descriptor::no_read_ahead(fd);
             }
             // SAFETY: f is ours; main_close gives the Arc back.

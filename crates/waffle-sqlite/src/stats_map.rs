@@ -27,7 +27,11 @@ pub fn stats_snapshot(db: &OpenDb) -> StatsSnapshot {
                 local_bytes: db.config.local_bytes,
                 timeout_ms: db.config.timeout_ms,
                 push_queue_bytes: db.config.push_queue_bytes,
-                direct_io: db.config.direct_io,
+                // In effect now (`auto` follows the file's size).
+                direct_io: crate::descriptor::drops_page_cache(
+                    &db.config,
+                    db.len_seen.load(std::sync::atomic::Ordering::Relaxed),
+                ),
                 grid_change: db.config.grid_change,
                 grid_backoff: db.config.grid_backoff,
             },

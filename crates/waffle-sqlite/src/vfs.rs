@@ -235,7 +235,9 @@ unsafe fn open(
                 return SQLITE_CANTOPEN;
             }
             crate::warm::joined_fd(fd);
-            if let (Some(fd), true) = (fd, db.config.direct_io) {
+            let drops =
+                descriptor::drops_page_cache(&db.config, db.len_seen.load(std::sync::atomic::Ordering::Relaxed));
+            if let (Some(fd), true) = (fd, drops) {
                 descriptor::no_read_ahead(fd);
             }
             // SAFETY: f is ours to fill; main_close gives the Arc back (to registry::detach as a warmer).
