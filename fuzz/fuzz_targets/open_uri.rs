@@ -8,7 +8,8 @@
 //! (the listing of its parent, a sentinel file beside it, a directory beside it), the databases
 //! and the file that is not Waffle's hold their bytes, the FIFO is still one, and the input took
 //! less than `INPUT_BOUND` (libFuzzer's -timeout catches a call that never returns). Files the
-//! input made inside the scratch directory are removed, so inputs do not depend on each other.
+//! input made inside the scratch directory (raw file names are put there) are removed, so inputs do not depend on each other; none of them is a stats file unless the
+//! main open's URI named one (an ATTACH's `waffle_stats_file` is ignored).
 //!
 //! Not in `src/lib.rs`: that file is replayed on stable by waffle-core, which links no SQLite.
 
@@ -112,10 +113,11 @@ impl Choices<'_> {
     fn pick<'b>(&mut self, items: &[&'b str]) -> &'b str {
         items[self.byte() as usize % items.len()]
     }
-    /// Up to 12 raw bytes, percent-encoded (so any byte reaches SQLite's URI decoding).
+    /// Up to 12 raw bytes, percent-encoded (so any byte reaches SQLite's URI decoding), `/`
+    /// made `_` (a raw file name stays directly inside the scratch dir).
     fn raw(&mut self) -> String {
         let n = self.byte() % 13;
-        (0..n).map(|_| format!("%{:02X}", self.byte())).collect()
+        (0..n).map(|_| format!("%{:02X}", self.byte())).collect::<String>().replace("%2F", "_")
     }
 }
 
@@ -147,7 +149,11 @@ const NAMES: [&str; 19] = [
 fn value(c: &mut Choices, w: &World, name: &str, attach: bool) -> String {
     let s = |p: &str| w.scratch.join(p).to_str().unwrap().to_string();
     let b = |p: &str| w.base.join(p).to_str().unwrap().to_string();
+    let is_path = matches!(name, "waffle_key_file" | "waffle_stats_file");
     match c.byte() % 4 {
+        // A file name of raw bytes inside the scratch dir (libFuzzer's own relative paths need
+        // the working directory left alone).
+        0 if is_path => return format!("{}/{}", s(""), c.raw()).replace("//", "/"),
         0 => return c.raw(),
         1 => return String::new(),
         _ => {}
@@ -199,14 +205,18 @@ fn exec(db: *mut ffi::sqlite3, sql: &str) {
     unsafe { ffi::sqlite3_exec(db, s.as_ptr(), None, std::ptr::null_mut(), std::ptr::null_mut()) };
 }
 
-fn run(data: &[u8], w: &World) {
+/// Returns whether the main open's URI names a stats file (the opener's choice: it may write
+/// one; an ATTACH's never).
+fn run(data: &[u8], w: &World) -> bool {
     let mut c = Choices(data);
     let flags = match c.byte() % 3 {
         0 => ffi::SQLITE_OPEN_READONLY,
         1 => ffi::SQLITE_OPEN_READWRITE,
         _ => ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE,
     } | ffi::SQLITE_OPEN_URI;
-    let main = CString::new(uri(&mut c, w, false)).unwrap();
+    let main_uri = uri(&mut c, w, false);
+    let names_stats = main_uri.contains("waffle_stats_file=");
+    let main = CString::new(main_uri).unwrap();
     let mut db = std::ptr::null_mut();
     // SAFETY: NUL-terminated strings and an out-pointer; the handle is closed below, open or not.
     let rc: c_int = unsafe { ffi::sqlite3_open_v2(main.as_ptr(), &mut db, flags, c"waffle".as_ptr()) };
@@ -225,9 +235,10 @@ fn run(data: &[u8], w: &World) {
     }
     // SAFETY: db is null or a handle sqlite3_open_v2 returned (closed even when the open failed; sqlite3_exec left no statement).
     unsafe { ffi::sqlite3_close(db) };
+    names_stats
 }
 
-fn check(w: &World, data: &[u8]) {
+fn check(w: &World, data: &[u8], main_names_stats: bool) {
     let what = || format!("input {data:?}");
     assert_eq!(listing(&w.base), w.base_listing, "the scratch dir's parent changed: {}", what());
     assert_eq!(listing(&w.base.join("outside")), w.outside_listing, "a directory outside changed: {}", what());
@@ -245,6 +256,11 @@ fn check(w: &World, data: &[u8]) {
     for name in listing(&w.scratch) {
         if !w.initial.contains(&name) {
             let p = w.scratch.join(&name);
+            if !main_names_stats {
+                let text = std::fs::read(&p).unwrap_or_default();
+                let stats = text.windows(14).any(|x| x == b"\"waffle-stats\"");
+                assert!(!stats, "a stats file {name:?} no opener named (an ATTACH's?): {}", what());
+            }
             let _ = std::fs::remove_file(&p).or_else(|_| std::fs::remove_dir_all(&p));
         }
     }
@@ -253,8 +269,8 @@ fn check(w: &World, data: &[u8]) {
 fuzz_target!(|data: &[u8]| {
     let w = world();
     let started = Instant::now();
-    run(data, w);
+    let main_names_stats = run(data, w);
     let took = started.elapsed();
     assert!(took < INPUT_BOUND, "the input took {took:?}: {data:?}");
-    check(w, data);
+    check(w, data, main_names_stats);
 });
