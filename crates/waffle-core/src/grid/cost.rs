@@ -696,6 +696,26 @@ mod tests {
         assert_eq!((s.lookup_us, s.disk_us, s.saved_us, s.changes), (500.0, 200.0, 200.0, 1), "{s:?}");
     }
 
+    /// docs/operations.md ("Logs") says exactly when a back-off is logged at
+    /// info (issue 32 item 9: a back-off that held through two runs of 12-15 s
+    /// was never logged): once it has held through its dwell, one window at
+    /// first, with a whole window since agreeing.
+    #[test]
+    fn a_back_off_is_logged_when_the_docs_say() {
+        // Dearer than two disk reads a lookup: decided early, at 256 lookups (2.55 s here), logged
+        // 10 s later; dear by its hit ratio only: decided at the first window's end, logged at 20 s.
+        let by_hits = Second { lookup_us: 300, hit_every: 4, ..FAST };
+        for (cost, decided, said) in [(SLOW, 2.0..3.0, 12.0..13.0), (by_hits, 10.0..10.1, 20.0..20.1)] {
+            let mut sim = Sim::new(true);
+            sim.run(15, |_| cost);
+            assert!(sim.lines.iter().all(|l| l.0 >= said.start), "not before: {:?}", sim.lines);
+            sim.run(25, |_| cost);
+            assert_eq!(sim.lines.len(), 1, "{:?}", sim.lines);
+            assert!(decided.contains(&sim.changes[0].0), "{:?}", sim.changes);
+            assert!(said.contains(&sim.lines[0].0), "{:?}", sim.lines);
+        }
+    }
+
     /// The first window ends early only on the bound: a round trip dearer
     /// than two disk reads loses at any hit ratio. A grid that loses only by
     /// its hit ratio or its pushes (which a filling grid skews) gets the
