@@ -288,9 +288,15 @@ impl Coherence {
     /// span was a rollback-mode read: the first SHARED found the file as
     /// recorded, SHARED kept every other writer out, nothing of ours went past
     /// SHARED or into WAL mode. The file is as recorded, so is the vouch made
-    /// for it: both are kept, and the adapter reads nothing (issue 33). False
+    /// for it: both are kept, and the adapter reads nothing (issue 33). So
+    /// does an unlock that is not the last (another connection of ours still
+    /// holds a lock: nothing is recorded, the vouch is not asked). False
     /// (nothing done): call [`Coherence::on_unlock`].
     pub fn on_unlock_unchanged(&mut self) -> bool {
+        if self.holders > 1 {
+            self.on_unlock(|| None, false); // not the last: neither is read
+            return true;
+        }
         if self.holders != 1 || !self.span_unchanged {
             return false;
         }
@@ -571,12 +577,18 @@ mod tests {
         c.on_shared(&cache, || Some(sig(1)));
         assert!(c.on_unlock_unchanged());
         assert_eq!(c.sig(), Some(sig(1)));
-        // Two holders: only the last unlock ends the span.
+        // Two holders: only the last unlock ends the span; the other reads nothing, whatever the span.
         c.on_shared(&cache, || Some(sig(1)));
         c.on_shared(&cache, || panic!("a second holder reads nothing"));
-        assert!(!c.on_unlock_unchanged());
-        c.on_unlock(|| panic!("not the last holder"), true);
         assert!(c.on_unlock_unchanged());
+        assert!(c.on_unlock_unchanged());
+        assert_eq!(c.sig(), Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(1)));
+        c.on_shared(&cache, || panic!("a second holder reads nothing"));
+        c.on_beyond_shared();
+        assert!(c.on_unlock_unchanged(), "not the last: nothing to record");
+        assert!(!c.on_unlock_unchanged(), "the last of a span that may have written records afresh");
+        c.on_unlock(|| Some(sig(1)), true);
         // Past SHARED (a write may follow), or into WAL mode: the unlock reads the file.
         c.on_shared(&cache, || Some(sig(1)));
         c.on_beyond_shared();
