@@ -68,7 +68,7 @@ fn a_missing_stats_file_is_up_0_and_every_other_file_is_still_exported() {
     assert_eq!(up(&good), Some(1.0), "stdout:\n{stdout}\nstderr:\n{stderr}");
     assert_eq!(up(&missing), Some(0.0), "{stdout}");
     assert_eq!(sample(&stdout, &format!("waffle_l1_hits_total{{source=\"{}\"}}", good.display())), Some(42.0));
-    assert!(stdout.ends_with("# EOF\n"), "{stdout}");
+    assert!(!stdout.contains("# EOF"), "the classic text format (issue 32 item 4):\n{stdout}");
     assert_eq!(out.status.code(), Some(1), "a file could not be read: exit 1 (documented)");
     assert!(stderr.contains(&format!("cannot read {}", missing.display())), "{stderr}");
     // The same into a file for node_exporter: written whole all the same.
@@ -118,9 +118,15 @@ impl Endpoint {
 
     /// A plain HTTP/1.0 GET: the status line, the headers and the body.
     fn get(&self, path: &str) -> (String, String, String) {
+        self.get_accepting(path, None)
+    }
+
+    /// As [`Endpoint::get`], with an `Accept` header if given.
+    fn get_accepting(&self, path: &str, accept: Option<&str>) -> (String, String, String) {
         let mut s = TcpStream::connect(&self.addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr).unwrap();
+        let accept = accept.map_or_else(String::new, |a| format!("Accept: {a}\r\n"));
+        write!(s, "GET {path} HTTP/1.0\r\nHost: {}\r\n{accept}\r\n", self.addr).unwrap();
         let mut all = String::new();
         s.read_to_string(&mut all).unwrap();
         let (head, body) = all.split_once("\r\n\r\n").expect("a head and a body");
@@ -142,8 +148,12 @@ fn the_endpoint_serves_metrics_and_reads_the_files_again_at_every_scrape() {
     let (a, b) = (dir.join("a.json"), dir.join("b.json"));
     std::fs::write(&a, stats_json(1)).unwrap();
     let endpoint = Endpoint::start(&[&a, &b]);
+    // Nothing asked: the classic text format (issue 32 item 4); OpenMetrics to a scraper that asks for it.
     let (status, headers, body) = endpoint.get("/metrics");
     assert!(status.starts_with("HTTP/1.") && status.contains(" 200"), "{status}");
+    assert!(headers.contains("content-type: text/plain; version=0.0.4"), "{headers}");
+    assert!(body.contains("# TYPE waffle_l1_hits_total counter\n") && !body.contains("# EOF"), "{body}");
+    let (_, headers, body) = endpoint.get_accepting("/metrics", Some("application/openmetrics-text;version=1.0.0"));
     assert!(headers.contains("content-type: application/openmetrics-text; version=1.0.0"), "{headers}");
     let series = |p: &Path, metric: &str| format!("{metric}{{source=\"{}\"}}", p.display());
     assert_eq!(sample(&body, &series(&a, "waffle_up")), Some(1.0), "{body}");

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 use tiny_http::{Header, Method, Request, Response, Server};
 
-use super::{prometheus, sources};
+use super::{classic, prometheus, sources};
 
 /// Serves `paths` at `http://ADDR/metrics` until the process is stopped. Says
 /// where on stdout (the address bound: a port 0 asks for a free one).
@@ -60,7 +60,15 @@ fn answer(
         "/metrics" => {
             let all = sources::read_all(paths);
             note_changes(&all, said);
-            Response::from_string(prometheus::render(&all)).with_header(content_type(prometheus::CONTENT_TYPE))
+            let openmetrics = prometheus::render(&all);
+            // What the scraper asks for: a classic parser fails on OpenMetrics' counter families (issue 32 item 4).
+            let accept = request.headers().iter().find(|h| h.field.equiv("Accept")).map(|h| h.value.as_str());
+            if classic::wants_openmetrics(accept) {
+                Response::from_string(openmetrics).with_header(content_type(prometheus::CONTENT_TYPE))
+            } else {
+                Response::from_string(classic::from_openmetrics(&openmetrics))
+                    .with_header(content_type(classic::CONTENT_TYPE))
+            }
         }
         "/" => Response::from_string("waffle stats: the metrics are at /metrics\n")
             .with_header(content_type("text/plain; charset=utf-8")),

@@ -10,9 +10,11 @@
 //! mysql` prints it too).
 //!
 //! - [`sources`]: reading the files;
-//! - [`prometheus`]: the metrics;
+//! - [`prometheus`]: the metrics (OpenMetrics);
+//! - [`classic`]: the same in Prometheus' classic text format 0.0.4;
 //! - [`listen`]: the HTTP endpoint.
 
+mod classic;
 mod listen;
 mod prometheus;
 mod sources;
@@ -30,8 +32,11 @@ pub enum Format {
     Text,
     /// The JSON itself, pretty-printed.
     Json,
-    /// Prometheus metrics (the OpenMetrics text format), every source labelled, with `waffle_up`.
+    /// Prometheus metrics in the classic text format 0.0.4 (what `promtool check metrics` and
+    /// node_exporter's textfile collector read), every source labelled, with `waffle_up`.
     Prometheus,
+    /// The same metrics in the OpenMetrics text format.
+    Openmetrics,
 }
 
 /// `waffle stats FILE... [--format text|json|prometheus] [--output FILE | --listen ADDR]`.
@@ -44,7 +49,8 @@ pub struct StatsArgs {
     /// second; a SQLite database opened with `waffle_stats_file=PATH` (or `$WAFFLE_STATS_FILE`) writes PATH.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
-    /// How to print them (default text; --listen: prometheus, the only one it serves).
+    /// How to print them (default text). --listen serves prometheus or openmetrics, as the scraper's
+    /// Accept header asks.
     #[arg(long, value_enum)]
     pub format: Option<Format>,
     /// The same as `--format json`.
@@ -65,7 +71,7 @@ pub fn run(a: &StatsArgs) -> Result<(), String> {
     let paths = sources::distinct(&a.files);
     let format = if a.json { Format::Json } else { a.format.unwrap_or(Format::Text) };
     if let Some(addr) = &a.listen {
-        if a.format.is_some_and(|f| f != Format::Prometheus) {
+        if a.format.is_some_and(|f| !matches!(f, Format::Prometheus | Format::Openmetrics)) {
             return Err(format!("--listen {addr} serves Prometheus metrics only (not --format {format:?})"));
         }
         return listen::serve(addr, &paths);
@@ -83,7 +89,8 @@ pub fn run(a: &StatsArgs) -> Result<(), String> {
 fn render(all: &[Source], format: Format) -> String {
     let read = || all.iter().filter_map(|s| s.stats.as_ref().ok().map(|v| (s.name.as_str(), v)));
     match format {
-        Format::Prometheus => prometheus::render(all),
+        Format::Prometheus => classic::from_openmetrics(&prometheus::render(all)),
+        Format::Openmetrics => prometheus::render(all),
         Format::Json => read().map(|(_, v)| serde_json::to_string_pretty(&v.json).unwrap_or_default() + "\n").collect(),
         Format::Text => {
             read().map(|(name, v)| waffle_stats_text::render(&v.snapshot, name)).collect::<Vec<_>>().join("\n")

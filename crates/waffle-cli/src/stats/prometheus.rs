@@ -1,6 +1,7 @@
-//! `waffle stats --format prometheus` and `--listen`: stats files as metrics,
-//! in the OpenMetrics text format that `prometheus-client` writes (Prometheus
-//! reads it; so does node_exporter's textfile collector, counters untyped).
+//! `waffle stats --format prometheus|openmetrics` and `--listen`: stats files
+//! as metrics, in the OpenMetrics text format that `prometheus-client` writes
+//! (`super::classic` turns it into the classic text format 0.0.4 for
+//! `--format prometheus` and the scrapers that do not ask for OpenMetrics).
 //!
 //! Every sample carries `source`, the stats file it came from, so several
 //! databases share one exposition. `waffle_up{source}` is 1 for a file read

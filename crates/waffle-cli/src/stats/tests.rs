@@ -276,11 +276,11 @@ fn every_format_shows_the_files_read_and_output_is_atomic() {
     assert!(all[2].stats.as_ref().unwrap_err().contains("not a JSON object"));
     let pkg = all[3].stats.as_ref().unwrap_err();
     assert!(pkg.contains("pkg.json is not a stats file") && pkg.contains("\"format\": \"waffle-stats\""), "{pkg}");
-    let up = check_exposition(&render(&all, Format::Prometheus));
+    let up = check_exposition(&render(&all, Format::Openmetrics));
     assert_eq!(up[&format!("waffle_up{{source=\"{}\"}}", dir.join("pkg.json").display())], 0.0);
     assert!(render(&all, Format::Text).contains("reads    10 pages"));
     assert_eq!(serde_json::from_str::<Value>(&render(&all, Format::Json)).unwrap()["l1_hits"], 7);
-    let text = render(&all, Format::Prometheus);
+    let text = render(&all, Format::Openmetrics);
     assert_eq!(check_exposition(&text)[&format!("waffle_l1_hits_total{{source=\"{}\"}}", good.display())], 7.0);
     assert!(unreadable(&all).unwrap_err().starts_with("3 of 4 stats files"));
     let out = dir.join("waffle.prom");
@@ -315,4 +315,47 @@ fn an_endpoint_beyond_loopback_is_warned_of() {
     assert!(w.contains("every interface"), "{w}");
     let w = listen::exposure_warning("10.0.0.5:9477", "10.0.0.5:9477".parse().unwrap()).unwrap();
     assert!(w.contains("serves its network") && w.contains("bind 127.0.0.1"), "{w}");
+}
+
+#[test]
+fn the_classic_format_names_counter_families_as_their_samples_and_has_no_eof() {
+    // Issue 32 item 4: promtool's classic parser found "no help text" for every OpenMetrics counter.
+    let om = prom(&[source("f", known_stats())]);
+    let text = render(&[source("f", known_stats())], Format::Prometheus);
+    assert!(!text.contains("# EOF") && om.ends_with("# EOF\n"));
+    assert!(
+        text.contains("# TYPE waffle_l1_hits_total counter\n# ")
+            || text.contains("# TYPE waffle_l1_hits_total counter\n")
+    );
+    assert!(text.contains("# HELP waffle_l1_hits_total Page reads answered by L1"), "{text}");
+    assert!(text.contains("\nwaffle_l1_hits_total{source=\"f\"} 600\n"), "{text}");
+    assert!(text.contains("# TYPE waffle_read_latency_seconds histogram\n"), "histograms keep their names");
+    assert!(text.contains("# TYPE waffle_up gauge\n"), "gauges too");
+    // Every sample line is the same in both; only counter families' HELP and TYPE lines differ.
+    let samples = |t: &str| t.lines().filter(|l| !l.starts_with('#')).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(samples(&text), samples(&om));
+    for line in text.lines().filter(|l| l.starts_with("# TYPE ") && l.ends_with(" counter")) {
+        assert!(line.trim_end_matches(" counter").ends_with("_total"), "{line}");
+    }
+}
+
+#[test]
+fn the_endpoint_answers_what_the_scraper_accepts() {
+    use classic::wants_openmetrics as om;
+    // Prometheus 2.x's own header, and OpenMetrics alone.
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,\
+                      text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    assert!(om(Some(prometheus)));
+    assert!(om(Some("application/openmetrics-text; version=1.0.0")));
+    // The classic format when asked for, preferred, or nothing said.
+    for classic in [
+        None,
+        Some(""),
+        Some("*/*"),
+        Some("text/plain;version=0.0.4"),
+        Some("text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.5"),
+        Some("application/openmetrics-text;q=0"),
+    ] {
+        assert!(!om(classic), "{classic:?}");
+    }
 }
