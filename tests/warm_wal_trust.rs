@@ -13,6 +13,12 @@
 //! with verify mode on (each page a tier serves is compared with the file):
 //! the rows must be the new ones and `verify_mismatches` 0.
 //!
+//! The cold variant (issue 31): a cold open finds no `-wal` file at its first
+//! SHARED lock, so SQLite reads page 1 from the file (into L1) before it opens
+//! the WAL and meets the recovery; W then changes page 1 (a new table, the
+//! file grown) and copies the whole generation back. The first lock is the
+//! anchor the first read mark checks (coherence.rs, `on_first_lock_anchor`).
+//!
 //! R runs on a thread of this process with a busy handler of the test's (it
 //! says when it is first called and retries once told to); the recovery is
 //! held by a small Python program (fcntl on the `-shm` file's lock bytes as
@@ -83,7 +89,15 @@ fn params(addr: &str, hot_list: &'static str) -> Vec<(&'static str, String)> {
 }
 
 fn open(db: &Path, addr: &str, hot_list: &'static str) -> Connection {
-    let p = params(addr, hot_list);
+    open_verify(db, addr, hot_list, true)
+}
+
+fn open_verify(db: &Path, addr: &str, hot_list: &'static str, verify: bool) -> Connection {
+    let mut p = params(addr, hot_list);
+    if !verify {
+        p.retain(|(k, _)| *k != "waffle_verify");
+        p.push(("waffle_verify", "off".into()));
+    }
     let p: Vec<(&str, &str)> = p.iter().map(|(k, v)| (*k, v.as_str())).collect();
     open_waffle(db, &p)
 }
@@ -165,10 +179,16 @@ fn gated_busy(attempt: i32) -> bool {
 /// checkpoint lock, 122 the recovery lock, both held exclusively while SQLite
 /// rebuilds the index (walIndexRecover). isInit (byte 12 of each 48-byte
 /// header copy) 0 says the index must be rebuilt before anyone reads.
+///
+/// Its arguments: the `-shm` file, the first lock byte and how many it holds
+/// exclusively. It also holds the DMS byte (128) shared, as every connection
+/// with the index mapped does: a reader that opens the `-shm` then finds it
+/// in use and does not truncate it.
 const HOLD_RECOVERY_PY: &str = r#"
 import fcntl, mmap, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 2, 121, os.SEEK_SET)
+fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 128, os.SEEK_SET)
+fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, int(sys.argv[3]), int(sys.argv[2]), os.SEEK_SET)
 m = mmap.mmap(fd, 136)
 m[12] = 0
 m[48 + 12] = 0
@@ -181,12 +201,32 @@ struct Recovery {
     child: KillOnDrop,
 }
 
+/// Which of the wal-index's lock bytes the recovery holder holds.
+#[derive(Clone, Copy, Debug)]
+enum Hold {
+    /// The checkpoint and recovery locks (121, 122): a reader takes the write
+    /// lock (120) itself, tries the rebuild and meets them.
+    CheckpointAndRecovery,
+    /// The write lock as well (120..=122), as SQLite's recovery holds them
+    /// (walIndexReadHdr, then walIndexRecover): a reader never gets the write lock.
+    WholeRecovery,
+}
+
 impl Recovery {
     fn hold(shm: &Path) -> Recovery {
+        Recovery::hold_locks(shm, Hold::CheckpointAndRecovery)
+    }
+
+    fn hold_locks(shm: &Path, hold: Hold) -> Recovery {
+        let (first, n) = match hold {
+            Hold::CheckpointAndRecovery => (121, 2),
+            Hold::WholeRecovery => (120, 3),
+        };
         let mut child = Command::new(python_with_apsw())
             .arg("-c")
             .arg(HOLD_RECOVERY_PY)
             .arg(shm)
+            .args([first.to_string(), n.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -400,4 +440,163 @@ fn when_timestamps_cannot_tell_the_wal_content_decides() {
         .expect("run this test binary as a child");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains("1 passed"), "the blinded run failed:\n{text}");
+}
+
+// ---------------------------------------------------------------- cold opens
+
+/// Rows of a second table W creates while the cold reader waits: page 1 changes
+/// (the schema, the header's page count) and the file grows by about this many pages.
+const GROWN_ROWS: i64 = 200;
+
+/// A cold open of the same database: the sidecar is gone, so nothing of the
+/// earlier process is trusted (its grid copies are under another cache id).
+fn closed_cold(name: &str) -> Closed {
+    let c = closed(name);
+    std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&c.db)).expect("remove the sidecar");
+    c
+}
+
+/// What W does while the cold reader waits: page 1 changed (a new table in the
+/// schema, the file grown by GROWN_ROWS pages), every row of `t` rewritten,
+/// then the whole generation copied back and the WAL restarted.
+fn writer_reshapes(w: &mut Peer, then: Then) {
+    let mut stmts = vec![json!(["CREATE TABLE u(id INTEGER PRIMARY KEY, v BLOB)", []])];
+    for id in 1..=GROWN_ROWS {
+        let v = to_peer(&rusqlite::types::Value::Blob(value(id, 2)));
+        stmts.push(json!(["INSERT INTO u VALUES (?, ?)", [id, v]]));
+    }
+    ok(w.request(&json!({"op": "txn", "stmts": stmts, "busy_ms": 10_000})), "create and fill u");
+    writer_does(w, then);
+}
+
+/// What a reader sees of the database: what rests on page 1 (the schema, the
+/// header's page count) and the rows.
+#[derive(Debug, PartialEq, Eq)]
+struct Seen {
+    tables: Vec<String>,
+    pages: i64,
+    grown_rows: Result<i64, String>,
+    old_rows: Vec<i64>,
+}
+
+impl Seen {
+    /// Its first statement takes the reader's first SHARED lock (and waits).
+    fn read(conn: &Connection, then: Then) -> Seen {
+        let mut stmt = conn.prepare("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name").unwrap();
+        let tables = stmt.query_map([], |r| r.get(0)).unwrap().map(|r| r.unwrap()).collect();
+        drop(stmt);
+        let pages = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+        let grown_rows = conn.query_row("SELECT count(*) FROM u", [], |r| r.get(0)).map_err(|e| e.to_string());
+        Seen { tables, pages, grown_rows, old_rows: old_rows(conn, then) }
+    }
+
+    /// What the file holds once W is done (SQLite alone reads the same: the control).
+    fn expected(db: &Path) -> Seen {
+        let bytes = std::fs::metadata(db).unwrap().len();
+        Seen {
+            tables: vec!["t".into(), "u".into()],
+            pages: (bytes / 4096) as i64,
+            grown_rows: Ok(GROWN_ROWS),
+            old_rows: vec![],
+        }
+    }
+}
+
+/// The cold sequence: no WAL file at R's first SHARED lock, so SQLite reads
+/// page 1 from the database file (through waffle: into L1) to learn the
+/// database is in WAL mode, opens the WAL, and finds the wal-index in another
+/// process's recovery: SQLITE_BUSY_RECOVERY, the busy handler, SHARED kept,
+/// no read mark. W then changes page 1, copies the whole generation back and
+/// restarts the WAL; at R's read mark SQLite resets its cache and reads page 1 again.
+fn run_cold(name: &str, reader: Reader, hold: Hold, then: Then, verify: bool) {
+    let c = closed_cold(name);
+    assert!(!side(&c.db, "-wal").exists(), "no WAL: R reads page 1 before it opens one");
+    // The -shm of a process inside a recovery: the size of one region, isInit cleared (the holder).
+    let shm = side(&c.db, "-shm");
+    std::fs::write(&shm, vec![0u8; 32 * 1024]).unwrap();
+    let recovery = Recovery::hold_locks(&shm, hold);
+    let r = match reader {
+        Reader::Waffle { hot_list } => {
+            let r = open_verify(&c.db, &c.addr, hot_list, verify);
+            // A cold open: a new cache id, so no copy an earlier process pushed is named.
+            assert_ne!(cache_id(&r), c.first_id, "a cold open");
+            r
+        }
+        Reader::Plain => open_plain(&c.db),
+    };
+
+    let gate = Arc::new(Gate::default());
+    let reading = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            GATE.with(|g| *g.borrow_mut() = Some(gate));
+            r.busy_handler(Some(gated_busy)).unwrap();
+            let seen = Seen::read(&r, then);
+            (r, seen)
+        })
+    };
+    wait_for(STEP, "the reader to wait in its busy handler", || {
+        gate.calls.load(Ordering::SeqCst) > 0 || reading.is_finished()
+    });
+    assert!(!reading.is_finished(), "the reader never waited: {:?}", reading.join().map(|(_, seen)| seen));
+
+    // W opens only now (a WAL-mode open would have left R a WAL file to open before page 1).
+    recovery.end();
+    let mut w = Peer::spawn(None, &format!("file:{}", c.db.display()));
+    assert!(w.open_error.is_none(), "W: {:?}", w.open_error);
+    writer_reshapes(&mut w, then);
+    gate.go.store(true, Ordering::SeqCst);
+    let (r, seen) = reading.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
+
+    let what = format!("{reader:?} {hold:?} {then:?} verify {verify}");
+    let stats = matches!(reader, Reader::Waffle { .. }).then(|| snapshot(&r));
+    let s = stats.as_ref().map(|s| s.cache());
+    if let Some(s) = s {
+        assert_eq!(s.verify_mismatches, 0, "{what}: a tier served a page older than the file: {s:?}");
+    }
+    assert_eq!(seen, Seen::expected(&c.db), "{what}: R read other than the file; {s:?}");
+    // Everything R reads from here on is the file's.
+    check_rows(&r, |id| value(id, then.generation(id)), ROWS);
+    assert_eq!(Seen::read(&r, then), Seen::expected(&c.db), "{what}");
+    if let Some(s) = stats.map(|_| snapshot(&r)) {
+        assert_eq!(s.cache().verify_mismatches, 0, "{what}: {s:?}");
+    }
+    drop(r);
+    w.close();
+}
+
+const HOLDS: [Hold; 2] = [Hold::CheckpointAndRecovery, Hold::WholeRecovery];
+
+/// A cold reader that read page 1 under its first SHARED lock, then waited
+/// on another process's recovery while page 1 changed and the whole
+/// generation was copied back: with verify mode on, no tier serves the page
+/// from before (each served page is compared with the file).
+#[test]
+fn a_cold_reader_waiting_on_recovery_never_serves_page_one_from_before_the_copy_back() {
+    for hold in HOLDS {
+        for then in [Then::Truncate, Then::RestartThenWrite] {
+            run_cold("wal-trust-cold", Reader::Waffle { hot_list: "off" }, hold, then, true);
+        }
+    }
+}
+
+/// The same with verify mode off (nothing replaces a stale page with the
+/// file's): R sees the new table and the grown file, as SQLite alone does.
+#[test]
+fn a_cold_reader_waiting_on_recovery_reads_the_new_schema_without_verify() {
+    for hold in HOLDS {
+        for then in [Then::Truncate, Then::RestartThenWrite] {
+            run_cold("wal-trust-cold-noverify", Reader::Waffle { hot_list: "off" }, hold, then, false);
+        }
+    }
+}
+
+/// The control: SQLite alone, the same cold sequence, reads the new schema and rows.
+#[test]
+fn without_waffle_a_cold_reader_reads_the_new_schema() {
+    for hold in HOLDS {
+        for then in [Then::Truncate, Then::RestartThenWrite] {
+            run_cold("wal-trust-cold-plain", Reader::Plain, hold, then, true);
+        }
+    }
 }

@@ -121,7 +121,8 @@ struct WalMark {
 /// a rebuilt wal-index. The next look at the wal-index decides against it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Anchor {
-    sig: FileSig,
+    /// None: the file could not be read then; such an anchor never holds.
+    sig: Option<FileSig>,
     /// The generation the `-wal` file's header named then (None: no WAL; a
     /// clean close that vouches leaves none).
     salt: Option<[u8; 8]>,
@@ -135,7 +136,7 @@ impl Anchor {
         // Times included: content cannot show a generation that was copied
         // back and then lost (a TRUNCATE checkpoint, then a wal-index rebuilt
         // from the empty WAL, or a writer that draws fresh salts).
-        if frames.file_sig() != Some(self.sig) {
+        if self.sig.is_none() || frames.file_sig() != self.sig {
             return false;
         }
         match self.salt {
@@ -207,7 +208,7 @@ impl Coherence {
     /// A cache that starts from a clean close: it was in step with a file
     /// whose signature was `sig` (None: a cold cache).
     pub fn new(sig: Option<FileSig>) -> Coherence {
-        let anchor = sig.map(|sig| Anchor { sig, salt: None });
+        let anchor = sig.map(|sig| Anchor { sig: Some(sig), salt: None });
         Coherence { sig, cold: sig.is_none(), vouched: sig.is_some(), anchor, ..Coherence::default() }
     }
 
@@ -256,6 +257,22 @@ impl Coherence {
         self.sig = now;
     }
 
+    /// Right after [`Coherence::on_shared`]: when this was the first lock of
+    /// ours and nothing of the WAL is accounted for (a cold cache, one just
+    /// forgotten, one that was in rollback mode) and no older anchor is held,
+    /// the cache is in step with the file as that lock found it: the anchor is
+    /// taken there, before SQLite reads a page, with the `-wal` file's
+    /// generation then (`wal_salt`, None without a whole header). SQLite reads
+    /// page 1 under SHARED before it opens a WAL it did not see, and may then
+    /// wait before its first read mark while another process copies a whole
+    /// generation back (issue 31, the cold variant).
+    pub fn on_first_lock_anchor(&mut self, wal_salt: impl FnOnce() -> Option<[u8; 8]>) {
+        if self.holders == 1 && self.wal.is_none() && self.anchor.is_none() {
+            self.anchor = Some(Anchor { sig: self.sig, salt: wal_salt() });
+            trace!("anchored at the first lock: {:?}", self.anchor);
+        }
+    }
+
     /// A waffle connection is about to let go of its last lock. Called before
     /// the real unlock. `vouch`: the adapter can show the cache equal to the
     /// file as this unlock leaves it (docs/design.md, "Warm starts"): in
@@ -263,6 +280,15 @@ impl Coherence {
     /// check), in WAL mode only one from EXCLUSIVE after [`Coherence::on_exclusive`]
     /// with the WAL gone (a SHARED lock does not stop another process's checkpoint).
     pub fn on_unlock(&mut self, now: impl FnOnce() -> Option<FileSig>, vouch: bool) {
+        self.on_unlock_in_step(now, vouch, vouch);
+    }
+
+    /// [`Coherence::on_unlock`], with `in_step`: the cache is equal to the file
+    /// as this unlock leaves it, though that may not be saved for a warm start
+    /// (a vouch implies it; so does a span in rollback mode, where SHARED kept
+    /// every other writer out, even one whose own commit switched the file
+    /// to WAL mode). The next first look is then checked from here.
+    pub fn on_unlock_in_step(&mut self, now: impl FnOnce() -> Option<FileSig>, vouch: bool, in_step: bool) {
         debug_assert!(self.holders > 0, "unlock without a lock");
         self.holders = self.holders.saturating_sub(1);
         self.exclusive_caught_up = false;
@@ -270,8 +296,11 @@ impl Coherence {
             self.span_unchanged = false;
             self.sig = now();
             self.vouched = vouch;
-            if vouch {
-                self.anchor = None; // in step with the file as this unlock leaves it
+            if in_step {
+                // In step with the file as this unlock leaves it, and no WAL then (a vouch
+                // needs none; a rollback span has no -wal file): the next first look is
+                // checked from here, as a warm start's. With the WAL followed, nothing is.
+                self.anchor = self.wal.is_none().then_some(Anchor { sig: self.sig, salt: None });
             }
             trace!("unlock: recorded {:?}, vouched {vouch}", self.sig);
         }
@@ -379,7 +408,7 @@ impl Coherence {
             } else if let (false, None, Some(sig)) = (self.cold, self.anchor, now) {
                 // In step now; the next look (the read mark may come after a wait) checks
                 // nothing was copied back in between. A warm start's older anchor stays.
-                self.anchor = Some(Anchor { sig, salt: files.wal_header().map(|h| h.salt) });
+                self.anchor = Some(Anchor { sig: Some(sig), salt: files.wal_header().map(|h| h.salt) });
             }
             self.wal = None; // the next look starts over from what the WAL says then
             return;
@@ -808,9 +837,17 @@ mod tests {
         let mut c = Coherence::new(Some(sig(1)));
         c.on_shared(&cache, || Some(sig(1)));
         c.on_unlock(|| Some(sig(2)), true); // our own rollback-mode commits
-        wal.file.set(Some(sig(3))); // and our own switch to WAL mode
+
+        // Our own switch to WAL mode: a rollback-mode span (no -wal file, nothing mapped)
+        // whose commit moved the file; the header says WAL, so it does not vouch.
         c.on_shared(&cache, || Some(sig(2)));
-        c.on_wal_read(&cache, view(5, 1, 0), &wal);
+        c.on_unlock_in_step(|| Some(sig(3)), false, true);
+        wal.file.set(Some(sig(3)));
+        c.on_shared(&cache, || Some(sig(3)));
+        c.on_first_lock_anchor(|| panic!("the unlock left an anchor"));
+        // The first read mark finds the WAL our switch created, empty.
+        let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
+        c.on_wal_read(&cache, empty, &wal);
         assert!(cache.take().is_empty(), "{c:?}");
         // An unlock from SHARED in WAL mode vouches for nothing: the warm decision waits.
         let (cache, wal) = (Log::default(), Wal::default());
@@ -821,6 +858,66 @@ mod tests {
         wal.file.set(Some(sig(4)));
         c.on_wal_read(&cache, view(5, 1, 0), &wal);
         assert_eq!(cache.take(), vec!["all"]);
+    }
+
+    /// Issue 31, the cold variant: a cache with nothing accounted for (cold, or
+    /// just forgotten) is anchored at its first lock, before SQLite reads page
+    /// 1 and then waits before its first read mark; that look decides as a
+    /// warm start's does.
+    #[test]
+    fn a_cold_start_is_anchored_at_its_first_lock() {
+        let hdr = |ckpt_seq, salt| Some(WalHeader { ckpt_seq, salt: [salt; 8] });
+        let empty = Some(WalView { salt: [0; 8], mx_frame: 0, backfilled: 0, page_bytes: 0 });
+        // (the -wal salt at the first lock; the file, the wal-index and the -wal header at the
+        // read mark; what is forgotten)
+        type Case = (Option<[u8; 8]>, FileSig, Option<WalView>, Option<WalHeader>, &'static [&'static str]);
+        let cases: [Case; 7] = [
+            (None, sig(1), empty, None, &[]),                   // nobody wrote: page 1 stays
+            (None, sig(2), empty, None, &["all"]),              // the file changed (a CREATE TABLE copied back)
+            (None, sig(1), view(8, 0, 0), None, &["all"]),      // TRUNCATE: new salts, no frame
+            (None, sig(1), view(8, 2, 0), hdr(1, 8), &["all"]), // RESTART, then a write
+            (None, sig(1), view(8, 2, 0), hdr(0, 8), &[]),      // a WAL started since, nothing copied back
+            (Some([7; 8]), sig(1), view(7, 3, 2), hdr(0, 7), &["pages [1, 2]", "from 1048576"]), // named
+            (Some([7; 8]), sig(1), view(9, 1, 0), hdr(0, 9), &["all"]), // another generation
+        ];
+        for (salt_at_lock, file, at_mark, header, forgotten) in cases {
+            let cache = Log::default();
+            let mut wal = Wal::default();
+            for f in 1..=3 {
+                wal.frames.insert(f, ([7; 8], f + 1));
+            }
+            let mut c = Coherence::new(None);
+            c.on_shared(&cache, || Some(sig(1)));
+            c.on_first_lock_anchor(|| salt_at_lock);
+            // A second lock of ours takes no anchor of its own.
+            c.on_shared(&cache, || panic!("not read"));
+            c.on_first_lock_anchor(|| panic!("a second holder anchors nothing"));
+            assert!(cache.take().is_empty(), "a cold start forgets nothing at its first lock");
+            wal.file.set(Some(file));
+            wal.header.set(header);
+            c.on_wal_read(&cache, at_mark, &wal);
+            assert_eq!(cache.take(), forgotten, "{salt_at_lock:?} {file:?} {at_mark:?} {header:?}");
+        }
+        // A warm start keeps its older anchor; one whose signature failed at the first lock
+        // forgot everything and is anchored there (the file as it is then).
+        let (cache, wal) = (Log::default(), Wal::default());
+        let mut c = Coherence::new(Some(sig(1)));
+        c.on_shared(&cache, || Some(sig(2)));
+        assert_eq!(cache.take(), vec!["all"]);
+        c.on_first_lock_anchor(|| None);
+        wal.file.set(Some(sig(3)));
+        c.on_wal_read(&cache, empty, &wal);
+        assert_eq!(cache.take(), vec!["all"], "changed after the first lock: {c:?}");
+        // With the WAL followed, a first lock takes no anchor; an unreadable file never holds.
+        c.on_unlock(|| None, false);
+        c.on_shared(&cache, || None);
+        c.on_first_lock_anchor(|| panic!("the WAL is followed"));
+        let mut c = Coherence::new(None);
+        c.on_shared(&cache, || None);
+        c.on_first_lock_anchor(|| None);
+        wal.file.set(None);
+        c.on_wal_read(&cache, empty, &wal);
+        assert_eq!(cache.take(), vec!["all", "all"]);
     }
 
     /// After a rebuilt wal-index the next look names what the same generation

@@ -182,8 +182,12 @@ pub(crate) unsafe extern "C" fn main_lock(f: *mut sqlite3_file, level: c_int) ->
         // SAFETY: f is ours.
         let (db, fd) = unsafe { (db(f), (*wf).fd) };
         if let (Some(db), true) = (db, from < SQLITE_LOCK_SHARED && level >= SQLITE_LOCK_SHARED) {
-            // Before SQLite reads a page of this transaction.
-            coherent(db, |c| c.on_shared(&db.cache, || file_sig(db, fd)));
+            // Before SQLite reads a page of this transaction (page 1 first, even in WAL mode when
+            // it sees no WAL yet): the check, and where the first look is checked from.
+            coherent(db, |c| {
+                c.on_shared(&db.cache, || file_sig(db, fd));
+                c.on_first_lock_anchor(|| wal_index::wal_header(&db.wal_path).map(|h| h.salt));
+            });
             // SAFETY: f is ours.
             if unsafe { (*wf).shm0.is_null() } {
                 catch_up_before_mapping(db, fd);
@@ -245,6 +249,18 @@ fn vouches(db: &OpenDb, fd: RawFd, lock_level: c_int) -> bool {
     no_wal && (!wal_mode || (exclusive && descriptor::times_settled(fd)))
 }
 
+/// Whether the span of held locks now ending ran in rollback mode: no handle
+/// of ours has the wal-index mapped, and there is no `-wal` file. A WAL-mode
+/// connection keeps its `-wal` file while it has the database open, and only
+/// a last closer holding EXCLUSIVE (or a switch out of WAL mode) removes it,
+/// which our SHARED lock kept out; a rollback-mode writer needs EXCLUSIVE. So
+/// nobody else wrote the file in the span, and our own writes (a switch to
+/// WAL mode among them) went through the cache: it is in step at the unlock.
+fn rollback_span(db: &OpenDb) -> bool {
+    let mapped = db.shm.lock().unwrap_or_else(|e| e.into_inner()).handles > 0;
+    !mapped && matches!(std::fs::metadata(&db.wal_path), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 pub(crate) unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) -> c_int {
     let wf = f as *mut WaffleFile;
     // SAFETY: f is ours.
@@ -257,7 +273,8 @@ pub(crate) unsafe extern "C" fn main_unlock(f: *mut sqlite3_file, level: c_int) 
         coherent(db, |c| kept = c.on_unlock_unchanged());
         if !kept {
             let vouch = vouches(db, fd, held);
-            coherent(db, |c| c.on_unlock(|| recorded_sig(db, fd), vouch));
+            let in_step = vouch || rollback_span(db);
+            coherent(db, |c| c.on_unlock_in_step(|| recorded_sig(db, fd), vouch, in_step));
         }
     }
     // SAFETY: f is ours.
