@@ -10,6 +10,7 @@
 //! | `grid`, `grid:N` | S | B - S | B (or `--grid-memory`), over 1 (or N) nodes |
 //! | `all-local` | S | B - S + L2 (2B - S by default) | none (L1 as large as L1 + L2: the ceiling) |
 //! | `stock` | B (default VFS) | none | none (SQLite alone; misses go to the kernel's page cache) |
+//! | `plain` | S (default VFS) | none | none (SQLite as an application runs it beside waffle: the same page cache, no L1) |
 //!
 //! `grid@LINK` (e.g. `grid@1gbe`, `grid:2@100mb`) runs that grid behind an
 //! EMULATED link; `--link` sets the link of every grid configuration without one.
@@ -29,6 +30,11 @@
 //! `waffle_hot_list=off` (the control: the restart's L1 fills on demand).
 //! `+verify` opens with `waffle_verify=on` (what verify mode costs, beside
 //! the same configuration without it).
+//! Waffle configurations open with `waffle_direct_io=on`, so that the budget
+//! is all the memory the pages use and an emulated device sees every miss;
+//! `+auto` opens with the library's default instead (`auto`: a file the
+//! machine's memory holds stays in the kernel's page cache), as an
+//! application would run it beside `plain`.
 
 use waffle_core::codec::Codec;
 use waffle_emulation::LinkProfile;
@@ -36,9 +42,13 @@ use waffle_emulation::LinkProfile;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
     Local,
-    Grid { nodes: usize },
+    Grid {
+        nodes: usize,
+    },
     AllLocal,
     Stock,
+    /// SQLite's default VFS with the waffle configurations' page caches (S): what waffle adds, side by side.
+    Plain,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +68,8 @@ pub struct ConfigSpec {
     pub hot_list: bool,
     /// `+verify`: `waffle_verify=on`.
     pub verify: bool,
+    /// `+auto`: `waffle_direct_io=auto` (the library's default) instead of `on`.
+    pub direct_io_auto: bool,
 }
 
 impl ConfigSpec {
@@ -67,8 +79,13 @@ impl ConfigSpec {
         let restart = given.contains("+restart");
         let hot_list = !given.contains("+nohot");
         let verify = given.contains("+verify");
-        let mut stripped =
-            given.replace("+warm", "").replace("+restart", "").replace("+nohot", "").replace("+verify", "");
+        let direct_io_auto = given.contains("+auto");
+        let mut stripped = given
+            .replace("+warm", "")
+            .replace("+restart", "")
+            .replace("+nohot", "")
+            .replace("+verify", "")
+            .replace("+auto", "");
         let mut codec = None;
         if let Some(at) = stripped.find("+compress=") {
             let rest = &stripped[at + "+compress=".len()..];
@@ -94,6 +111,7 @@ impl ConfigSpec {
             "grid" => Kind::Grid { nodes: 1 },
             "all-local" => Kind::AllLocal,
             "stock" => Kind::Stock,
+            "plain" => Kind::Plain,
             _ => match base.strip_prefix("grid:") {
                 Some(n) => {
                     let nodes: usize = n.parse().map_err(|_| format!("'{n}' is not a node count"))?;
@@ -104,7 +122,7 @@ impl ConfigSpec {
                 }
                 None => {
                     return Err(format!(
-                        "unknown configuration '{s}' (local, grid, grid:N, all-local, stock; grid[:N]@LINK)"
+                        "unknown configuration '{s}' (local, grid, grid:N, all-local, stock, plain; grid[:N]@LINK)"
                     ))
                 }
             },
@@ -112,16 +130,16 @@ impl ConfigSpec {
         if link.is_some() && !matches!(kind, Kind::Grid { .. }) {
             return Err(format!("'{s}': only a grid configuration has a link"));
         }
-        if device.is_some() && kind == Kind::Stock {
+        if device.is_some() && matches!(kind, Kind::Stock | Kind::Plain) {
             return Err(format!("'{s}': stock SQLite reads through the kernel; it has no emulated device"));
         }
-        if (warm || restart || !hot_list || verify) && kind == Kind::Stock {
+        if (warm || restart || !hot_list || verify || direct_io_auto) && matches!(kind, Kind::Stock | Kind::Plain) {
             return Err(format!("'{given}': stock SQLite has no waffle to warm or restart"));
         }
-        if codec.is_some() && kind == Kind::Stock {
+        if codec.is_some() && matches!(kind, Kind::Stock | Kind::Plain) {
             return Err(format!("'{given}': stock SQLite has no waffle to compress"));
         }
-        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify })
+        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify, direct_io_auto })
     }
 }
 
@@ -182,6 +200,8 @@ pub struct Plan {
     pub hot_list: bool,
     /// `waffle_verify=on`.
     pub verify: bool,
+    /// `waffle_direct_io=auto` rather than `on`.
+    pub direct_io_auto: bool,
 }
 
 impl Plan {
@@ -216,6 +236,7 @@ impl Plan {
             restart: spec.restart,
             hot_list: spec.hot_list,
             verify: spec.verify,
+            direct_io_auto: spec.direct_io_auto,
         };
         match spec.kind {
             Kind::Local => {}
@@ -233,6 +254,11 @@ impl Plan {
                 p.waffle = false;
                 p.sqlite_cache_bytes = budget;
                 p.sqlite_cache_per_conn_kib = per_conn(budget);
+                p.l1_bytes = 0;
+                p.device = None;
+            }
+            Kind::Plain => {
+                p.waffle = false;
                 p.l1_bytes = 0;
                 p.device = None;
             }
@@ -293,6 +319,14 @@ mod tests {
         assert_eq!(all.l1_bytes + all.sqlite_cache_bytes, 2 * b);
         let stock = Plan::new("stock", &ConfigSpec::parse("stock").unwrap(), b, s, b, 16, None, None);
         assert!(!stock.waffle);
+        let plain = Plan::new("plain", &ConfigSpec::parse("plain").unwrap(), b, s, b, 16, None, None);
+        assert!(!plain.waffle && plain.l1_bytes == 0 && plain.sqlite_cache_bytes == local.sqlite_cache_bytes);
+        assert!(ConfigSpec::parse("plain+warm").is_err() && ConfigSpec::parse("plain/hdd-10k").is_err());
+        assert!(
+            ConfigSpec::parse("grid:2+auto").unwrap().direct_io_auto
+                && !ConfigSpec::parse("grid:2").unwrap().direct_io_auto
+        );
+        assert!(ConfigSpec::parse("plain+auto").is_err());
         assert_eq!(stock.sqlite_cache_per_conn_kib, 4096);
         assert_eq!(Amount::parse("25%").unwrap().of(400), 100);
         assert_eq!(Amount::parse("1MiB").unwrap().of(7), 1 << 20);

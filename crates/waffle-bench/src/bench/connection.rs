@@ -30,6 +30,7 @@ pub(super) fn open_conn(path: &Path, plan: &Plan, timeout_ms: u64, grid: &[Strin
             None => uri,
         };
         let uri = if plan.verify { format!("{uri}&waffle_verify=on") } else { uri };
+        let uri = format!("{uri}&waffle_direct_io={}", if plan.direct_io_auto { "auto" } else { "on" });
         Connection::open_with_flags(uri, flags)?
     } else {
         Connection::open_with_flags(path, flags)?

@@ -24,6 +24,7 @@ pub mod dataset;
 pub mod emulation;
 pub mod oltp;
 pub mod phase;
+pub mod point;
 pub mod report;
 pub mod restart;
 pub mod result;
@@ -45,7 +46,7 @@ use result::ConfigResult;
 use run_options::RunOptions;
 use workload::Workload;
 
-pub const WORKLOADS: [&str; 3] = ["oltp-read-only", "tpcc", "scan"];
+pub const WORKLOADS: [&str; 5] = ["oltp-read-only", "tpcc", "scan", "point", "short"];
 
 #[derive(Clone, Debug)]
 pub struct BenchOptions {
@@ -125,6 +126,8 @@ pub fn make_workload(o: &BenchOptions) -> Result<Box<dyn Workload>, String> {
             Ok(Box::new(t))
         }
         "scan" => Ok(Box::new(scan::Scan::new(rows))),
+        "point" => Ok(Box::new(point::Point::new(rows, o.dist.clone(), false))),
+        "short" => Ok(Box::new(point::Point::new(rows, o.dist.clone(), true))),
         w => Err(format!("unknown workload '{w}' (use {})", WORKLOADS.join(", "))),
     }
 }

@@ -81,11 +81,21 @@ pub fn base_name(name: &str) -> &str {
     name.split(['@', '/', '+']).next().unwrap_or(name)
 }
 
+/// The SQLite-alone configuration the ratio to stock is taken to: `stock`,
+/// else `plain` (the default VFS with the waffle configurations' page caches).
+fn sqlite_base(results: &[ConfigResult]) -> &'static str {
+    if results.iter().any(|r| base_name(&r.name) == "stock") {
+        "stock"
+    } else {
+        "plain"
+    }
+}
+
 /// Fills each result's ratios to the first `local`, `all-local` and `stock`
-/// results (whatever their device: `local/hdd-10k` is a `local`).
+/// (else `plain`) results (whatever their device: `local/hdd-10k` is a `local`).
 pub fn fill_ratios(results: &mut [ConfigResult]) {
     let find = |name: &str| results.iter().find(|r| base_name(&r.name) == name).map(|r| r.throughput);
-    let (local, all, stock) = (find("local"), find("all-local"), find("stock"));
+    let (local, all, stock) = (find("local"), find("all-local"), find(sqlite_base(results)));
     for r in results.iter_mut() {
         let ratio = |base: Option<f64>| base.filter(|b| *b > 0.0).and_then(|b| finite(r.throughput / b));
         r.ratio_to_local = ratio(local);
@@ -165,6 +175,7 @@ pub fn print_table(results: &[ConfigResult]) {
             ratio(r.ratio_to_all_local),
         );
     }
+    let base = sqlite_base(results);
     let notes: Vec<String> = results
         .iter()
         .filter(|r| {
@@ -172,7 +183,7 @@ pub fn print_table(results: &[ConfigResult]) {
                 || r.rounds.len() > 1
                 || r.errors > 0
                 || r.rollbacks > 0
-                || r.ratio_to_stock.is_some() && r.name != "stock"
+                || r.ratio_to_stock.is_some() && r.name != base
                 || r.hits.as_ref().is_some_and(|h| h.read_ahead > 0.0)
         })
         .map(|r| {
@@ -200,8 +211,8 @@ pub fn print_table(results: &[ConfigResult]) {
                     used_of(h.ahead_used_l2, h.ahead_pages_l2)
                 ));
             }
-            if let Some(s) = r.ratio_to_stock.filter(|_| r.name != "stock") {
-                parts.push(format!("{s:.2}x stock"));
+            if let Some(s) = r.ratio_to_stock.filter(|_| r.name != base) {
+                parts.push(format!("{s:.2}x {base}"));
             }
             format!("{}: {}", r.name, parts.join(", "))
         })
