@@ -60,7 +60,11 @@ fn a_warm_into_a_live_grid_counts_what_the_node_holds() {
     let node = Node::start(64).expect("memcached must be installed");
     let dir = TempDir::new("warm-report-live");
     let db = database(&dir, 600);
-    let w = run(&options(&db, Some(node.addr()))).unwrap().remove(0);
+    // A deadline a loaded machine's stall does not reach: beside two busy loops the default
+    // 5 ms was missed (320 pages lost on the way, then the node down for 26), rightly counted
+    // as not stored; this test is about counting what the node holds.
+    let live = WarmOptions { options: vec!["waffle_timeout_ms=2000".into()], ..options(&db, Some(node.addr())) };
+    let w = run(&live).unwrap().remove(0);
     assert!(w.read_pages > 600, "{w:?}");
     assert_eq!(w.unstored_pages(), 0, "{w:?}");
     assert_eq!(w.pushed_pages, w.queued_pages, "settled: every page queued was stored: {w:?}");
