@@ -200,7 +200,7 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
         // again and again still fails it.
         assert!(
             max_fetch <= deadline * 2 + healthy_max_fetch,
-            "a grid fetch waited {max_fetch:?}, more than about one deadline beyond the healthy grid's slowest \
+            "a grid fetch waited {max_fetch:?}, more than two deadlines beyond the healthy grid's slowest \
              ({healthy_max_fetch:?}): {ctx}"
         );
         // Statements to which waffle added about a deadline (over the same
