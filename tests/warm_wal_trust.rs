@@ -173,6 +173,24 @@ fn gated_busy(attempt: i32) -> bool {
     attempt < 10_000
 }
 
+/// R's first read, on a thread of its own whose busy handler waits at the returned gate.
+fn read_behind_gate<T: Send + 'static>(
+    r: Connection,
+    read: impl FnOnce(&Connection) -> T + Send + 'static,
+) -> (Arc<Gate>, std::thread::JoinHandle<(Connection, T)>) {
+    let gate = Arc::new(Gate::default());
+    let reading = {
+        let gate = Arc::clone(&gate);
+        std::thread::spawn(move || {
+            GATE.with(|g| *g.borrow_mut() = Some(gate));
+            r.busy_handler(Some(gated_busy)).unwrap();
+            let out = read(&r);
+            (r, out)
+        })
+    };
+    (gate, reading)
+}
+
 // ---------------------------------------------------------------- the process holding the recovery
 
 /// The wal-index's lock bytes start at 120 (WALINDEX_LOCK_OFFSET): 121 is the
@@ -326,16 +344,7 @@ fn run(name: &str, reader: Reader, then: Then) {
 
     // R's first statement: SHARED on the file (the warm check), then the wal-index
     // needs a rebuild that another process holds: SQLITE_BUSY_RECOVERY, the busy handler.
-    let gate = Arc::new(Gate::default());
-    let reading = {
-        let gate = Arc::clone(&gate);
-        std::thread::spawn(move || {
-            GATE.with(|g| *g.borrow_mut() = Some(gate));
-            r.busy_handler(Some(gated_busy)).unwrap();
-            let old = old_rows(&r, then);
-            (r, old)
-        })
-    };
+    let (gate, reading) = read_behind_gate(r, move |r| old_rows(r, then));
     wait_for(STEP, "the reader to wait in its busy handler", || {
         gate.calls.load(Ordering::SeqCst) > 0 || reading.is_finished()
     });
@@ -525,16 +534,7 @@ fn run_cold(name: &str, reader: Reader, hold: Hold, then: Then, verify: bool) {
         Reader::Plain => open_plain(&c.db),
     };
 
-    let gate = Arc::new(Gate::default());
-    let reading = {
-        let gate = Arc::clone(&gate);
-        std::thread::spawn(move || {
-            GATE.with(|g| *g.borrow_mut() = Some(gate));
-            r.busy_handler(Some(gated_busy)).unwrap();
-            let seen = Seen::read(&r, then);
-            (r, seen)
-        })
-    };
+    let (gate, reading) = read_behind_gate(r, move |r| Seen::read(r, then));
     wait_for(STEP, "the reader to wait in its busy handler", || {
         gate.calls.load(Ordering::SeqCst) > 0 || reading.is_finished()
     });
