@@ -326,23 +326,27 @@ fn a_warm_while_the_reload_runs_stops_it_and_runs_instead() {
 /// waits in the VFS for the running piece instead. The reload is made slow
 /// so that the writes land while it runs: a cold open (so the disk), an
 /// EMULATED 10K RPM disk (libwaffle_slowdisk.so, 5 ms a read: the test runs
-/// again under it), and hot pages ten pages apart (one read each).
+/// again under it), and 400 hot pages ten pages apart (one read each), an L1
+/// that holds them all: about 2 s of reads. (With 100 pages, half a second,
+/// a CI run beside two other test binaries once fitted only 2 writes in.)
 #[test]
 fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
     const TEST: &str = "a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload";
     /// The grid's node, the parent's, for the run on the EMULATED disk.
     const NODE: &str = "WAFFLE_TEST_HOT_LIST_NODE";
-    let rows = 1000;
+    let rows = 4000;
+    let hot_rows = rows / 10;
+    let params = |addr| vec![("waffle_grid", addr), ("waffle_local", "2MiB"), ("waffle_hot_list", "on")];
     let Some(dir) = slow_disk::child_dir() else {
         let node = start_node(64);
         let addr = node.addr();
         let dir = TempDir::new("hot-writer");
         let db = dir.join("w.db");
-        let conn = open_waffle(&db, &params(&addr, "on"));
+        let conn = open_waffle(&db, &params(addr.as_str()));
         create_blob_table(&conn, 10, 1..=rows, |id| value(id, 1));
         for _ in 0..5 {
             drop_pager_cache(&conn);
-            for id in (0..100).map(|i| 10 + (i * 37) % 100 * 10) {
+            for id in (0..hot_rows).map(|i| 10 + (i * 37) % hot_rows * 10) {
                 let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = ?", [id], |r| r.get(0)).unwrap();
                 assert!(v == value(id, 1));
             }
@@ -355,8 +359,10 @@ fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
     let addr = std::env::var(NODE).expect("the parent's node");
     let db = dir.join("w.db");
     slow_disk::drop_from_page_cache(&db);
-    let conn = open_waffle(&db, &params(&addr, "on"));
+    let conn = open_waffle(&db, &params(addr.as_str()));
     conn.busy_timeout(Duration::ZERO).unwrap();
+    // The writes' fsyncs are not what is tested: on a slow CI disk they were most of a write's time.
+    conn.execute_batch("PRAGMA synchronous = OFF").unwrap();
     let (mut during, mut id) = (0, rows);
     loop {
         let running = snapshot(&conn).warming().hot_list.state == "running";
@@ -371,7 +377,7 @@ fn a_writer_without_a_busy_timeout_never_sees_busy_from_the_reload() {
     }
     let s = after_reload(&conn);
     assert!(during >= 3, "only {during} writes landed while the reload ran: {:?}", s.warming().hot_list);
-    assert!(s.warming().hot_list.from_disk_pages >= 50, "{:?}", s.warming().hot_list);
+    assert!(s.warming().hot_list.from_disk_pages >= 200, "{:?}", s.warming().hot_list);
     check_rows(&conn, |id| value(id, 1), id);
-    assert!(slow_disk::slowed_reads("hdd-10k") >= 50, "the reload's reads waited for the EMULATED disk");
+    assert!(slow_disk::slowed_reads("hdd-10k") >= 200, "the reload's reads waited for the EMULATED disk");
 }
