@@ -1,4 +1,5 @@
-//! A fresh directory for a test's files, on the real disk, removed when dropped.
+//! A fresh directory for a test's files, on the real disk, removed when dropped
+//! (kept when the test panics and `WAFFLE_KEEP_FAILED` is set, to read after).
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -34,6 +35,10 @@ impl TempDir {
 
 impl Drop for TempDir {
     fn drop(&mut self) {
+        if std::thread::panicking() && std::env::var_os("WAFFLE_KEEP_FAILED").is_some() {
+            eprintln!("WAFFLE_KEEP_FAILED: kept {}", self.path.display());
+            return;
+        }
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
