@@ -14,7 +14,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
-use node_flags::{node_memory, node_page_size};
+use node_flags::{node_flash, node_memory, node_page_size};
 use waffle_bench::args::{codec, device, link, local, size, Codec, GridTimeout, PageSize, Rounds};
 use waffle_bench::bench::configs::Amount;
 use waffle_bench::bench::oltp::Dist;
@@ -92,6 +92,11 @@ struct NodesArgs {
     /// a power of two from 512 to 64KiB; 0: memcached's defaults.
     #[arg(long, default_value = "4096", value_parser = node_page_size)]
     page_size: u32,
+    /// Give each node a flash tier (memcached's extstore) in this file, of this size per node
+    /// (whole MiB, at least 64MiB), e.g. /srv/flash/waffle:100GiB; with --count above 1, node N
+    /// uses PATH.N. docs/flash-tier.md says how to size RAM against it.
+    #[arg(long, value_name = "PATH:SIZE", value_parser = node_flash)]
+    ssd: Option<waffle_nodes::flash::Flash>,
     /// Print the memcached command for --page-size and --memory (for your own nodes) and exit.
     #[arg(long)]
     print_flags: bool,
@@ -430,25 +435,46 @@ fn main() -> ExitCode {
     }
 }
 
+/// Slab classes for --page-size (0: memcached's); a node with flash starts its classes at the
+/// header a value on flash leaves in RAM.
+fn node_plan(a: &NodesArgs) -> Option<waffle_nodes::slabs::SlabPlan> {
+    use waffle_nodes::slabs::SlabPlan;
+    let plan = if a.ssd.is_some() { SlabPlan::for_flash_node } else { SlabPlan::for_node };
+    (a.page_size != 0).then(|| plan(a.page_size, false, a.memory_mib))
+}
+
+/// Each node's memcached flags: the slab plan, and its own flash file (PATH.N if several).
+fn node_args(a: &NodesArgs, plan: Option<&waffle_nodes::slabs::SlabPlan>) -> Vec<Vec<String>> {
+    let count = a.count as usize;
+    let flash_of = |i: usize| a.ssd.as_ref().map(|f| if count > 1 { f.for_node(i + 1) } else { f.clone() });
+    let node = |i| plan.map(|p| p.args()).into_iter().chain(flash_of(i).map(|f| f.args())).flatten().collect();
+    (0..count).map(node).collect()
+}
+
 fn run_nodes(a: &NodesArgs) -> Result<(), String> {
     use std::io::Write;
     use waffle_nodes::command::{default_user, NodeCommand};
-    let plan = (a.page_size != 0).then(|| waffle_nodes::slabs::SlabPlan::for_node(a.page_size, false, a.memory_mib));
+    let plan = node_plan(a);
     if a.print_flags {
-        let cmd =
-            NodeCommand { listen: a.listen, port: a.port, memory_mib: a.memory_mib, user: default_user().into(), plan };
+        let (listen, port, memory_mib, user) = (a.listen, a.port, a.memory_mib, default_user().into());
+        let cmd = NodeCommand { listen, port, memory_mib, user, plan, flash: a.ssd.clone() };
         println!("{}", cmd.line());
         eprintln!("{}", cmd.exposure_note());
         return Ok(());
     }
+    if let Some(f) = &a.ssd {
+        f.check_here().map_err(|e| format!("invalid value '{}' for '--ssd': {e}", f.describe()))?;
+    }
     // Before the nodes: a signal while they start stops them too.
     let stop = stop_on_signals()?;
-    let mut group = waffle_nodes::group::Group::start(a.count as usize, a.memory_mib, plan.as_ref())
+    let mut group = waffle_nodes::group::Group::start_with_args(a.memory_mib, node_args(a, plan.as_ref()))
         .map_err(|e| format!("starting memcached: {e}"))?;
     println!("WAFFLE_GRID={}", group.grid());
     println!(
-        "{} memcached nodes of {} MiB running on 127.0.0.1 until interrupted (Ctrl-C, SIGTERM)",
-        a.count, a.memory_mib
+        "{} memcached nodes of {} MiB{} running on 127.0.0.1 until interrupted (Ctrl-C, SIGTERM)",
+        a.count,
+        a.memory_mib,
+        a.ssd.as_ref().map(|f| format!(" and {} MiB of flash each", f.size_mib)).unwrap_or_default()
     );
     let _ = std::io::stdout().flush();
     let watched = group.watch(&stop);

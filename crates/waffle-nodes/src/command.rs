@@ -11,6 +11,7 @@
 use std::ffi::CString;
 use std::net::IpAddr;
 
+use crate::flash::Flash;
 use crate::slabs::SlabPlan;
 
 /// memcached's own port.
@@ -27,6 +28,8 @@ pub struct NodeCommand {
     pub user: String,
     /// Slab classes for a page size; None: memcached's defaults.
     pub plan: Option<SlabPlan>,
+    /// An extstore file (`--ssd`); None: RAM only.
+    pub flash: Option<Flash>,
 }
 
 impl NodeCommand {
@@ -44,6 +47,7 @@ impl NodeCommand {
             self.memory_mib.to_string(),
         ];
         words.extend(self.plan.iter().flat_map(SlabPlan::args));
+        words.extend(self.flash.iter().flat_map(Flash::args));
         words.join(" ")
     }
 
@@ -106,11 +110,15 @@ mod tests {
             memory_mib: 4096,
             user: "memcache".into(),
             plan: Some(plan.clone()),
+            flash: None,
         };
         assert_eq!(c.line(), format!("memcached -l 10.0.0.2 -p 11211 -u memcache -m 4096 {}", plan.describe()));
         let bare = NodeCommand { plan: None, ..c.clone() };
         assert_eq!(bare.line(), "memcached -l 10.0.0.2 -p 11211 -u memcache -m 4096");
         assert!(c.exposure_note().contains("unauthenticated") && c.exposure_note().contains("private network"));
+        let flash = Flash { path: "/srv/flash/waffle".into(), size_mib: 1 << 10 };
+        let with_flash = NodeCommand { flash: Some(flash.clone()), ..bare };
+        assert!(with_flash.line().ends_with(&format!(" -o {}", flash.options().join(","))), "{}", with_flash.line());
     }
 
     #[test]

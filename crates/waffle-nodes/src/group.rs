@@ -28,7 +28,13 @@ impl Group {
     /// Starts `count` nodes of `memory_mib` (with `plan`'s slab classes, if any), each tied to
     /// the calling thread. If one fails, those started are stopped again.
     pub fn start(count: usize, memory_mib: u32, plan: Option<&SlabPlan>) -> io::Result<Group> {
-        let nodes = (0..count).map(|_| Node::start_tied(memory_mib, plan)).collect::<io::Result<_>>()?;
+        let args = plan.map(SlabPlan::args).unwrap_or_default();
+        Group::start_with_args(memory_mib, vec![args; count])
+    }
+
+    /// One node per entry of `args`, each with its own flags (a flash file is one node's).
+    pub fn start_with_args(memory_mib: u32, args: Vec<Vec<String>>) -> io::Result<Group> {
+        let nodes = args.iter().map(|a| Node::start_tied_with_args(memory_mib, a)).collect::<io::Result<_>>()?;
         Ok(Group { nodes })
     }
 

@@ -11,9 +11,11 @@
 //! size ([`slabs::SlabPlan`]); [`Node::start`] keeps memcached's defaults.
 //! [`group::Group`] is `waffle nodes`: nodes watched until asked to stop, tied
 //! to their starter so that not even a SIGKILL leaves them running;
-//! [`command`] is the memcached command line printed for an operator's own node.
+//! [`command`] is the memcached command line printed for an operator's own node;
+//! [`flash`] the extstore settings of a node with flash (`--ssd`).
 
 pub mod command;
+pub mod flash;
 pub mod group;
 pub mod slabs;
 
@@ -105,6 +107,11 @@ impl Node {
     /// thread must not use it.
     pub fn start_tied(memory_mib: u32, plan: Option<&slabs::SlabPlan>) -> io::Result<Node> {
         Node::start_args(memory_mib, &plan.map(slabs::SlabPlan::args).unwrap_or_default(), true)
+    }
+
+    /// As [`Node::start_tied`] with these flags (slab classes, flash: [`flash::Flash::args`]).
+    pub fn start_tied_with_args(memory_mib: u32, args: &[String]) -> io::Result<Node> {
+        Node::start_args(memory_mib, args, true)
     }
 
     fn start_args(memory_mib: u32, slab_args: &[String], tied: bool) -> io::Result<Node> {
