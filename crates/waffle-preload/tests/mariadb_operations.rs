@@ -156,7 +156,7 @@ fn free_port() -> u16 {
 
 /// A my.cnf laid out as Debian's /etc/mysql/my.cnf (an includedir of
 /// mariadb.conf.d): this instance's 50-server.cnf and the shipped 60-waffle.cnf.
-fn instance_config(dir: &Path, data: &Path, socket: &Path, error_log: &Path) -> PathBuf {
+fn instance_config(dir: &Path, data: &Path, socket: &Path, error_log: &Path, extra: &str) -> PathBuf {
     let conf_d = dir.join("mariadb.conf.d");
     std::fs::create_dir_all(&conf_d).unwrap();
     let mut server = format!(
@@ -175,6 +175,7 @@ fn instance_config(dir: &Path, data: &Path, socket: &Path, error_log: &Path) -> 
     if is_root() {
         server.push_str("user = root\n"); // the unit's User=mysql: the test's files are root's
     }
+    server.push_str(extra);
     std::fs::write(conf_d.join("50-server.cnf"), server).unwrap();
     std::fs::copy(repo().join("deploy/mariadb/60-waffle.cnf"), conf_d.join("60-waffle.cnf")).unwrap();
     let my_cnf = dir.join("my.cnf");
@@ -196,6 +197,11 @@ fn waffle_conf(path: &Path, lines: &str) {
 /// Starts the unit's ExecStart with its UMask and the drop-in's environment,
 /// the installed paths replaced by this build's library and `conf`.
 fn start_unit(dir: &Path, data: &Path, conf: &Path) -> UnitServer {
+    start_unit_with(dir, data, conf, "")
+}
+
+/// start_unit, with `server_lines` added to the [mysqld] section.
+fn start_unit_with(dir: &Path, data: &Path, conf: &Path, server_lines: &str) -> UnitServer {
     let unit = std::fs::read_to_string(UNIT).unwrap_or_else(|e| panic!("{UNIT}: {e}; apt-get install mariadb-server"));
     let exec = unit_values(&unit, "ExecStart");
     assert_eq!(exec.len(), 1, "one ExecStart in {UNIT}: {exec:?}");
@@ -207,7 +213,7 @@ fn start_unit(dir: &Path, data: &Path, conf: &Path) -> UnitServer {
     let names: Vec<&str> = env.iter().map(|(k, _)| k.as_str()).collect();
     assert_eq!(names, ["LD_PRELOAD", "WAFFLE_CONFIG"], "the drop-in's Environment=");
     let (socket, error_log) = (dir.join("unit.sock"), dir.join("unit.err"));
-    let my_cnf = instance_config(dir, data, &socket, &error_log);
+    let my_cnf = instance_config(dir, data, &socket, &error_log, server_lines);
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..]).env_clear().env("PATH", SERVICE_PATH);
     for (k, v) in &env {
@@ -298,20 +304,162 @@ fn the_systemd_unit_with_the_shipped_files_runs_mariadb_under_the_preload() {
     let mode = std::fs::metadata(&stats_path).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o644, "WAFFLE_STATS_MODE");
     // Status from SQL: the shipped views, also for a user without the FILE privilege.
-    s.sql("root", &std::fs::read_to_string(repo().join("deploy/mariadb/waffle-status.sql")).unwrap()).unwrap();
+    s.sql("root", &status_sql(&conf)).unwrap();
     let row = s.sql("root", "SELECT state, switch, grid, config_file, page_reads > 0 FROM waffle.status").unwrap();
     assert_eq!(row, format!("active\ton\t{}\t{}\t1", node.addr(), conf.display()), "waffle.status");
     s.sql("root", "CREATE USER monitor@localhost; GRANT SELECT, EXECUTE ON waffle.* TO monitor@localhost").unwrap();
+    assert_eq!(why_null(&s), "NULL", "why_null of a readable stats file");
     let direct = s.sql("monitor", &format!("SELECT LOAD_FILE('{}') IS NULL", stats_path.display())).unwrap();
     assert_eq!(direct, "1", "without FILE, LOAD_FILE reads nothing (the control of the next query)");
     let spaces = s.sql("monitor", "SELECT name, cached FROM waffle.tablespaces WHERE name = 'w/t'").unwrap();
     assert_eq!(spaces, "w/t\t1", "waffle.tablespaces through the definer's function");
     let reads = s.sql("monitor", "SELECT SUM(page_reads) > 0, SUM(name = 'ibdata1') FROM waffle.tablespaces").unwrap();
     assert_eq!(reads, "1\t1", "the system tablespace's reads at the start");
+    the_status_view_says_why_when_it_cannot_read(&s, dir.path(), &stats_path);
     let errors: Vec<String> = s.log().lines().filter(|l| l.contains("[ERROR]")).map(str::to_string).collect();
     assert!(errors.is_empty(), "{errors:?}");
     s.shutdown();
     assert_eq!(read_stats(&stats_path).unwrap()["final"], true, "written at the server's exit");
+}
+
+/// deploy/mariadb/waffle-status.sql as an operator with the configuration file at `conf`
+/// runs it: waffle.config_path() edited to name it.
+fn status_sql(conf: &Path) -> String {
+    let sql = std::fs::read_to_string(repo().join("deploy/mariadb/waffle-status.sql")).unwrap();
+    let default = "RETURN '/etc/waffle/waffle.conf';";
+    assert_eq!(sql.matches(default).count(), 1, "waffle.config_path()'s body in waffle-status.sql");
+    sql.replace(default, &format!("RETURN '{}';", conf.display()))
+}
+
+/// waffle.stats_path() pointed at `path`, as the script's comment tells an operator to.
+fn point_stats_path(s: &UnitServer, path: &Path) {
+    let f = format!("CREATE OR REPLACE FUNCTION waffle.stats_path() RETURNS VARCHAR(4096) RETURN '{}'", path.display());
+    s.sql("root", &f).unwrap();
+}
+
+/// waffle.status's why_null, read by a user with SELECT and EXECUTE only; the other columns
+/// must be NULL whenever it is not.
+fn why_null(s: &UnitServer) -> String {
+    let row = s.sql("monitor", "SELECT CONCAT_WS(',', state, switch, updated, l1_hits), why_null FROM waffle.status");
+    let row = row.unwrap();
+    let (others, why) = row.split_once('\t').unwrap_or_else(|| panic!("two columns: {row:?}"));
+    if why != "NULL" {
+        assert_eq!(others, "", "the other columns beside why_null = {why}");
+    }
+    why.to_string()
+}
+
+fn assert_says(why: &str, case: &str, words: &[&str]) {
+    for w in words {
+        assert!(why.contains(w), "{case}: why_null does not say {w:?}: {why}");
+    }
+}
+
+/// The reasons waffle.status's why_null gives that one running server can show: the view
+/// pointed at a file not there, at a file not Waffle's, the stats file over
+/// max_allowed_packet, and views made by a definer without FILE. (The file mode and
+/// secure_file_priv need their own servers: the_status_view_says_why_it_is_null_by_default.)
+fn the_status_view_says_why_when_it_cannot_read(s: &UnitServer, dir: &Path, stats_path: &Path) {
+    point_stats_path(s, &dir.join("elsewhere/waffle-stats.json"));
+    let why = why_null(s);
+    assert_says(
+        &why,
+        "no file",
+        &["elsewhere/waffle-stats.json: no such file yet", "WAFFLE_STATS_MODE = 0644", "LD_PRELOAD"],
+    );
+
+    let foreign = dir.join("pkg.json");
+    std::fs::write(&foreign, br#"{"name": "my-app", "state": "active"}"#).unwrap();
+    std::fs::set_permissions(&foreign, std::fs::Permissions::from_mode(0o644)).unwrap();
+    point_stats_path(s, &foreign);
+    let why = why_null(s);
+    assert_says(&why, "a foreign file", &["pkg.json is not a Waffle stats file", "Move it away"]);
+    let json = s.sql("monitor", "SELECT waffle.stats_json() IS NULL").unwrap();
+    assert_eq!(json, "1", "waffle.stats_json() of a file that is not a stats file");
+
+    point_stats_path(s, stats_path);
+    assert_eq!(why_null(s), "NULL", "pointed back");
+    let size = std::fs::metadata(stats_path).unwrap().len();
+    assert!(size > 1024, "the stats file is larger than the smallest max_allowed_packet: {size} bytes");
+    let packet = s.sql("root", "SELECT @@GLOBAL.max_allowed_packet").unwrap();
+    // A session takes the global value when it connects: each sql() is a new client.
+    s.sql("root", "SET GLOBAL max_allowed_packet = 1024").unwrap();
+    let why = why_null(s);
+    s.sql("root", &format!("SET GLOBAL max_allowed_packet = {packet}")).unwrap();
+    assert_says(
+        &why,
+        "max_allowed_packet",
+        &["larger than max_allowed_packet (1024 bytes)", "raise max_allowed_packet"],
+    );
+    assert_eq!(why_null(s), "NULL", "max_allowed_packet back");
+
+    // The script run by a user who may make the views but has no FILE (the last case: it
+    // leaves that user's views behind).
+    s.sql("root", "GRANT ALL ON waffle.* TO monitor@localhost").unwrap();
+    s.sql("monitor", &status_sql(Path::new("/etc/waffle/waffle.conf"))).unwrap();
+    let why = why_null(s);
+    assert_says(
+        &why,
+        "no FILE",
+        &["needs the FILE privilege", "monitor@localhost", "run deploy/mariadb/waffle-status.sql again as root"],
+    );
+}
+
+#[test]
+fn the_status_view_says_why_it_is_null_by_default() {
+    // The shipped configuration and the grid only: the stats file is made 0660, as ibdata1.
+    let OneServer { turn: _turn, dir, node, data } = one_server("status-why", 16);
+    let conf = dir.join("waffle.conf");
+    waffle_conf(&conf, &format!("WAFFLE_GRID = {}\nWAFFLE_STATS_INTERVAL_MS = 200\n", node.addr()));
+    let s = start_unit(dir.path(), &data, &conf);
+    let stats_path = data.join("waffle-stats.json");
+    wait_file_stats(&stats_path, "the default mode's stats", |v| stat(v, "preload.page_reads") > 0);
+    assert_eq!(std::fs::metadata(&stats_path).unwrap().permissions().mode() & 0o777, 0o660, "the default mode");
+    s.sql("root", &status_sql(&conf)).unwrap();
+    s.sql("root", "CREATE USER monitor@localhost; GRANT SELECT, EXECUTE ON waffle.* TO monitor@localhost").unwrap();
+    let why = why_null(&s);
+    let file_mode =
+        format!("{} sets no WAFFLE_STATS_MODE, so the preload makes the file as ibdata1 (0660)", conf.display());
+    assert_says(
+        &why,
+        "the default mode",
+        &[
+            "LOAD_FILE() reads only a file every user may read",
+            &file_mode,
+            "set WAFFLE_STATS_MODE = 0644 there and restart",
+        ],
+    );
+    s.shutdown();
+    drop(_turn);
+
+    // secure_file_priv elsewhere than the datadir: the view says so; its fix, the stats file
+    // inside that directory and waffle.stats_path() pointed at it, makes the view work.
+    let OneServer { turn: _turn, dir, node, data } = one_server("status-why-priv", 16);
+    let (conf, priv_dir) = (dir.join("waffle.conf"), dir.join("files"));
+    std::fs::create_dir(&priv_dir).unwrap();
+    let in_priv = priv_dir.join("waffle-stats.json");
+    let lines = format!(
+        "WAFFLE_GRID = {}\nWAFFLE_STATS_MODE = 0644\nWAFFLE_STATS_FILE = {}\nWAFFLE_STATS_INTERVAL_MS = 200\n",
+        node.addr(),
+        in_priv.display()
+    );
+    waffle_conf(&conf, &lines);
+    let s = start_unit_with(dir.path(), &data, &conf, &format!("secure_file_priv = {}\n", priv_dir.display()));
+    wait_file_stats(&in_priv, "the stats in secure_file_priv", |v| stat(v, "preload.page_reads") > 0);
+    s.sql("root", &status_sql(&conf)).unwrap();
+    s.sql("root", "CREATE USER monitor@localhost; GRANT SELECT, EXECUTE ON waffle.* TO monitor@localhost").unwrap();
+    let why = why_null(&s);
+    let priv_is = format!("secure_file_priv is {}/ and LOAD_FILE() reads no file outside it", priv_dir.display());
+    let fix = format!("set WAFFLE_STATS_FILE = {}/waffle-stats.json in {}", priv_dir.display(), conf.display());
+    assert_says(
+        &why,
+        "secure_file_priv",
+        &[&format!("cannot read {}", data.join("waffle-stats.json").display()), &priv_is, &fix],
+    );
+    point_stats_path(&s, &in_priv);
+    assert_eq!(why_null(&s), "NULL", "the stats file inside secure_file_priv");
+    assert_eq!(s.sql("monitor", "SELECT grid FROM waffle.status").unwrap(), node.addr(), "waffle.status read");
+    s.shutdown();
 }
 
 /// The sum of the grid requests memcached answered (gets and sets, meta commands included).
