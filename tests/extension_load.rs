@@ -267,3 +267,96 @@ fn a_bad_uri_value_fails_the_open_and_names_the_parameter() {
 fn typed(v: &Value) -> StatsSnapshot {
     StatsSnapshot::from_json(v).unwrap_or_else(|e| panic!("not a stats snapshot ({e}): {v}"))
 }
+
+// ---------------------------------------------------------------- Python's standard sqlite3
+
+/// The distribution's Python, whose `sqlite3` module can load extensions (a pyenv build by
+/// default cannot: README.md, "Using it with SQLite").
+fn distribution_python() -> PathBuf {
+    let p = PathBuf::from("/usr/bin/python3");
+    assert!(p.is_file(), "/usr/bin/python3 is missing: apt-get install python3");
+    let probe = "import sqlite3; sqlite3.connect(':memory:').enable_load_extension(True)";
+    let out = run(Command::new(&p).args(["-c", probe]), "");
+    assert!(out.status.success(), "/usr/bin/python3's sqlite3 cannot load extensions: {}", text(&out.stderr));
+    p
+}
+
+/// README.md's Python snippet: the first ```python block of "Using it with SQLite".
+fn readme_python_snippet() -> String {
+    let readme = Path::new(env!("CARGO_MANIFEST_DIR")).join("../README.md");
+    let text = std::fs::read_to_string(&readme).unwrap_or_else(|e| panic!("{}: {e}", readme.display()));
+    let section = text.split("\n## Using it with SQLite\n").nth(1).expect("README.md: \"## Using it with SQLite\"");
+    let section = section.split("\n## ").next().unwrap();
+    let block = section.split("```python\n").nth(1).expect("README.md: a ```python block in \"Using it with SQLite\"");
+    block.split("```").next().unwrap().to_string()
+}
+
+/// `text` with `from` (which must be there exactly once: the README's snippet has not changed
+/// under the test) replaced by `to`.
+fn replace_once(text: &str, from: &str, to: &str) -> String {
+    assert_eq!(text.matches(from).count(), 1, "README.md's Python snippet should hold {from:?} once:\n{text}");
+    text.replace(from, to)
+}
+
+/// What the test does with `conn` after the snippet, and the control without Waffle: 200
+/// rows of 3000 bytes through a 10-page SQLite cache, read back after `PRAGMA waffle_flush`.
+/// Prints one JSON line.
+const PY_WORKLOAD: &str = r#"
+import json
+conn.execute("PRAGMA cache_size = 10")
+conn.execute("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB)")
+with conn:
+    conn.executemany("INSERT INTO t VALUES (?, ?)", ((i, bytes([i % 251]) * 3000) for i in range(1, 201)))
+flushed = conn.execute("PRAGMA waffle_flush").fetchone()
+conn.execute("PRAGMA shrink_memory")
+rows = [i for (i, v) in conn.execute("SELECT id, v FROM t ORDER BY id") if v == bytes([i % 251]) * 3000]
+stats = conn.execute("PRAGMA waffle_stats").fetchone()
+conn.close()
+print(json.dumps({"flushed": flushed and flushed[0], "rows": len(rows), "stats": stats and json.loads(stats[0])}))
+"#;
+
+#[test]
+fn python_sqlite3_runs_the_readme_snippet_and_caches_through_the_grid() {
+    let Host { so, node, db, _dir, .. } = host("ext-pysqlite3", "app.db");
+    let python = distribution_python();
+    let snippet = readme_python_snippet();
+    let ours = replace_once(&snippet, "\"target/release/libwaffle.so\"", &format!("{:?}", so.display().to_string()));
+    let ours = replace_once(&ours, "file:app.db?", &format!("file:{}?", db.display()));
+    let ours = replace_once(&ours, "10.0.0.2:11211,10.0.0.3:11211", &node.addr());
+    // An L1 of 16 pages: the 200 rows leave it, so reads come from the grid.
+    let ours = replace_once(&ours, "waffle_local=256MiB", "waffle_local=64KiB&waffle_timeout_ms=1000");
+    let out = run(Command::new(&python).arg("-c").arg(format!("{ours}{PY_WORKLOAD}")), "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "python3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "the snippet's stats line and the workload's: {stdout}\nstderr: {stderr}");
+    let first: Value =
+        serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("the snippet printed ({e}): {}", lines[0]));
+    assert_eq!(typed(&first).sqlite.as_ref().expect("the SQLite section").config.grid, [node.addr()], "{first}");
+    let r: Value = serde_json::from_str(lines[1]).unwrap_or_else(|e| panic!("not JSON ({e}): {}", lines[1]));
+    assert_eq!((&r["flushed"], &r["rows"]), (&Value::from("ok"), &Value::from(200)), "{r}");
+    let s = typed(&r["stats"]);
+    let c = s.cache();
+    assert!(c.disk_writes >= 200, "{c:?}");
+    assert!(c.l2_pushes > 0, "Python's database pushed nothing to the grid: {c:?}");
+    assert!(c.l2_hits > 0, "Python's reads never hit the grid: {c:?}");
+    assert!(stderr.trim().is_empty(), "unexpected stderr: {stderr}");
+
+    // The control: the same program without loading the extension. The URI's VFS does not
+    // exist, and a plain database answers the same rows with no waffle pragma.
+    let plain = db.with_file_name("plain.db");
+    let control = format!(
+        "import sqlite3\ntry:\n    sqlite3.connect({uri:?}, uri=True)\n    print('opened')\nexcept sqlite3.OperationalError as e:\n    print(e)\n\
+         conn = sqlite3.connect({plain:?})\n{PY_WORKLOAD}",
+        uri = format!("file:{}?vfs=waffle", plain.display()),
+        plain = plain.display().to_string(),
+    );
+    let out = run(Command::new(&python).arg("-c").arg(control), "");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "python3 failed: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.first().copied(), Some("no such vfs: waffle"), "without the extension: {stdout}");
+    let r: Value = serde_json::from_str(lines.get(1).copied().unwrap_or_default())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\nstderr: {stderr}"));
+    assert_eq!(r, serde_json::json!({"flushed": null, "rows": 200, "stats": null}), "plain SQLite");
+}
