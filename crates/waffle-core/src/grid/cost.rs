@@ -24,7 +24,7 @@
 //!   The disk read is the window's mean of the cache's single-page reads (a
 //!   moving average when the window had fewer than MIN_SAMPLES of them).
 //!   One exception, the first window: it ends early, from 2 s on
-//!   ([`EARLY_DIVISOR`]) with at least [`SAMPLE_LOOKUPS`] lookups in, if a
+//!   ([`EARLY_DIVISOR`]) with at least [`EARLY_LOOKUPS`] lookups in, if a
 //!   lookup's round trip alone costs more than [`EARLY_BOUND`] (2) disk
 //!   reads. That is a bound, not an estimate: the grid could not pay were
 //!   every page found and nothing pushed, so neither the hit ratio (which a
@@ -32,6 +32,18 @@
 //!   filling overstates: a warm-up's pass evicts far more than it looks up)
 //!   would change the verdict. Without it a node this dear was asked for
 //!   every page for its first 10 s, most of a short benchmark's measured run.
+//! - **The trial** (issue 33 item 1). Until its first verdict a node has
+//!   not shown that it pays, and a process that lives a few seconds (a CLI
+//!   tool, a test suite, a benchmark's point) would pay its whole first
+//!   window of lookups and pushes, most of them while the grid fills. So a
+//!   measuring node gets only the sample's keys (one in [`SAMPLE_EVERY`], as
+//!   backed off: the same pages pushed and looked up, so the trial's hit
+//!   ratio and pushes per lookup are the grid's), unless it is *promising*:
+//!   from [`PROMISE_LOOKUPS`] lookups on, their mean round trip is under
+//!   1/[`PROMISE`] of a disk read. Then every request goes (a slow disk: the
+//!   grid pays with a hit ratio of a quarter, and a few hundred ms of
+//!   sampled lookups tell it). Promising holds until the first verdict; the
+//!   verdicts are taken as before, from whatever went.
 //! - **Hysteresis.** On: backed off when `cost > MARGIN × saved`. Backed off:
 //!   on again when `saved > MARGIN × cost`. MARGIN = 1.25: nothing changes
 //!   while cost/saved is within 0.8..1.25.
@@ -95,6 +107,12 @@ pub const MIN_SAMPLES: u64 = 16;
 pub const MARGIN: f64 = 1.25;
 /// The window of figures a decision rests on, and the first dwell.
 pub const WINDOW: Duration = Duration::from_secs(10);
+/// Lookups the first window needs before it may end early (the trial sends few).
+pub const EARLY_LOOKUPS: u64 = 64;
+/// A measuring node is sent everything once a lookup's round trip is under 1/PROMISE of a disk read.
+pub const PROMISE: f64 = 4.0;
+/// Lookups the trial needs before a node may be found promising.
+pub const PROMISE_LOOKUPS: u64 = 8;
 /// The first window may end after WINDOW / EARLY_DIVISOR (2 s) when the grid cannot pay.
 pub const EARLY_DIVISOR: u32 = 5;
 /// The grid cannot pay when a lookup's round trip costs more than this many disk reads.
@@ -109,7 +127,7 @@ pub const SAY_AFTER_MAX_WINDOWS: u32 = 6;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CostState {
-    /// No window judged yet: every request goes.
+    /// No window judged yet: the trial's sample goes, or every request once the node is promising.
     #[default]
     Measuring,
     /// The grid saves more than it costs (or not clearly less): every request goes.
@@ -223,6 +241,8 @@ pub struct NodeCost {
     sample_every: AtomicU64,
     /// Set at the first lookup: pushes before it fill the grid and are not costed.
     started: AtomicBool,
+    /// Measuring, a lookup's round trip was seen under 1/PROMISE of a disk read: every request goes.
+    promising: AtomicBool,
     tally: Tally,
     declined_lookups: AtomicU64,
     declined_pushes: AtomicU64,
@@ -240,6 +260,7 @@ impl NodeCost {
             state: AtomicU8::new(CostState::Measuring as u8),
             sample_every: AtomicU64::new(SAMPLE_EVERY),
             started: AtomicBool::new(false),
+            promising: AtomicBool::new(false),
             tally: Tally::default(),
             declined_lookups: AtomicU64::new(0),
             declined_pushes: AtomicU64::new(0),
@@ -276,15 +297,25 @@ impl NodeCost {
     /// Backed off, the sample's own lookups measure the grid; a window's
     /// round trip for the sample's pages would add cost and measure nothing.
     pub fn admits_read_ahead(&self) -> bool {
-        !self.backoff || self.state() != CostState::BackedOff
+        !self.sampled()
     }
 
     fn admits(&self, key: &[u8], declined: &AtomicU64) -> bool {
-        if !self.backoff || self.state() != CostState::BackedOff || self.in_sample(key) {
+        if !self.sampled() || self.in_sample(key) {
             return true;
         }
         declined.fetch_add(1, Ordering::Relaxed);
         false
+    }
+
+    /// Whether only the sample's keys go now: backed off, or on trial (measuring, not yet promising).
+    fn sampled(&self) -> bool {
+        self.backoff
+            && match self.state() {
+                CostState::On => false,
+                CostState::BackedOff => true,
+                CostState::Measuring => !self.promising.load(Ordering::Relaxed),
+            }
     }
 
     /// Whether `key` is in the sample a backed-off node gets now.
@@ -321,6 +352,7 @@ impl NodeCost {
             d.disk_mark = disk.mark();
             return None;
         };
+        self.note_promise(d.disk_mark, disk);
         let elapsed = now.saturating_duration_since(start);
         let over = elapsed >= self.window
             && self.tally.lookups.load(Ordering::Relaxed) >= MIN_SAMPLES
@@ -332,13 +364,12 @@ impl NodeCost {
         d.window_start = Some(now);
         d.disk_mark = disk.mark();
         d.last = Some(f);
-        let was = self.state();
+        // Backed off (or on trial) through the window, its lookups were the
+        // sample's; on (or promising) until its end, they were all of them.
+        let sampled_one_in = if self.sampled() { self.sample_every() } else { 1 };
         let line = self.judge(&mut d, &f, start, now);
         if self.state() == CostState::BackedOff {
-            // Backed off through the window, its lookups were the sample's; on
-            // (or measuring) until its end, they were all of them. A first
-            // window cut short counts as a whole one at its rate.
-            let sampled_one_in = if was == CostState::BackedOff { self.sample_every() } else { 1 };
+            // A first window cut short counts as a whole one at its rate.
             let per_window = self.window.as_secs_f64() / elapsed.max(self.window / EARLY_DIVISOR).as_secs_f64();
             let keys = (f.lookups.saturating_mul(sampled_one_in) as f64 * per_window.max(1.0)) as u64;
             self.resample(keys);
@@ -346,8 +377,27 @@ impl NodeCost {
         line
     }
 
+    /// On trial, marks the node promising once [`PROMISE_LOOKUPS`] lookups
+    /// took under 1/[`PROMISE`] of a disk read on average: it would pay
+    /// with a quarter of its lookups found, so its first window gets every
+    /// request (a slow disk's node is used from the start, not from its
+    /// first verdict).
+    fn note_promise(&self, mark: DiskMark, disk: &DiskCost) {
+        if self.state() != CostState::Measuring
+            || self.promising.load(Ordering::Relaxed)
+            || self.tally.lookups.load(Ordering::Relaxed) < PROMISE_LOOKUPS
+            || disk.reads() < MIN_SAMPLES
+        {
+            return;
+        }
+        let f = Figures::of(self.tally.read(false), disk.mean_since(mark, MIN_SAMPLES));
+        if f.lookup_us() * PROMISE < f.disk_us {
+            self.promising.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Whether the first window may end early, before [`WINDOW`]: still
-    /// measuring, at least WINDOW / [`EARLY_DIVISOR`] and [`SAMPLE_LOOKUPS`]
+    /// measuring, at least WINDOW / [`EARLY_DIVISOR`] and [`EARLY_LOOKUPS`]
     /// lookups in, a lookup's round trip costs more than [`EARLY_BOUND`] disk
     /// reads: the grid could not pay were every page found and nothing pushed
     /// (a bound that needs neither the hit ratio nor the pushes, both skewed
@@ -355,7 +405,7 @@ impl NodeCost {
     fn cannot_pay(&self, mark: DiskMark, disk: &DiskCost, elapsed: Duration) -> bool {
         if self.state() != CostState::Measuring
             || elapsed < self.window / EARLY_DIVISOR
-            || self.tally.lookups.load(Ordering::Relaxed) < SAMPLE_LOOKUPS
+            || self.tally.lookups.load(Ordering::Relaxed) < EARLY_LOOKUPS
             || disk.reads_since(mark) < MIN_SAMPLES
         {
             return false;
@@ -435,10 +485,11 @@ impl NodeCost {
         let reason = match state {
             CostState::Measuring => format!(
                 "measuring: {} of {MIN_SAMPLES} lookups and {} of {MIN_SAMPLES} disk reads so far; \
-                 the first decision at the end of a {:?} window",
+                 the first decision at the end of a {:?} window; {}",
                 f.lookups.min(MIN_SAMPLES),
                 disk.reads().min(MIN_SAMPLES),
-                self.window
+                self.window,
+                self.trial_words()
             ),
             _ => reason(state, &f, self.backoff, self.sample_every()),
         };
@@ -457,6 +508,21 @@ impl NodeCost {
             sample_every: self.sample_every(),
             dwell_s: d.dwell.as_secs_f64(),
             reason,
+        }
+    }
+
+    /// What a measuring node is sent, in words.
+    fn trial_words(&self) -> String {
+        if !self.backoff {
+            "every request goes (waffle_grid_backoff=off)".into()
+        } else if self.sampled() {
+            format!(
+                "until then the lookups and pushes of 1 page in {} go (a trial), all of them once a \
+                 lookup's round trip is under 1/{PROMISE} of a disk read",
+                self.sample_every()
+            )
+        } else {
+            format!("every request goes (promising: a lookup's round trip is under 1/{PROMISE} of a disk read)")
         }
     }
 
@@ -627,6 +693,14 @@ mod tests {
             }
         }
 
+        /// On after a first window of FAST, then `cost` until the next window backs it off.
+        fn on_then(&mut self, cost: impl Fn(u64) -> Second) {
+            self.run(11, |_| FAST);
+            assert_eq!(self.state(), CostState::On);
+            self.run(11, cost);
+            assert_eq!(self.state(), CostState::BackedOff);
+        }
+
         fn secs(&self) -> f64 {
             self.ms as f64 / 1000.0
         }
@@ -722,12 +796,12 @@ mod tests {
     /// whole window.
     #[test]
     fn a_grid_that_could_not_pay_were_every_page_found_backs_off_early() {
-        // 500 us a lookup against a 200 us read: backed off once 256 lookups
-        // (2.56 s at 100 a second) and 2 s are in, not at 10 s.
+        // 500 us a lookup against a 200 us read: backed off once EARLY_LOOKUPS
+        // (0.64 s at 100 a second) and 2 s are in, not at 10 s.
         let mut dear = Sim::new(true);
         dear.run(3, |_| SLOW);
         assert_eq!(dear.changes.iter().map(|c| c.1).collect::<Vec<_>>(), [CostState::BackedOff]);
-        assert!((2.5..2.6).contains(&dear.changes[0].0), "{:?}", dear.changes);
+        assert!((2.0..2.1).contains(&dear.changes[0].0), "{:?}", dear.changes);
         // 300 us against 200, one page in four found: it saves 50 us and
         // backs off, but within the bound: at the window's end.
         let mut by_hits = Sim::new(true);
@@ -744,11 +818,39 @@ mod tests {
         assert_eq!(by_pushes.state(), CostState::Measuring);
         by_pushes.run(2, |_| pushy);
         assert_eq!(by_pushes.state(), CostState::BackedOff);
-        // Two seconds at 20,000 lookups size the sample as a window of them would (200,000 -> 1 in 512).
+        // Two seconds of the trial's 312 lookups (20,000 keys) size the sample
+        // as a window of them would (200,000 keys -> 1 in 512).
         let mut busy = Sim::new(true);
-        busy.run_at(20_000, 3, |_| SLOW);
+        busy.run_at(20_000 / SAMPLE_EVERY, 3, |_| SLOW);
         assert!((2.0..2.1).contains(&busy.changes[0].0), "{:?}", busy.changes);
         assert_eq!(busy.node.status(&busy.disk).sample_every, 512);
+    }
+
+    /// The share of 16,000 page keys `node` admits for lookups, pushes and read-ahead.
+    fn admitted(node: &NodeCost) -> (f64, bool) {
+        let keys: Vec<String> = (0..16_000).map(|p| format!("w:c057:{p}")).collect();
+        let sent = keys.iter().filter(|k| node.admits_lookup(k.as_bytes()) && node.admits_push(k.as_bytes())).count();
+        (sent as f64 / keys.len() as f64, node.admits_read_ahead())
+    }
+
+    #[test]
+    fn a_measuring_node_gets_the_trial_sample_until_its_round_trip_is_a_quarter_of_a_disk_read() {
+        // Before any lookup, and with a round trip of a whole disk read: the trial's sample only.
+        let mut dear = Sim::new(true);
+        let (share, ahead) = admitted(&dear.node);
+        assert!((0.8 / 64.0..1.2 / 64.0).contains(&share) && !ahead, "{share}");
+        dear.run(1, |_| Second { lookup_us: 200, ..FAST });
+        assert_eq!(dear.state(), CostState::Measuring);
+        assert!(admitted(&dear.node).0 < 1.2 / 64.0);
+        assert!(dear.node.status(&dear.disk).reason.contains("(a trial)"), "{:?}", dear.node.status(&dear.disk));
+        // 40 us against a 200 us disk: promising once PROMISE_LOOKUPS lookups and MIN_SAMPLES disk reads are in: every request goes.
+        let mut cheap = Sim::new(true);
+        cheap.run_at(40, 1, |_| Second { lookup_us: 40, ..FAST });
+        assert_eq!(cheap.state(), CostState::Measuring);
+        assert_eq!(admitted(&cheap.node), (1.0, true));
+        assert!(cheap.node.status(&cheap.disk).reason.contains("promising"));
+        // The back-off off: every request goes from the start.
+        assert_eq!(admitted(&Sim::new(false).node), (1.0, true));
     }
 
     #[test]
@@ -808,7 +910,7 @@ mod tests {
     #[test]
     fn the_sample_thins_while_lookups_are_many_and_grows_back_when_few() {
         let mut sim = Sim::new(true);
-        sim.run(11, |_| SLOW);
+        sim.on_then(|_| SLOW);
         assert_eq!(sim.state(), CostState::BackedOff);
         let every = |sim: &Sim| sim.node.status(&sim.disk).sample_every;
         assert_eq!(every(&sim), SAMPLE_EVERY);
@@ -849,7 +951,7 @@ mod tests {
         let seen = steps(&mut sim, 2_000, 200);
         assert!(seen.len() <= 3 && seen[0] == SAMPLE_EVERY_MAX && seen.ends_with(&[SAMPLE_EVERY]), "{seen:?}");
         assert_eq!(sim.state(), CostState::BackedOff, "the sample's size is not a decision");
-        assert_eq!(sim.changes.len(), 1, "{:?}", sim.changes);
+        assert_eq!(sim.changes.len(), 2, "on, then backed off: {:?}", sim.changes);
     }
 
     #[test]
@@ -857,11 +959,13 @@ mod tests {
         // 20,000 lookups a second while on: the window that backs it off had
         // 200,000, all of them: 200,000 / 512 = 390 -> 1 in 512 at once.
         let mut sim = Sim::new(true);
+        sim.run(11, |_| FAST);
         sim.run_at(20_000, 11, |_| SLOW);
         assert_eq!(sim.state(), CostState::BackedOff);
         assert_eq!(sim.node.status(&sim.disk).sample_every, 512);
         // 1,000 a second while on: 10,000 -> 19 -> the densest, 1 in 64.
         let mut sim = Sim::new(true);
+        sim.run(11, |_| FAST);
         sim.run_at(1_000, 11, |_| SLOW);
         assert_eq!(sim.state(), CostState::BackedOff);
         assert_eq!(sim.node.status(&sim.disk).sample_every, SAMPLE_EVERY);
