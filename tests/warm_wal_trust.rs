@@ -27,11 +27,10 @@
 //! (waffle-testkit's `Peer`).
 
 use std::cell::RefCell;
-use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::Connection;
@@ -39,11 +38,11 @@ use serde_json::json;
 use waffle_core::stats::StatsSnapshot;
 use waffle_testkit::db::{cache_id, create_blob_table, open_plain, open_waffle, snapshot};
 use waffle_testkit::nodes::{start_node, Node};
-use waffle_testkit::process::KillOnDrop;
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::wait::{wait_for, wait_until};
+use waffle_testkit::wal_recovery::{Hold, RecoveryHolder};
 use waffle_testkit::warm_restart::{check_rows, value};
-use waffle_testkit::writers::{python_with_apsw, to_peer, Peer};
+use waffle_testkit::writers::{to_peer, Peer};
 
 /// Rows, one 4 KiB leaf page each.
 const ROWS: i64 = 400;
@@ -193,88 +192,11 @@ fn read_behind_gate<T: Send + 'static>(
 
 // ---------------------------------------------------------------- the process holding the recovery
 
-/// The wal-index's lock bytes start at 120 (WALINDEX_LOCK_OFFSET): 121 is the
-/// checkpoint lock, 122 the recovery lock, both held exclusively while SQLite
-/// rebuilds the index (walIndexRecover). isInit (byte 12 of each 48-byte
-/// header copy) 0 says the index must be rebuilt before anyone reads.
-///
-/// Its arguments: the `-shm` file, the first lock byte and how many it holds
-/// exclusively. It also holds the DMS byte (128) shared, as every connection
-/// with the index mapped does: a reader that opens the `-shm` then finds it
-/// in use and does not truncate it.
-const HOLD_RECOVERY_PY: &str = r#"
-import fcntl, mmap, os, sys
-fd = os.open(sys.argv[1], os.O_RDWR)
-fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, 128, os.SEEK_SET)
-fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, int(sys.argv[3]), int(sys.argv[2]), os.SEEK_SET)
-m = mmap.mmap(fd, 136)
-m[12] = 0
-m[48 + 12] = 0
-print("held", flush=True)
-sys.stdin.readline()
-"#;
-
-/// Another process inside a wal-index recovery (until [`Recovery::end`]).
-struct Recovery {
-    child: KillOnDrop,
-}
-
-/// Which of the wal-index's lock bytes the recovery holder holds.
-#[derive(Clone, Copy, Debug)]
-enum Hold {
-    /// The checkpoint and recovery locks (121, 122): a reader takes the write
-    /// lock (120) itself, tries the rebuild and meets them.
-    CheckpointAndRecovery,
-    /// The write lock as well (120..=122), as SQLite's recovery holds them
-    /// (walIndexReadHdr, then walIndexRecover): a reader never gets the write lock.
-    WholeRecovery,
-}
-
-impl Recovery {
-    fn hold(shm: &Path) -> Recovery {
-        Recovery::hold_locks(shm, Hold::CheckpointAndRecovery)
-    }
-
-    fn hold_locks(shm: &Path, hold: Hold) -> Recovery {
-        let (first, n) = match hold {
-            Hold::CheckpointAndRecovery => (121, 2),
-            Hold::WholeRecovery => (120, 3),
-        };
-        let mut child = Command::new(python_with_apsw())
-            .arg("-c")
-            .arg(HOLD_RECOVERY_PY)
-            .arg(shm)
-            .args([first.to_string(), n.to_string()])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn python3 (the recovery holder)");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let _ = tx.send(line);
-            }
-        });
-        let line = rx.recv_timeout(STEP).expect("the recovery holder took the locks");
-        assert_eq!(line, "held");
-        Recovery { child: KillOnDrop(child) }
-    }
-
-    /// The holder exits: its locks go with it.
-    fn end(mut self) {
-        let mut stdin = self.child.0.stdin.take().unwrap();
-        stdin.write_all(b"end\n").unwrap();
-        drop(stdin);
-        let mut status = None;
-        wait_for(STEP, "the recovery holder to exit", || {
-            status = self.child.0.try_wait().unwrap();
-            status.is_some()
-        });
-        assert!(status.unwrap().success(), "the recovery holder failed: {status:?}");
-    }
+/// Another process inside a wal-index recovery, holding `which` (waffle_testkit::wal_recovery).
+fn hold_recovery(shm: &Path, which: Hold) -> RecoveryHolder {
+    RecoveryHolder::hold(shm, which, Duration::from_secs(5))
+        .expect("start the recovery holder")
+        .expect("the recovery holder took the locks (nobody else holds them here)")
 }
 
 // ---------------------------------------------------------------- the writer
@@ -340,7 +262,7 @@ fn run(name: &str, reader: Reader, then: Then) {
         }
         Reader::Plain => open_plain(&c.db),
     };
-    let recovery = Recovery::hold(&side(&c.db, "-shm"));
+    let recovery = hold_recovery(&side(&c.db, "-shm"), Hold::CheckpointAndRecovery);
 
     // R's first statement: SHARED on the file (the warm check), then the wal-index
     // needs a rebuild that another process holds: SQLITE_BUSY_RECOVERY, the busy handler.
@@ -352,7 +274,7 @@ fn run(name: &str, reader: Reader, then: Then) {
 
     // The recovery ends; W rebuilds the wal-index, rewrites every row, copies the whole
     // WAL back into the file and restarts it. Then R's retry takes its read mark.
-    recovery.end();
+    recovery.end().expect("the recovery holder let go");
     writer_does(&mut w, then);
     gate.go.store(true, Ordering::SeqCst);
     let (r, old) = reading.join().unwrap_or_else(|e| std::panic::resume_unwind(e));
@@ -523,7 +445,7 @@ fn run_cold(name: &str, reader: Reader, hold: Hold, then: Then, verify: bool) {
     // The -shm of a process inside a recovery: the size of one region, isInit cleared (the holder).
     let shm = side(&c.db, "-shm");
     std::fs::write(&shm, vec![0u8; 32 * 1024]).unwrap();
-    let recovery = Recovery::hold_locks(&shm, hold);
+    let recovery = hold_recovery(&shm, hold);
     let r = match reader {
         Reader::Waffle { hot_list } => {
             let r = open_verify(&c.db, &c.addr, hot_list, verify);
@@ -541,7 +463,7 @@ fn run_cold(name: &str, reader: Reader, hold: Hold, then: Then, verify: bool) {
     assert!(!reading.is_finished(), "the reader never waited: {:?}", reading.join().map(|(_, seen)| seen));
 
     // W opens only now (a WAL-mode open would have left R a WAL file to open before page 1).
-    recovery.end();
+    recovery.end().expect("the recovery holder let go");
     let mut w = Peer::spawn(None, &format!("file:{}", c.db.display()));
     assert!(w.open_error.is_none(), "W: {:?}", w.open_error);
     writer_reshapes(&mut w, then);

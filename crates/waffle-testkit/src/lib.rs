@@ -46,6 +46,7 @@ pub mod soak;
 pub mod temp_dir;
 mod test_cases;
 pub mod wait;
+pub mod wal_recovery;
 pub mod warm_restart;
 pub mod workload;
 pub mod writers;
