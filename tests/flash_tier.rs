@@ -198,6 +198,14 @@ fn old_copies_on_flash_are_refused_after_a_rewrite() {
     assert_refused(refused, stale.len(), &after);
     assert!(node_stat(&addr, "get_extstore") >= ext_before + refused, "the old copies did not come from extstore");
     eprintln!("{} old copies put back on flash, {refused} served and refused as stale", stale.len());
+
+    // PRAGMA waffle_stats shows the node's flash tier (asked at most every 10 s).
+    wait_for(WAIT, "PRAGMA waffle_stats to show the node's flash hits", || {
+        cache_stats(&conn).nodes[0].flash.as_ref().is_some_and(|f| f.node_flash_hits > 0 && f.items > 0)
+    });
+    let flash = cache_stats(&conn).nodes[0].flash.clone().unwrap();
+    assert_eq!(flash.bytes, u64::from(FLASH_MIB) << 20, "{flash:?}");
+    assert!(flash.node_flash_hits >= refused, "the stats count fewer flash hits than refusals: {flash:?}");
 }
 
 #[test]

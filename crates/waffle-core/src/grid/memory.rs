@@ -7,11 +7,19 @@
 //! the others get the last figure. A node that does not answer keeps the
 //! last figure it gave (memory does not change without a restart).
 //! The figure sizes the working-set advice; nothing else depends on it.
+//!
+//! The same reply tells a node's flash tier (memcached's extstore), if it has
+//! one: [`FlashStatus`]. memcached's `mg` has no flag that says a value came
+//! from flash (protocol.txt, 1.6.18), so which tier answered is known per node
+//! and from memcached's own counters, over all its clients, not per request.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
 
 /// A node is asked again after this long.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -33,6 +41,59 @@ pub struct GridMemory {
 struct State {
     asked_at: Option<Instant>,
     limit_bytes: Option<u64>,
+    flash: Option<FlashStatus>,
+}
+
+/// A node's flash tier (extstore) from its `stats`: node-wide counters, every client's
+/// requests together, as of the last ask (at most [`REFRESH`] old).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct FlashStatus {
+    /// The flash file's size (`extstore_limit_maxbytes`).
+    pub bytes: u64,
+    /// Values on flash now (`extstore_objects_used`); each keeps its header in RAM.
+    pub items: u64,
+    /// Hits served from RAM: `get_hits - get_extstore` (memcached counts a flash read as a hit
+    /// before it knows whether the read succeeds).
+    pub node_ram_hits: u64,
+    /// Hits served from flash: `get_extstore - miss_from_extstore`. A value still in
+    /// extstore's write buffer counts here too: memcached does not tell them apart.
+    pub node_flash_hits: u64,
+    /// Flash reads that found nothing usable (`miss_from_extstore`): the file was cut or its
+    /// page reused.
+    pub node_flash_misses: u64,
+    /// Of those, values whose CRC failed (`badcrc_from_extstore`): a damaged flash file.
+    pub node_flash_bad_crc: u64,
+    /// Of the node's hits between the last two asks, the share served from flash (None until
+    /// two asks with hits between them).
+    pub recent_flash_share: Option<f64>,
+}
+
+impl FlashStatus {
+    /// The flash figures of a `stats` reply (None: the node has no extstore), with the recent
+    /// share against the `last` figures.
+    fn of(stats: &HashMap<&str, u64>, last: Option<&FlashStatus>) -> Option<FlashStatus> {
+        let get = |name| stats.get(name).copied().unwrap_or(0);
+        let bytes = *stats.get("extstore_limit_maxbytes")?;
+        let flash_reads = get("get_extstore");
+        let mut f = FlashStatus {
+            bytes,
+            items: get("extstore_objects_used"),
+            node_ram_hits: get("get_hits").saturating_sub(flash_reads),
+            node_flash_hits: flash_reads.saturating_sub(get("miss_from_extstore")),
+            node_flash_misses: get("miss_from_extstore"),
+            node_flash_bad_crc: get("badcrc_from_extstore"),
+            recent_flash_share: None,
+        };
+        f.recent_flash_share = last.and_then(|l| f.share_since(l));
+        Some(f)
+    }
+
+    fn share_since(&self, last: &FlashStatus) -> Option<f64> {
+        let flash = self.node_flash_hits.checked_sub(last.node_flash_hits)?;
+        let ram = self.node_ram_hits.checked_sub(last.node_ram_hits)?; // None: the node restarted
+        (flash + ram > 0).then(|| flash as f64 / (flash + ram) as f64)
+    }
 }
 
 #[derive(Default)]
@@ -44,6 +105,11 @@ impl NodeMemory {
     /// The last figure known, without asking.
     pub fn known(&self) -> Option<u64> {
         self.lock().limit_bytes
+    }
+
+    /// The node's flash tier as last asked (None: no extstore, or not asked yet).
+    pub fn flash(&self) -> Option<FlashStatus> {
+        self.lock().flash.clone()
     }
 
     /// The node's memory, asked first when the last ask is older than
@@ -62,8 +128,9 @@ impl NodeMemory {
         }
         let asked = ask(addr, Instant::now() + ASK_DEADLINE);
         let mut s = self.lock();
-        if asked.is_some() {
-            s.limit_bytes = asked;
+        if let Some(reply) = asked {
+            s.limit_bytes = reply.get("limit_maxbytes").copied();
+            s.flash = FlashStatus::of(&reply, s.flash.as_ref());
         }
         s.limit_bytes
     }
@@ -73,8 +140,8 @@ impl NodeMemory {
     }
 }
 
-/// `stats` on a new connection to `addr`, every wait bounded by `deadline`.
-fn ask(addr: SocketAddr, deadline: Instant) -> Option<u64> {
+/// `stats` on a new connection to `addr`, every wait bounded by `deadline`: its numeric figures.
+fn ask(addr: SocketAddr, deadline: Instant) -> Option<HashMap<&'static str, u64>> {
     let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
     let mut stream = TcpStream::connect_timeout(&addr, left()?).ok()?;
     stream.set_write_timeout(Some(left()?)).ok()?;
@@ -93,7 +160,32 @@ fn ask(addr: SocketAddr, deadline: Instant) -> Option<u64> {
             break;
         }
     }
-    parse_limit(&reply)
+    parse_limit(&reply)?;
+    Some(parse_figures(&reply))
+}
+
+/// The figures of a `stats` reply this module reads, by name.
+fn parse_figures(reply: &[u8]) -> HashMap<&'static str, u64> {
+    const NAMES: [&str; 7] = [
+        "limit_maxbytes",
+        "get_hits",
+        "get_extstore",
+        "miss_from_extstore",
+        "badcrc_from_extstore",
+        "extstore_objects_used",
+        "extstore_limit_maxbytes",
+    ];
+    let text = String::from_utf8_lossy(reply);
+    let mut out = HashMap::new();
+    for line in text.split("\r\n") {
+        let mut words = line.split(' ');
+        if let (Some("STAT"), Some(name), Some(value)) = (words.next(), words.next(), words.next()) {
+            if let (Some(known), Ok(v)) = (NAMES.iter().find(|n| **n == name), value.parse()) {
+                out.insert(*known, v);
+            }
+        }
+    }
+    out
 }
 
 /// `limit_maxbytes` from a complete `stats` reply (`STAT <name> <value>` lines, then `END`).
@@ -126,6 +218,27 @@ mod tests {
         assert_eq!(parse_limit(b"STAT pid 1\r\nEND\r\n"), None, "no limit");
         assert_eq!(parse_limit(b"ERROR\r\n"), None);
         assert_eq!(parse_limit(b"STAT limit_maxbytes lots\r\nEND\r\n"), None);
+    }
+
+    #[test]
+    fn flash_figures_come_from_extstore_counters_and_their_deltas() {
+        let reply = |hits: u64, ext: u64, miss: u64| {
+            format!(
+                "STAT get_hits {hits}\r\nSTAT get_extstore {ext}\r\nSTAT miss_from_extstore {miss}\r\n\
+                 STAT badcrc_from_extstore 1\r\nSTAT extstore_objects_used 7\r\n\
+                 STAT extstore_limit_maxbytes 67108864\r\nSTAT limit_maxbytes 8388608\r\nEND\r\n"
+            )
+        };
+        let first = FlashStatus::of(&parse_figures(reply(100, 30, 2).as_bytes()), None).unwrap();
+        assert_eq!((first.node_ram_hits, first.node_flash_hits, first.node_flash_misses), (70, 28, 2));
+        assert_eq!((first.bytes, first.items, first.node_flash_bad_crc), (64 << 20, 7, 1));
+        assert_eq!(first.recent_flash_share, None);
+        let next = FlashStatus::of(&parse_figures(reply(200, 60, 2).as_bytes()), Some(&first)).unwrap();
+        assert_eq!(next.recent_flash_share, Some(0.3), "30 of 100 hits since");
+        let restarted = FlashStatus::of(&parse_figures(reply(10, 0, 0).as_bytes()), Some(&next)).unwrap();
+        assert_eq!(restarted.recent_flash_share, None, "counters went back: no delta");
+        let no_flash = b"STAT get_hits 5\r\nSTAT limit_maxbytes 8388608\r\nEND\r\n";
+        assert_eq!(FlashStatus::of(&parse_figures(no_flash), None), None);
     }
 
     #[test]

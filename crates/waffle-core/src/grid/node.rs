@@ -256,6 +256,7 @@ impl<C: Clock> Node<C> {
             idle_probes: self.counters.idle_probes.load(Ordering::Relaxed),
             cost: self.cost.status(disk),
             memory_bytes: self.memory.known(),
+            flash: self.memory.flash(),
         }
     }
 

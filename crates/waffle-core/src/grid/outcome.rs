@@ -148,4 +148,8 @@ pub struct NodeStatus {
     pub cost: CostStatus,
     /// Its memcached's memory (`limit_maxbytes`) as last asked; None: not known (yet).
     pub memory_bytes: Option<u64>,
+    /// Its flash tier (extstore) as last asked, node-wide; None: no flash, or not known (yet).
+    /// Absent from the JSON then, so a grid without flash keeps its published keys.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flash: Option<super::memory::FlashStatus>,
 }
