@@ -88,6 +88,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::cost_verdict::{reason, verdict, Figures};
+pub use super::cost_verdict::{CostState, MARGIN};
 use super::disk_cost::{DiskCost, DiskMark};
 
 /// While backed off, the lookups and pushes of one page key in this many go to
@@ -101,10 +103,6 @@ pub const SAMPLE_LOOKUPS: u64 = 256;
 /// Lookups a window needs before it is judged (it lasts until it has them),
 /// and disk reads measured before the first decision.
 pub const MIN_SAMPLES: u64 = 16;
-/// Hysteresis: on, a node backs off when a lookup costs more than MARGIN ×
-/// what it saves; backed off, it comes back when it saves more than MARGIN ×
-/// what it costs.
-pub const MARGIN: f64 = 1.25;
 /// The window of figures a decision rests on, and the first dwell.
 pub const WINDOW: Duration = Duration::from_secs(10);
 /// Lookups the first window needs before it may end early (the trial sends few).
@@ -123,29 +121,6 @@ pub const DWELL_MAX_WINDOWS: u32 = 30;
 pub const DECAY_WINDOWS: u32 = 60;
 /// The longest a change waits to be said, in windows (a minute), when its dwell is longer.
 pub const SAY_AFTER_MAX_WINDOWS: u32 = 6;
-/// Where a node stands.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum CostState {
-    /// No window judged yet: the trial's sample goes, or every request once the node is promising.
-    #[default]
-    Measuring,
-    /// The grid saves more than it costs (or not clearly less): every request goes.
-    On,
-    /// The grid costs more than it saves: the sample's keys go (one in `sample_every`).
-    BackedOff,
-}
-
-impl CostState {
-    fn from_u8(v: u8) -> CostState {
-        match v {
-            1 => CostState::On,
-            2 => CostState::BackedOff,
-            _ => CostState::Measuring,
-        }
-    }
-}
-
 /// A node's costs and decision, for stats and tools.
 /// (Fields a stats file lacks read as their defaults.)
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -197,6 +172,20 @@ struct Sums {
     hits: u64,
     pushes: u64,
     push_us: u64,
+}
+
+impl Sums {
+    /// The window's figures, with the disk's mean read over the same time.
+    fn figures(self, disk_us: f64) -> Figures {
+        Figures {
+            lookups: self.lookups,
+            lookup_us_sum: self.lookup_us,
+            hits: self.hits,
+            pushes: self.pushes,
+            push_us_sum: self.push_us,
+            disk_us,
+        }
+    }
 }
 
 impl Tally {
@@ -360,7 +349,7 @@ impl NodeCost {
         if !over && !self.cannot_pay(d.disk_mark, disk, elapsed) {
             return None;
         }
-        let f = Figures::of(self.tally.read(true), disk.mean_since(d.disk_mark, MIN_SAMPLES));
+        let f = self.tally.read(true).figures(disk.mean_since(d.disk_mark, MIN_SAMPLES));
         d.window_start = Some(now);
         d.disk_mark = disk.mark();
         d.last = Some(f);
@@ -390,7 +379,7 @@ impl NodeCost {
         {
             return;
         }
-        let f = Figures::of(self.tally.read(false), disk.mean_since(mark, MIN_SAMPLES));
+        let f = self.tally.read(false).figures(disk.mean_since(mark, MIN_SAMPLES));
         if f.lookup_us() * PROMISE < f.disk_us {
             self.promising.store(true, Ordering::Relaxed);
         }
@@ -410,7 +399,7 @@ impl NodeCost {
         {
             return false;
         }
-        let f = Figures::of(self.tally.read(false), disk.mean_since(mark, MIN_SAMPLES));
+        let f = self.tally.read(false).figures(disk.mean_since(mark, MIN_SAMPLES));
         f.lookup_us() > EARLY_BOUND * f.disk_us
     }
 
@@ -480,7 +469,7 @@ impl NodeCost {
 
     pub fn status(&self, disk: &DiskCost) -> CostStatus {
         let d = self.lock_decision();
-        let f = d.last.unwrap_or_else(|| Figures::of(self.tally.read(false), disk.mean()));
+        let f = d.last.unwrap_or_else(|| self.tally.read(false).figures(disk.mean()));
         let state = self.state();
         let reason = match state {
             CostState::Measuring => format!(
@@ -545,100 +534,6 @@ pub fn in_sample(key: &[u8], every: u64) -> bool {
     h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
     h ^= h >> 33;
     h.is_multiple_of(every)
-}
-
-/// What a decision rests on: one window's sums and the disk's mean read.
-#[derive(Clone, Copy, Debug)]
-struct Figures {
-    lookups: u64,
-    lookup_us_sum: u64,
-    hits: u64,
-    pushes: u64,
-    push_us_sum: u64,
-    disk_us: f64,
-}
-
-impl Figures {
-    fn of(s: Sums, disk_us: f64) -> Figures {
-        Figures {
-            lookups: s.lookups,
-            lookup_us_sum: s.lookup_us,
-            hits: s.hits,
-            pushes: s.pushes,
-            push_us_sum: s.push_us,
-            disk_us,
-        }
-    }
-
-    fn per_lookup(&self, v: u64) -> f64 {
-        if self.lookups == 0 {
-            0.0
-        } else {
-            v as f64 / self.lookups as f64
-        }
-    }
-
-    fn lookup_us(&self) -> f64 {
-        self.per_lookup(self.lookup_us_sum)
-    }
-
-    fn hit_ratio(&self) -> f64 {
-        self.per_lookup(self.hits)
-    }
-
-    fn pushes_per_lookup(&self) -> f64 {
-        self.per_lookup(self.pushes)
-    }
-
-    fn push_us(&self) -> f64 {
-        if self.pushes == 0 {
-            0.0
-        } else {
-            self.push_us_sum as f64 / self.pushes as f64
-        }
-    }
-
-    fn cost_us(&self) -> f64 {
-        self.per_lookup(self.lookup_us_sum + self.push_us_sum)
-    }
-
-    fn saved_us(&self) -> f64 {
-        self.hit_ratio() * self.disk_us
-    }
-}
-
-/// What the window says the state should be, from `old`: hysteresis by MARGIN.
-fn verdict(old: CostState, f: &Figures) -> CostState {
-    let (cost, saved) = (f.cost_us(), f.saved_us());
-    match old {
-        CostState::BackedOff if saved > cost * MARGIN => CostState::On,
-        CostState::BackedOff => CostState::BackedOff,
-        _ if cost > saved * MARGIN => CostState::BackedOff,
-        _ => CostState::On,
-    }
-}
-
-fn reason(state: CostState, f: &Figures, backoff: bool, sample_every: u64) -> String {
-    let costs = format!(
-        "a lookup costs {:.0} us ({:.0} us round trip + {:.1} pushes x {:.0} us) and saves {:.2} x {:.0} us = {:.0} us of disk read",
-        f.cost_us(),
-        f.lookup_us(),
-        f.pushes_per_lookup(),
-        f.push_us(),
-        f.hit_ratio(),
-        f.disk_us,
-        f.saved_us()
-    );
-    match state {
-        CostState::Measuring => format!("measuring: {costs}"),
-        CostState::On => format!("on: {costs}"),
-        CostState::BackedOff if !backoff => {
-            format!("would back off, but waffle_grid_backoff=off: every request is sent: {costs}")
-        }
-        CostState::BackedOff => {
-            format!("backed off (the lookups and pushes of 1 page in {sample_every} sent): {costs}")
-        }
-    }
 }
 
 fn round1(v: f64) -> f64 {

@@ -10,7 +10,8 @@
 //! - `protocol`: requests and replies as pure functions over bytes.
 //! - `connection`: one socket, every wait bounded by the request's deadline.
 //! - `health`: up/down with backoff and a single half-open probe.
-//! - `cost`: whether asking a node pays (its lookups against the disk's reads).
+//! - `cost`: whether asking a node pays (its lookups against the disk's reads);
+//!   `cost_verdict`: the arithmetic of one window's verdict, for `cost`.
 //! - `disk_cost`: what the cache's single-page disk reads take, for `cost`.
 //! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
 //! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
@@ -22,6 +23,7 @@ pub mod client;
 pub mod clock;
 mod connection;
 pub mod cost;
+mod cost_verdict;
 pub mod disk_cost;
 mod health;
 pub mod ketama;
