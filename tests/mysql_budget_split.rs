@@ -111,7 +111,7 @@ fn every_split_of_the_budget_ends_with_the_stock_servers_data_under_writes() {
         assert_eq!(cache_of(&v).verify_mismatches, 0, "{name}: a page served from a tier differed from the file: {v}");
         assert!(cache_of(&v).l2_pushes > 0 && cache_of(&v).l2_hits > 0, "{name}: the grid took part: {v}");
         assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "{name}: {v}");
-        assert_eq!(v["state"], "active", "{name}: {v}");
+        assert_eq!(v["state"], "running", "{name}: {v}");
         let errors = log_errors(&s, &[]);
         assert!(errors.is_empty(), "{name}: the server logged errors: {errors:#?}");
         s.shutdown().unwrap();

@@ -212,7 +212,7 @@ fn deterministic_workload_matches_stock_then_sysbench_read_write_is_clean() {
     assert_eq!(preload_of(&v).preload.innodb_rejects.total(), 0, "a grid copy failed the InnoDB page check: {v}");
     assert_eq!(preload_of(&v).preload.fallback_reads, 0, "{v}");
     assert_eq!(cache_of(&v).l2_rejects.database, 0, "{v}");
-    assert_eq!(v["state"], "active", "{v}");
+    assert_eq!(v["state"], "running", "{v}");
     let errors = log_errors(&s, &[]);
     assert!(errors.is_empty(), "the server logged errors: {errors:#?}");
     s.shutdown().unwrap();

@@ -108,7 +108,7 @@ fn assert_nothing_foreign_asked_for(v: &Value) {
     assert_eq!(cache_of(v).l2_rejects.database, 0, "a copy of another cache identity was fetched: {v}");
     assert_eq!(preload_of(v).preload.innodb_rejects.total(), 0, "a grid copy failed the InnoDB page check: {v}");
     assert_eq!(preload_of(v).preload.fallback_reads, 0, "{v}");
-    assert_eq!(v["state"], "active", "{v}");
+    assert_eq!(v["state"], "running", "{v}");
 }
 
 // ---------------------------------------------------------------- the node, directly

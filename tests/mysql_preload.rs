@@ -13,7 +13,9 @@
 //! grid hits, the InnoDB page check refusing the non-InnoDB page's grid copy,
 //! partial and unpositioned writes, the truncation, the segment dropped at
 //! the last close; the tablespace `WAFFLE_TABLES` leaves out was not cached. And a process that is not the server (no
-//! `WAFFLE_PRELOAD_ACTIVE`, a shell) is left alone: no stats file at all.
+//! `WAFFLE_PRELOAD_ACTIVE`, a shell) is left alone: no stats file at all. A
+//! preload that cannot start (a bad setting) keeps rewriting its stats file,
+//! `disabled` with the reason, and says `stopped` at exit.
 
 #[path = "mysql_support.rs"]
 mod mysql_support;
@@ -67,7 +69,7 @@ fn every_mechanism_keeps_reads_equal_to_the_file() {
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dir.join("stats.json")).expect("the stats file")).unwrap();
     assert_eq!(v["final"], true, "written at exit: {v}");
-    assert_eq!(v["state"], "active", "{v}");
+    assert_eq!(v["state"], "stopped", "a clean exit, as SQLite's last close says (issue 32 item 2): {v}");
     assert_eq!(cache_of(&v).page_bytes, PS as u64);
     assert!(cache_of(&v).l2_hits > 0 && cache_of(&v).l2_pushes > 0, "the grid was used: {v}");
     assert!(preload_of(&v).preload.innodb_rejects.checksum > 0, "the non-InnoDB page's grid copy was refused: {v}");
@@ -125,4 +127,59 @@ fn processes_that_are_not_the_server_are_left_alone() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hellohello");
     assert!(out.stderr.is_empty(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(!dir.join("stats.json").exists(), "a shell wrote stats");
+}
+
+/// The stats file's stamp as a reader judges it now, and the JSON (None: not there yet).
+fn judged(path: &Path) -> Option<(waffle_core::stats::health::State, serde_json::Value)> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    let s = waffle_core::stats::StatsSnapshot::from_json(&v).ok()?;
+    Some((waffle_core::stats::health::judge_now(&s.stamp).state, v))
+}
+
+/// Issue 32 item 2: a disabled preload wrote its stats file once, so the documented staleness
+/// alert fired for it and blamed the wrong cause.
+#[test]
+fn a_disabled_preload_keeps_rewriting_its_stats_file_and_stops_at_exit() {
+    use waffle_core::stats::health::State;
+    let dir = TempDir::new("disabled");
+    std::fs::create_dir_all(dir.join("db")).unwrap();
+    std::fs::write(dir.join("db/t1.ibd"), vec![0u8; PS]).unwrap();
+    let stats = dir.join("stats.json");
+    // A process that opens a tablespace, with a setting the preload refuses, and waits for its input.
+    // Python, not a shell: dash ends with _exit(), which runs no atexit handler (mariadbd's exit does).
+    let mut child = Command::new("/usr/bin/python3")
+        .args(["-c", "import sys; f = open('db/t1.ibd', 'rb'); sys.stdin.read()"])
+        .current_dir(dir.path())
+        .env("LD_PRELOAD", preload_so())
+        .env("WAFFLE_PRELOAD_ACTIVE", "1")
+        .env("WAFFLE_LOCAL", "1")
+        .env("WAFFLE_STATS_FILE", &stats)
+        .env("WAFFLE_STATS_INTERVAL_MS", "50")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let first = std::cell::Cell::new(0u64);
+    // Waited for: a read starved for 5 s after a write (a loaded machine) sees it stale, rightly.
+    waffle_testkit::wait_for(Duration::from_secs(60), "a disabled stats file", || {
+        let Some((state, v)) = judged(&stats) else { return false };
+        first.set(v["updated_unix_ms"].as_u64().unwrap_or(0));
+        state == State::Disabled && v["disabled_reason"].as_str().is_some_and(|r| r.contains("WAFFLE_LOCAL"))
+    });
+    waffle_testkit::wait_for(Duration::from_secs(60), "the disabled stats file rewritten", || {
+        judged(&stats).is_some_and(|(state, v)| {
+            state == State::Disabled && v["updated_unix_ms"].as_u64().unwrap_or(0) > first.get()
+        })
+    });
+    drop(child.stdin.take()); // the shell's read ends: a clean exit
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (state, v) = judged(&stats).expect("the stats file");
+    assert_eq!(
+        (state, v["final"].as_bool(), v["state"].as_str()),
+        (State::Stopped, Some(true), Some("stopped")),
+        "{v}"
+    );
+    assert!(v["disabled_reason"].as_str().is_some_and(|r| r.contains("WAFFLE_LOCAL")), "{v}");
 }

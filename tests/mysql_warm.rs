@@ -25,7 +25,7 @@ fn a_tablespace_warms_on_request_while_the_server_writes_it() {
     let s = start(&data, waffle_options(&node.addr(), "1MiB", &[]));
     create_padded_table(&s, ROWS, "0");
     let ibd = data.join("w").join("t.ibd");
-    let before = stats_after(&s, "the stats file", |v| v["state"] == "active");
+    let before = stats_after(&s, "the stats file", |v| v["state"] == "running");
 
     let warmed = std::thread::scope(|scope| {
         let writer = scope.spawn(|| {

@@ -18,16 +18,55 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/known-stats.json")
 }
 
-fn waffle_stats(format: &str) -> String {
+/// The fixture as a live writer (this test's process) wrote it now, or (`crashed`) as one whose
+/// process is gone left it: a file in a directory of this test's (canonical: the `source` label).
+fn written(name: &str, crashed: bool) -> PathBuf {
+    let mut v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture()).unwrap()).unwrap();
+    let me = waffle_core::stats::health::own();
+    let now_ms = waffle_core::stats::health::now_unix_ms();
+    for (k, x) in [
+        ("format_version", serde_json::json!(2)),
+        ("state", serde_json::json!("running")),
+        ("pid", serde_json::json!(if crashed { dead_pid() } else { std::process::id() })),
+        ("pid_start_ticks", serde_json::json!(me.start_ticks)),
+        ("pid_namespace", serde_json::json!(me.pid_namespace)),
+        ("boot_id", serde_json::json!(me.boot_id)),
+        ("interval_ms", serde_json::json!(3_600_000)), // never stale in this test, however slow the machine
+        ("updated_unix_ms", serde_json::json!(now_ms)),
+        ("started_unix_ms", serde_json::json!(now_ms - 60_000)),
+    ] {
+        v[k] = x;
+    }
+    let dir = std::env::temp_dir().join(format!("waffle-real-parsers-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = std::fs::canonicalize(&dir).unwrap().join(name);
+    std::fs::write(&path, v.to_string()).unwrap();
+    path
+}
+
+/// The pid of a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
+}
+
+/// `waffle stats --format FORMAT` of a live file, a crashed writer's and a missing one; and the
+/// live file's name.
+fn waffle_stats(format: &str) -> (String, PathBuf) {
+    let (live, crashed) =
+        (written(&format!("live-{format}.json"), false), written(&format!("crashed-{format}.json"), true));
     let missing = std::env::temp_dir().join(format!("waffle-real-parsers-missing-{}.json", std::process::id()));
     let out = Command::new(env!("CARGO_BIN_EXE_waffle"))
         .args(["stats", "--format", format])
-        .arg(fixture())
+        .arg(&live)
+        .arg(&crashed) // waffle_up 0 and waffle_state crashed
         .arg(&missing) // waffle_up 0 beside a healthy source
         .output()
         .expect("run waffle stats");
     assert_eq!(out.status.code(), Some(1), "one file missing: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).expect("UTF-8")
+    (String::from_utf8(out.stdout).expect("UTF-8"), live)
 }
 
 /// Runs `program args` with `input` on stdin; (exit code, stdout and stderr). Panics, naming the
@@ -73,9 +112,18 @@ fn python_parse(format: &str, exposition: &str) -> String {
     said
 }
 
-fn check_figures(parsed: &str, format: &str) {
-    let src = fixture().display().to_string();
+fn check_figures(parsed: &str, format: &str, live: &Path) {
+    let src = live.display().to_string();
+    let crashed = live.with_file_name(format!("crashed-{format}.json")).display().to_string();
     for want in [
+        format!("waffle_state gauge waffle_state {{\"source\": \"{src}\", \"state\": \"running\"}} 1.0"),
+        format!("waffle_state gauge waffle_state {{\"source\": \"{crashed}\", \"state\": \"crashed\"}} 1.0"),
+        format!("waffle_up gauge waffle_up {{\"source\": \"{crashed}\"}} 0.0"),
+        format!(
+            "waffle_info gauge waffle_info {{\"adapter\": \"mariadb-preload\", \"database\": \"/var/lib/mysql\", \
+             \"source\": \"{src}\"}} 1.0"
+        ),
+        format!("waffle_cache_info gauge waffle_cache_info {{\"cache_id\": \"00ff\", \"source\": \"{src}\"}} 1.0"),
         format!("waffle_l1_hits counter waffle_l1_hits_total {{\"source\": \"{src}\"}} 600.0"),
         format!("waffle_up gauge waffle_up {{\"source\": \"{src}\"}} 1.0"),
         format!("waffle_node_up gauge waffle_node_up {{\"node\": \"10.0.0.3:11211\", \"source\": \"{src}\"}} 0.0"),
@@ -95,17 +143,17 @@ fn check_figures(parsed: &str, format: &str) {
 
 #[test]
 fn promtool_and_the_python_parser_read_the_classic_format() {
-    let text = waffle_stats("prometheus");
+    let (text, live) = waffle_stats("prometheus");
     let (code, said) = promtool(&text);
     assert_eq!(code, Some(0), "promtool check metrics:\n{said}\n{text}");
     assert!(said.trim().is_empty(), "no lint problem: {said}");
-    check_figures(&python_parse("classic", &text), "classic");
+    check_figures(&python_parse("classic", &text), "prometheus", &live);
 }
 
 #[test]
 fn the_python_parser_reads_the_openmetrics_format_that_promtool_would_refuse() {
-    let text = waffle_stats("openmetrics");
-    check_figures(&python_parse("openmetrics", &text), "openmetrics");
+    let (text, live) = waffle_stats("openmetrics");
+    check_figures(&python_parse("openmetrics", &text), "openmetrics", &live);
     // Why the classic format is the default: a classic parser fails on OpenMetrics' counter families.
     let (code, said) = promtool(&text);
     assert_ne!(code, Some(0), "promtool would take OpenMetrics after all:\n{said}");
@@ -136,7 +184,8 @@ fn scrape(addr: &str, accept: &str) -> (String, String) {
 fn the_endpoint_answers_each_scraper_in_the_format_it_asks_for() {
     let mut child = Command::new(env!("CARGO_BIN_EXE_waffle"))
         .args(["stats", "--listen", "127.0.0.1:0"])
-        .arg(fixture())
+        .arg(written("live-listen.json", false))
+        .arg(written("crashed-listen.json", true))
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -24,25 +24,34 @@ use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::side_file::{self, Beside};
-use crate::stats::{Stamp, StatsSnapshot};
+use crate::stats::{health, Stamp, StatsSnapshot};
 
 /// Defined with the other parameters (config.rs); named here too, where it is used.
 pub use crate::config::STATS_FILE;
 
-/// The `format` of every stats file, and its version (`format_version`).
+/// The `format` of every stats file, and its version (`format_version`). Version 2 (issue 32
+/// item 2): `state` is running, off, disabled or stopped (1 said active, and closed or active
+/// with `final`), and the stamp has the writer's process identity and interval.
 pub const FORMAT: &str = "waffle-stats";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// The versions this waffle reads.
+pub const READS_VERSIONS: std::ops::RangeInclusive<u32> = 1..=FORMAT_VERSION;
 /// How every stats file starts (what [`write`] checks before it replaces one).
 pub const MARKER: &str = "{\n  \"format\": \"waffle-stats\",";
 /// A stats file of a Waffle from before the marker is recognised up to this size.
 const MAX_LEGACY_BYTES: u64 = 64 << 20;
 
-/// Why a JSON object read as a stats file is not one: None if it has the marker of this version.
+/// Why a JSON object read as a stats file is not one: None if it has the marker of a version this waffle reads.
 pub fn not_a_stats_file(v: &serde_json::Value) -> Option<String> {
+    let (first, last) = (READS_VERSIONS.start(), READS_VERSIONS.end());
     match (v.get("format").and_then(|f| f.as_str()), v.get("format_version").and_then(|f| f.as_u64())) {
-        (Some(FORMAT), Some(n)) if n == u64::from(FORMAT_VERSION) => None,
+        (Some(FORMAT), Some(n)) if u32::try_from(n).is_ok_and(|n| READS_VERSIONS.contains(&n)) => None,
+        (Some(FORMAT), Some(n)) if n > u64::from(*last) => Some(format!(
+            "its format_version is {n}, newer than this waffle reads ({first} to {last}): read it with the waffle \
+             of the library that wrote it, or upgrade this one"
+        )),
         (Some(FORMAT), n) => Some(format!(
-            "its format_version is {}; this waffle reads {FORMAT_VERSION}",
+            "its format_version is {}; this waffle reads {first} to {last}",
             n.map_or_else(|| "missing".to_string(), |n| n.to_string())
         )),
         _ => Some(format!(
@@ -54,13 +63,26 @@ pub fn not_a_stats_file(v: &serde_json::Value) -> Option<String> {
 /// How often an adapter rewrites its stats file.
 pub const INTERVAL_MS: u64 = 1000;
 
+/// The states a writer says (`state`); a reader adds crashed and stale (stats::health).
+pub const RUNNING: &str = "running";
+pub const STOPPED: &str = "stopped";
+
 /// What every stats file says besides the counters: which adapter wrote it,
-/// its process, when (`updated_unix_ms`), and whether it is the last write of
-/// this cache (`final`: the server exited, the database closed). The adapter
-/// adds its `state`.
+/// its process (pid, start time, PID namespace, boot: a reader tells a dead
+/// writer from a live one), when (`updated_unix_ms`), how often
+/// (`interval_ms`, [`INTERVAL_MS`] unless the adapter says), and whether it
+/// is the last write of this cache (`final`: the server exited, the
+/// database closed; `state` is then `stopped`). The adapter adds its
+/// `state` otherwise, and `started_unix_ms`.
 pub fn stamp(adapter: &str, final_write: bool) -> Stamp {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let me = health::own();
     Stamp {
+        pid_start_ticks: me.start_ticks,
+        pid_namespace: me.pid_namespace,
+        boot_id: me.boot_id,
+        interval_ms: Some(INTERVAL_MS),
+        state: final_write.then(|| STOPPED.to_string()),
         adapter: Some(adapter.to_string()),
         pid: Some(std::process::id()),
         updated_unix_ms: Some(now.as_millis() as u64),
@@ -172,6 +194,19 @@ mod tests {
         assert_eq!(s.format.as_deref(), Some(FORMAT));
         assert_eq!(not_a_stats_file(&serde_json::from_str(&text).unwrap()), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Issue 32 item 2: format 2 changed `state`'s words; a reader takes 1 and 2 and says why not a newer one.
+    #[test]
+    fn a_reader_takes_the_versions_it_knows_and_names_a_newer_one() {
+        let v = |n: u64| serde_json::json!({"format": FORMAT, "format_version": n});
+        assert_eq!((not_a_stats_file(&v(1)), not_a_stats_file(&v(2))), (None, None));
+        let newer = not_a_stats_file(&v(3)).unwrap();
+        assert!(newer.contains("format_version is 3, newer than this waffle reads (1 to 2)"), "{newer}");
+        assert!(not_a_stats_file(&v(0)).unwrap().contains("this waffle reads 1 to 2"));
+        let s = stamp("sqlite", true);
+        assert_eq!((s.state.as_deref(), s.format_version), (Some(STOPPED), Some(2)));
+        assert!(s.pid_start_ticks.is_some() && s.interval_ms == Some(INTERVAL_MS), "{s:?}");
     }
 
     #[test]

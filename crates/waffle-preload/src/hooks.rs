@@ -30,7 +30,7 @@ use libc::{c_char, c_int, c_uint, c_void, iovec, mode_t, off64_t, off_t, size_t,
 
 use crate::errno::Saved;
 use crate::guard::{self, Guard};
-use crate::{fds, innodb, log, real, runtime, state, stats_file, ticker};
+use crate::{fds, innodb, log, real, runtime, state, ticker};
 
 /// Runs the library's own work for a hook: guarded, errno kept, panics caught.
 #[inline]
@@ -527,7 +527,7 @@ fn refuse(what: &str) {
             None => {
                 if state::disable(why.clone()) {
                     log::error(&format!("{why}; Waffle is OFF for this server run: everything passes through"));
-                    stats_file::write_disabled_stats();
+                    ticker::disabled_before_start();
                 }
             }
         }

@@ -132,6 +132,14 @@ pub fn core_config() -> Result<(Config, Option<PathBuf>), SettingsError> {
     }
 }
 
+/// How often the stats file is written: `WAFFLE_STATS_INTERVAL_MS` if it is a valid one, else the default.
+pub fn stats_interval_ms() -> u64 {
+    env("WAFFLE_STATS_INTERVAL_MS")
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .filter(|ms| STATS_INTERVAL_MS.contains(ms))
+        .unwrap_or(DEFAULT_STATS_INTERVAL_MS)
+}
+
 /// The stats file: `$WAFFLE_STATS_FILE`, else `waffle-stats.json` in the
 /// server's working directory (its datadir: mariadbd changes into it first).
 pub fn stats_path() -> PathBuf {

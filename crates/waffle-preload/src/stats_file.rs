@@ -19,7 +19,7 @@ use crate::{guard, log, state};
 /// and the preload's, with a table per tablespace.
 pub fn json(rt: &Runtime, final_write: bool) -> StatsSnapshot {
     let mut stamp = header(final_write);
-    if rt.switch().is_off() && state::get() == state::ACTIVE {
+    if !final_write && rt.switch().is_off() && state::get() == state::ACTIVE {
         stamp.state = Some("off".into());
     }
     // Warming first: a job it shows ended has its effects in the counters read after it.
@@ -99,10 +99,24 @@ fn tablespace(s: &NameStats) -> TablespaceSnapshot {
 }
 
 fn header(final_write: bool) -> Stamp {
-    let mut stamp = waffle_core::stats_file::stamp("mariadb-preload", final_write);
-    stamp.state = Some(state::name(state::get()).to_string());
+    let mut stamp = waffle_core::stats_file::stamp("mariadb-preload", final_write); // `stopped` when final
+    let now = match state::get() {
+        state::ACTIVE => waffle_core::stats_file::RUNNING,
+        other => state::name(other),
+    };
+    stamp.state.get_or_insert_with(|| now.to_string());
     stamp.disabled_reason = state::reason();
+    stamp.interval_ms = Some(settings::stats_interval_ms());
+    stamp.started_unix_ms = STARTED_UNIX_MS.get().copied();
     stamp
+}
+
+/// When the preload started its cache (or found it could not): `started_unix_ms`.
+static STARTED_UNIX_MS: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+
+/// Notes the start (the first tracked open); later calls change nothing.
+pub fn mark_started() {
+    STARTED_UNIX_MS.get_or_init(waffle_core::stats::health::now_unix_ms);
 }
 
 /// Writes the stats file now (the stats thread, exit, and when turning off).
@@ -124,11 +138,6 @@ pub fn write_stats(final_write: bool) {
     if let Err(e) = waffle_core::stats_file::write(&path, &like, &v) {
         log::warn_once(&format!("cannot write the stats file {}: {e}; the stats file is not updated", path.display()));
     }
-}
-
-/// The stats of a preload that turned off before its cache started.
-pub fn write_disabled_stats() {
-    write_stats(false);
 }
 
 pub extern "C" fn at_exit() {

@@ -1,8 +1,8 @@
 //! The ticker: what runs on its own once the runtime started. One thread
 //! that, every stats interval, polls the off switch, writes the stats file,
 //! then (while on) answers a warm request and keeps the hot list; and the
-//! last stats write at exit. A runtime that cannot start writes the stats
-//! file once, saying why.
+//! last stats write at exit. A runtime that cannot start has the ticker too,
+//! which only rewrites the stats file (saying why it is disabled).
 //!
 //! The top of the preload's one-way order: the ticker calls the runtime, the
 //! warm, the hot list and the stats file; none of them calls it.
@@ -11,32 +11,48 @@ use std::sync::Once;
 use std::time::Duration;
 
 use crate::runtime::{self, Runtime};
-use crate::settings::{self, DEFAULT_STATS_INTERVAL_MS, STATS_INTERVAL_MS};
+use crate::settings;
 use crate::{guard, hot_list, log, state, stats_file, warm};
+
+static TICKER: Once = Once::new();
 
 /// Starts the runtime at the first tracked open (`first_fd`), and with it
 /// the ticker. None if it could not start (the preload is then off).
 pub fn get_or_start(first_fd: i32) -> Option<&'static Runtime> {
-    static TICKER: Once = Once::new();
     let rt = runtime::get_or_start(first_fd);
-    TICKER.call_once(|| match rt {
-        Some(_) => {
-            start();
-            // SAFETY: registering a plain extern "C" function.
-            unsafe {
-                libc::atexit(stats_file::at_exit);
-            }
-        }
-        None => stats_file::write_disabled_stats(),
-    });
+    TICKER.call_once(|| begin(rt.is_some()));
     rt
 }
 
+/// The preload turned itself off before its cache started (native AIO):
+/// the stats file says so now, and is rewritten on its interval.
+pub fn disabled_before_start() {
+    let mut began = false;
+    TICKER.call_once(|| {
+        began = true;
+        begin(false);
+    });
+    if !began {
+        stats_file::write_stats(false);
+    }
+}
+
+fn begin(has_runtime: bool) {
+    stats_file::mark_started();
+    if !has_runtime {
+        stats_file::write_stats(false); // disabled: there at once, with the reason
+    }
+    // Disabled too: a file rewritten on its interval says "disabled" while the server runs,
+    // where one written once would read as stale (issue 32 item 2).
+    start();
+    // SAFETY: registering a plain extern "C" function.
+    unsafe {
+        libc::atexit(stats_file::at_exit);
+    }
+}
+
 fn start() {
-    let interval = settings::env("WAFFLE_STATS_INTERVAL_MS")
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .filter(|ms| STATS_INTERVAL_MS.contains(ms))
-        .unwrap_or(DEFAULT_STATS_INTERVAL_MS);
+    let interval = settings::stats_interval_ms();
     let spawned = std::thread::Builder::new().name("waffle-stats".into()).spawn(move || {
         guard::enter_forever();
         loop {

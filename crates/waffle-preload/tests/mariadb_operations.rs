@@ -297,7 +297,7 @@ fn the_systemd_unit_with_the_shipped_files_runs_mariadb_under_the_preload() {
     let v = wait_file_stats(&stats_path, "the unit's stats", |v| {
         stat(v, "preload.page_reads") > 0 && stat(v, "tablespaces.w/t.opens") > 0
     });
-    assert_eq!(v["state"], "active", "{v}");
+    assert_eq!(v["state"], "running", "{v}");
     assert_eq!(v["config_file"], conf.display().to_string(), "WAFFLE_CONFIG's file was read: {v}");
     assert_eq!(v["grid"], node.addr(), "the grid from the file: {v}");
     assert_eq!(v["switch"]["state"], "on", "{v}");
@@ -306,7 +306,7 @@ fn the_systemd_unit_with_the_shipped_files_runs_mariadb_under_the_preload() {
     // Status from SQL: the shipped views, also for a user without the FILE privilege.
     s.sql("root", &status_sql(&conf)).unwrap();
     let row = s.sql("root", "SELECT state, switch, grid, config_file, page_reads > 0 FROM waffle.status").unwrap();
-    assert_eq!(row, format!("active\ton\t{}\t{}\t1", node.addr(), conf.display()), "waffle.status");
+    assert_eq!(row, format!("running\ton\t{}\t{}\t1", node.addr(), conf.display()), "waffle.status");
     s.sql("root", "CREATE USER monitor@localhost; GRANT SELECT, EXECUTE ON waffle.* TO monitor@localhost").unwrap();
     assert_eq!(why_null(&s), "NULL", "why_null of a readable stats file");
     let direct = s.sql("monitor", &format!("SELECT LOAD_FILE('{}') IS NULL", stats_path.display())).unwrap();
@@ -525,7 +525,7 @@ fn the_off_switch_stops_the_cache_under_load_and_on_again_starts_cold() {
     );
 
     std::fs::remove_file(&control).unwrap();
-    let back = stats_after(&s, "switched on", |v| v["state"] == "active" && stat(v, "switch.turned_on") == 1);
+    let back = stats_after(&s, "switched on", |v| v["state"] == "running" && stat(v, "switch.turned_on") == 1);
     assert_eq!(back["switch"]["state"], "on", "{back}");
     // On again: the grid's copies of the pages from before the update must never be served.
     for _ in 0..2 {

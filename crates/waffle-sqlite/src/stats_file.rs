@@ -89,13 +89,16 @@ struct Target {
     like: Beside,
     /// A failed write was said, and no write has succeeded since.
     warned: AtomicBool,
+    /// When the database's cache started (the first open that named the file).
+    started_unix_ms: u64,
 }
 
 impl Target {
     fn write(&self, db: &OpenDb, final_write: bool) {
         let mut stats = crate::stats_map::stats_snapshot(db);
-        stats.stamp = stats_file::stamp("sqlite", final_write);
-        stats.stamp.state = Some(if final_write { "closed" } else { "active" }.to_string());
+        stats.stamp = stats_file::stamp("sqlite", final_write); // `stopped` when final
+        stats.stamp.state.get_or_insert_with(|| stats_file::RUNNING.to_string());
+        stats.stamp.started_unix_ms = Some(self.started_unix_ms);
         match stats_file::write(&self.path, &self.like, &stats) {
             Ok(()) => self.warned.store(false, Ordering::Relaxed),
             Err(e) if !self.warned.swap(true, Ordering::Relaxed) => waffle_core::warn!(
@@ -146,7 +149,8 @@ pub fn start(db: &Arc<OpenDb>, path: Option<PathBuf>, meta: &Metadata) {
         }
         return;
     }
-    let target = Arc::new(Target { path, like: Beside::like(meta), warned: AtomicBool::new(false) });
+    let started_unix_ms = waffle_core::stats::health::now_unix_ms();
+    let target = Arc::new(Target { path, like: Beside::like(meta), warned: AtomicBool::new(false), started_unix_ms });
     target.write(db, false); // there as soon as the open returns
     let stop = Arc::new(Stop::default());
     let (weak, t, s) = (Arc::downgrade(db), Arc::clone(&target), Arc::clone(&stop));
@@ -307,7 +311,7 @@ mod tests {
         let (a, b) = (open(&db, &path), open(&db, &path));
         assert_eq!(stats_threads_reach(threads + 1), threads + 1, "one thread per database, not per connection");
         let first = stats(&path); // written by the open itself
-        assert_eq!((first["adapter"].as_str(), first["state"].as_str()), (Some("sqlite"), Some("active")));
+        assert_eq!((first["adapter"].as_str(), first["state"].as_str()), (Some("sqlite"), Some("running")));
         assert_eq!(
             (first["final"].as_bool(), first["pid"].as_u64()),
             (Some(false), Some(u64::from(std::process::id())))
@@ -327,7 +331,7 @@ mod tests {
         assert_eq!(still["final"].as_bool(), Some(false), "a connection is left: the thread goes on");
         drop(b);
         let last = stats(&path);
-        assert_eq!((last["final"].as_bool(), last["state"].as_str()), (Some(true), Some("closed")), "{last}");
+        assert_eq!((last["final"].as_bool(), last["state"].as_str()), (Some(true), Some("stopped")), "{last}");
         assert_eq!(stats_threads_reach(threads), threads, "the thread ended with the last connection");
         let before = fingerprint(&path);
         std::thread::sleep(Duration::from_millis(1300));

@@ -10,7 +10,7 @@
 use std::fmt::Write as _;
 
 use serde::Serialize;
-use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot};
+use waffle_core::stats::{health, CacheSnapshot, PreloadSection, StatsSnapshot};
 
 fn pct(n: u64, d: u64) -> String {
     if d == 0 {
@@ -172,7 +172,8 @@ fn fault_events(c: &CacheSnapshot, p: Option<&PreloadSection>) -> Vec<Event> {
     rows
 }
 
-/// The first line: who wrote the stats, its state, when, and whether it is the last.
+/// The first line: who wrote the stats, the state a reader sees (stats::health: running,
+/// stopped, crashed, stale...) and why, and when it was written.
 fn head(s: &StatsSnapshot, source: &str) -> String {
     let st = &s.stamp;
     let adapter = st.adapter.as_deref().unwrap_or("sqlite");
@@ -180,20 +181,16 @@ fn head(s: &StatsSnapshot, source: &str) -> String {
     if let Some(pid) = st.pid {
         let _ = write!(head, ", pid {pid}");
     }
-    let _ = write!(head, ", {}", st.state.as_deref().unwrap_or("active"));
-    if let Some(ms) = st.updated_unix_ms {
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(ms);
-        let _ = write!(head, ", written {:.1} s ago", now.saturating_sub(ms) as f64 / 1000.0);
+    if st.pid.is_none() && st.updated_unix_ms.is_none() {
+        // `PRAGMA waffle_stats` (no stamp): asked of a live connection, nothing to judge.
+        let _ = write!(head, ", {}", st.state.as_deref().unwrap_or("running"));
+        return head;
     }
-    if st.final_write == Some(true) {
-        head.push_str(if adapter == "sqlite" {
-            " (final: the database was closed)"
-        } else {
-            " (final: the server exited)"
-        });
+    let h = health::judge_now(st);
+    let _ = write!(head, ", {} ({})", h.state.name(), h.why);
+    if let Some(ms) = st.updated_unix_ms {
+        let ago_ms = health::now_unix_ms().saturating_sub(ms);
+        let _ = write!(head, ", written {:.1} s ago", ago_ms as f64 / 1000.0);
     }
     head
 }
@@ -438,9 +435,21 @@ mod tests {
             "file": "/srv/app.db", "config": {"grid": ["127.0.0.1:1", "127.0.0.1:2"]}, "l1_hits": 1, "l1_misses": 1
         });
         let text = render_json(&v, "f");
-        assert!(text.starts_with("f: sqlite, pid 9, closed"), "{text}");
-        assert!(text.contains("(final: the database was closed)"), "{text}");
+        assert!(text.starts_with("f: sqlite, pid 9, stopped (its last write: the database was closed"), "{text}");
         assert!(text.contains("page 4096 bytes, grid 127.0.0.1:1,127.0.0.1:2, database /srv/app.db"), "{text}");
+    }
+
+    /// Issue 32 item 2: a SIGKILLed writer's file said "active, written 3.7 s ago".
+    #[test]
+    fn a_writer_that_died_without_a_last_write_is_shown_crashed() {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        let now = health::now_unix_ms();
+        let v = json!({"adapter": "sqlite", "state": "running", "final": false, "pid": pid,
+                       "updated_unix_ms": now, "l1_hits": 1, "l1_misses": 1});
+        let text = render_json(&v, "f");
+        assert!(text.starts_with(&format!("f: sqlite, pid {pid}, crashed (pid {pid} is gone")), "{text}");
     }
 
     #[test]

@@ -30,7 +30,8 @@ use sources::Source;
 pub enum Format {
     /// A summary for people.
     Text,
-    /// The JSON itself, pretty-printed.
+    /// The JSON itself, pretty-printed, plus `health`: the state a reader sees now (running, off,
+    /// disabled, stopped, crashed, stale) and why.
     Json,
     /// Prometheus metrics in the classic text format 0.0.4 (what `promtool check metrics` and
     /// node_exporter's textfile collector read), every source labelled, with `waffle_up`.
@@ -68,15 +69,15 @@ pub struct StatsArgs {
 
 /// Runs `waffle stats`; Err when a file could not be read (after printing the others) or on any other error.
 pub fn run(a: &StatsArgs) -> Result<(), String> {
-    let paths = sources::distinct(&a.files);
+    let paths = &a.files;
     let format = if a.json { Format::Json } else { a.format.unwrap_or(Format::Text) };
     if let Some(addr) = &a.listen {
         if a.format.is_some_and(|f| !matches!(f, Format::Prometheus | Format::Openmetrics)) {
             return Err(format!("--listen {addr} serves Prometheus metrics only (not --format {format:?})"));
         }
-        return listen::serve(addr, &paths);
+        return listen::serve(addr, paths);
     }
-    let all = sources::read_all(&paths);
+    let all = sources::read_all(paths);
     let text = render(&all, format);
     match &a.output {
         None => print!("{text}"),
@@ -91,11 +92,24 @@ fn render(all: &[Source], format: Format) -> String {
     match format {
         Format::Prometheus => classic::from_openmetrics(&prometheus::render(all)),
         Format::Openmetrics => prometheus::render(all),
-        Format::Json => read().map(|(_, v)| serde_json::to_string_pretty(&v.json).unwrap_or_default() + "\n").collect(),
+        Format::Json => {
+            read().map(|(_, v)| serde_json::to_string_pretty(&judged_json(v)).unwrap_or_default() + "\n").collect()
+        }
         Format::Text => {
             read().map(|(name, v)| waffle_stats_text::render(&v.snapshot, name)).collect::<Vec<_>>().join("\n")
         }
     }
+}
+
+/// The file's JSON as written, plus `health`: the state a reader sees now (the file's own `state`
+/// is what its writer last said, and a writer that died says nothing more).
+fn judged_json(v: &sources::Stats) -> serde_json::Value {
+    let mut json = v.json.clone();
+    if let Some(m) = json.as_object_mut() {
+        let health = serde_json::json!({"state": v.health.state.name(), "why": v.health.why});
+        m.insert("health".to_string(), health);
+    }
+    json
 }
 
 /// Names each file that could not be read on stderr; Err if there was one.

@@ -3,10 +3,14 @@
 //! (`super::classic` turns it into the classic text format 0.0.4 for
 //! `--format prometheus` and the scrapers that do not ask for OpenMetrics).
 //!
-//! Every sample carries `source`, the stats file it came from, so several
-//! databases share one exposition. `waffle_up{source}` is 1 for a file read
-//! and 0 for one that could not be (a stopped server's missing file): the
-//! other sources are exported all the same. Counters are the cache's own
+//! Every sample carries `source`, the stats file it came from (its canonical
+//! path: one series whatever spelling named it), so several databases share
+//! one exposition. `waffle_up{source}` is 1 while the file's writer runs and
+//! keeps it current, 0 otherwise (a missing file, a crashed or stopped writer,
+//! a stale file; `waffle_state` says which): the other sources are exported
+//! all the same. Labels stay the same across restarts: what changes at each
+//! start is a value (`waffle_start_time_seconds`) or the one info series
+//! `waffle_cache_info`. Counters are the cache's own
 //! (they only grow while it is open: graph them with `rate()`); gauges are
 //! levels (memory, working set, node health) and ratios since the cache
 //! opened. Read latency is a histogram with cumulative buckets, so
@@ -14,6 +18,7 @@
 //! is the last five minutes' p99 (the JSON's percentiles are since the open).
 
 use std::fmt;
+use std::path::Path;
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, LabelValueEncoder};
@@ -21,9 +26,10 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
 use waffle_core::grid::{CostStatus, NodeStatus};
+use waffle_core::stats::health::State;
 use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot, TierLatency};
 
-use super::sources::Source;
+use super::sources::{canonical, Source};
 
 /// The content type of what [`render`] writes (the HTTP endpoint's).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -115,6 +121,12 @@ const NODE_COUNTERS: &[(&str, &str, NodeField)] = &[
 
 const COST_STATES: [&str; 3] = ["measuring", "on", "backed_off"];
 
+const UP_HELP: &str = "1 while the stats file's writer runs and keeps it current (waffle_state running, off or \
+     disabled); 0 if it stopped, crashed, is stale, or the file could not be read (missing, unreadable, not a stats file).";
+const STATE_HELP: &str = "1 for the writer's state, 0 for the others: running, off (the operator's switch), disabled \
+     (Waffle turned itself off), stopped (clean end), crashed (its process died without a last write), stale (not \
+     rewritten for 5 of its intervals).";
+
 /// Up/down is the node's health (faults), not its cost: a node backed off for cost still answers.
 pub const NODE_UP_HELP: &str = "1 while the grid node is up, 0 while it is down (faults marked it down until its next \
      probe, or its address did not resolve); a node backed off for cost is up (see waffle_node_cost_state).";
@@ -194,17 +206,26 @@ impl Exposition {
         self.add(name, MetricType::Counter, help, labels, Sample::Counter(n));
     }
 
-    /// Adds one source: `waffle_up` and, if it was read, its figures.
+    /// Adds one source: `waffle_up` (1 only while its writer runs and keeps it current), its
+    /// state, identity and stamp if it was read, and its figures while its writer is up (a dead
+    /// or stale writer's last figures are no news: exported, they would read as current).
     pub fn add_source(&mut self, s: &Source) {
-        let up = f64::from(u8::from(s.stats.is_ok()));
-        self.gauge(
-            "waffle_up",
-            "1 if the stats file was read, 0 if it could not be (missing, unreadable, not a stats file).",
-            vec![label("source", &s.name)],
-            up,
-        );
-        if let Ok(v) = &s.stats {
-            self.add_stats(&v.snapshot, &s.name);
+        let up = s.stats.as_ref().is_ok_and(|v| v.health.state.is_up());
+        self.gauge("waffle_up", UP_HELP, vec![label("source", &s.label)], f64::from(u8::from(up)));
+        let Ok(v) = &s.stats else { return };
+        self.add_state(v.health.state, &s.label);
+        self.add_info(&v.snapshot, &s.label);
+        if up {
+            self.add_stats(&v.snapshot, &s.label);
+        }
+    }
+
+    /// `waffle_state{state}`: 1 for the state the writer is in, 0 for the others (a fixed set of
+    /// series, none of which appears or vanishes when the state changes).
+    fn add_state(&mut self, now: State, source: &str) {
+        for s in State::ALL {
+            let labels = vec![label("source", source), label("state", s.name())];
+            self.gauge("waffle_state", STATE_HELP, labels, f64::from(u8::from(s == now)));
         }
     }
 
@@ -216,7 +237,6 @@ impl Exposition {
             l.push(label(k, val));
             l
         };
-        self.add_info(v, source);
         let Some(c) = &v.cache else {
             return; // turned off before the cache started
         };
@@ -274,7 +294,9 @@ impl Exposition {
         }
     }
 
-    /// Who wrote the file and when: `waffle_info`, the write's time, whether it was the last.
+    /// Who wrote the file and when. The labels of `waffle_info` stay the same across restarts and
+    /// state changes (one series per file); what changes at each start is in `waffle_cache_info`
+    /// (the cache identity, one series per start) and `waffle_start_time_seconds` (a value).
     fn add_info(&mut self, v: &StatsSnapshot, source: &str) {
         let st = &v.stamp;
         let database = match (&v.sqlite, &v.preload) {
@@ -282,31 +304,30 @@ impl Exposition {
             (None, Some(p)) => p.datadir.as_str(),
             (None, None) => "",
         };
+        let database =
+            if database.is_empty() { String::new() } else { canonical(Path::new(database)).display().to_string() };
         let info = vec![
             label("source", source),
             label("adapter", st.adapter.as_deref().unwrap_or("sqlite")),
-            label("state", st.state.as_deref().unwrap_or("active")),
-            label("cache_id", v.cache.as_ref().map_or("", |c| c.cache_id.as_str())),
-            label("database", database),
+            label("database", &database),
         ];
-        self.gauge(
-            "waffle_info",
-            "The stats file's adapter, state, cache identity and database (always 1).",
-            info,
-            1.0,
-        );
+        self.gauge("waffle_info", "The stats file's adapter and database (always 1).", info, 1.0);
+        if let Some(id) = v.cache.as_ref().map(|c| c.cache_id.as_str()).filter(|id| !id.is_empty()) {
+            let help = "The running cache's identity, new at each start (always 1; join on source).";
+            self.gauge("waffle_cache_info", help, vec![label("source", source), label("cache_id", id)], 1.0);
+        }
+        let source_only = || vec![label("source", source)];
+        if let Some(ms) = st.started_unix_ms {
+            let help = "When the cache started (its counters start at 0 then).";
+            self.gauge("waffle_start_time_seconds", help, source_only(), ms as f64 / 1000.0);
+        }
         if let Some(ms) = st.updated_unix_ms {
             let help = "When the stats file was last written.";
-            self.gauge(
-                "waffle_stats_updated_timestamp_seconds",
-                help,
-                vec![label("source", source)],
-                ms as f64 / 1000.0,
-            );
+            self.gauge("waffle_stats_updated_timestamp_seconds", help, source_only(), ms as f64 / 1000.0);
         }
         if let Some(last) = st.final_write {
             let help = "1 if the stats file is its cache's last (the server exited, the database closed).";
-            self.gauge("waffle_stats_final", help, vec![label("source", source)], f64::from(u8::from(last)));
+            self.gauge("waffle_stats_final", help, source_only(), f64::from(u8::from(last)));
         }
     }
 

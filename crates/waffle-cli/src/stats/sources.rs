@@ -5,22 +5,27 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use waffle_core::stats::health::{self, Health};
 use waffle_core::stats::StatsSnapshot;
 
 /// A stats file is never read past this (the preload's with 10,000 tablespaces is a few MiB).
 pub const MAX_BYTES: u64 = 64 << 20;
 
-/// One stats file: its name as given, and its stats or why there are none.
+/// One stats file: its name as given (for people), its canonical path (the
+/// `source` label: one series whatever the spelling), and its stats or why there are none.
 pub struct Source {
     pub name: String,
+    pub label: String,
     pub stats: Result<Stats, String>,
 }
 
-/// A stats file's JSON as written (`--format json` prints it whole) and read as a snapshot.
+/// A stats file's JSON as written (`--format json` prints it whole), read as a snapshot, and
+/// what its writer is now (judged when read: running, stopped, crashed, stale...).
 #[derive(Debug)]
 pub struct Stats {
     pub json: Value,
     pub snapshot: StatsSnapshot,
+    pub health: Health,
 }
 
 impl Stats {
@@ -34,19 +39,32 @@ impl Stats {
             return Err(why);
         }
         let snapshot = StatsSnapshot::from_json(&json).map_err(|e| e.to_string())?;
-        Ok(Stats { json, snapshot })
+        let health = health::judge_now(&snapshot.stamp);
+        Ok(Stats { json, snapshot, health })
     }
 }
 
-/// Each path once, in the order given (a path named twice would be two series of the same name).
-pub fn distinct(paths: &[PathBuf]) -> Vec<PathBuf> {
-    let mut seen = std::collections::HashSet::new();
-    paths.iter().filter(|p| seen.insert(p.as_path())).cloned().collect()
+/// `path` as one name whatever its spelling (`./a.json`, `dir/../a.json`, a symlinked directory):
+/// the canonical path of the file, else of its directory with its name (a file not written yet),
+/// else the absolute path.
+pub fn canonical(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    let in_dir = || {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        Some(std::fs::canonicalize(dir).ok()?.join(path.file_name()?))
+    };
+    in_dir().or_else(|| std::path::absolute(path).ok()).unwrap_or_else(|| path.to_path_buf())
 }
 
-/// Reads every path now.
+/// Reads every path now, each file once (two spellings of one file are one source).
 pub fn read_all(paths: &[PathBuf]) -> Vec<Source> {
-    paths.iter().map(|p| Source { name: p.display().to_string(), stats: read(p) }).collect()
+    let mut seen = std::collections::HashSet::new();
+    let named = paths.iter().map(|p| (p, canonical(p))).filter(|(_, c)| seen.insert(c.clone()));
+    named
+        .map(|(p, c)| Source { name: p.display().to_string(), label: c.display().to_string(), stats: read(p) })
+        .collect()
 }
 
 /// The stats in the file at `path`.

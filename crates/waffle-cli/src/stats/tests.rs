@@ -125,7 +125,7 @@ fn known_stats() -> Value {
         r#"{
         "format": "waffle-stats", "format_version": 1,
         "adapter": "mariadb-preload", "state": "active", "cache_id": "00ff", "datadir": "/var/lib/mysql",
-        "updated_unix_ms": 1700000000500, "final": false, "page_bytes": 16384, "fused": null,
+        "updated_unix_ms": 1700000000500, "final": false, "started_unix_ms": 1699999000250, "page_bytes": 16384, "fused": null,
         "l1_hits": 600, "l1_misses": 400, "read_ahead_hits": 0, "push_queue_hits": 0,
         "l2_hits": 300, "l2_misses": 50, "disk_reads": 100,
         "read_ahead_windows": 0, "read_ahead_pages_l2": 0, "read_ahead_pages_disk": 0,
@@ -149,8 +149,36 @@ fn known_stats() -> Value {
     .expect("valid JSON")
 }
 
+/// `v` as the live writer wrote it: stamped with this (running) process, written now, at an
+/// interval of an hour (stale after 5 hours: however slow the machine, these tests judge it running).
+fn live(mut v: Value) -> Value {
+    let me = waffle_core::stats::health::own();
+    v["format_version"] = json!(2);
+    v["pid"] = json!(std::process::id());
+    v["pid_start_ticks"] = json!(me.start_ticks);
+    v["pid_namespace"] = json!(me.pid_namespace);
+    v["boot_id"] = json!(me.boot_id);
+    v["interval_ms"] = json!(3_600_000);
+    v["updated_unix_ms"] = json!(waffle_core::stats::health::now_unix_ms());
+    v
+}
+
+/// A source read from `v`, written by this process now unless `v` says otherwise after [`live`].
 fn source(name: &str, v: Value) -> Source {
-    Source { name: name.into(), stats: Ok(sources::Stats::from_json(v).expect("a stats object")) }
+    judged(name, live(v))
+}
+
+/// A source read from `v` as it is.
+fn judged(name: &str, v: Value) -> Source {
+    Source { name: name.into(), label: name.into(), stats: Ok(sources::Stats::from_json(v).expect("a stats object")) }
+}
+
+/// The pid of a child that has exited and been reaped.
+fn dead_pid() -> u32 {
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pid
 }
 
 #[test]
@@ -171,7 +199,10 @@ fn output_parses_and_has_the_figures() {
     assert_eq!(get(&format!("waffle_working_set_bytes{{{f},window=\"5m\"}}")), 1932738560.0);
     assert_eq!(get(&format!("waffle_held_bytes{{{f}}}")), 966367641.0);
     assert_eq!(get(&format!("waffle_l1_capacity_bytes{{{f}}}")), (1u64 << 30) as f64);
-    assert_eq!(get(&format!("waffle_stats_updated_timestamp_seconds{{{f}}}")), 1_700_000_000.5);
+    assert!(get(&format!("waffle_stats_updated_timestamp_seconds{{{f}}}")) > 1_700_000_000.5);
+    assert_eq!(get(&format!("waffle_start_time_seconds{{{f}}}")), 1_699_999_000.25);
+    assert_eq!(get(&format!("waffle_state{{{f},state=\"running\"}}")), 1.0);
+    assert_eq!(get(&format!("waffle_state{{{f},state=\"crashed\"}}")), 0.0);
     assert_eq!(get(&format!("waffle_stats_final{{{f}}}")), 0.0);
     assert_eq!(get(&format!("waffle_fused{{{f}}}")), 0.0);
     let n2 = r#"node="10.0.0.2:11211""#;
@@ -186,10 +217,8 @@ fn output_parses_and_has_the_figures() {
     let ts = r#"tablespace="shop/\"odd\"\\name""#;
     assert_eq!(get(&format!("waffle_tablespace_page_reads_total{{{f},{ts},tier=\"l2\"}}")), 1.0);
     assert_eq!(get(&format!("waffle_tablespace_page_writes_total{{{f},{ts}}}")), 4.0);
-    let info = format!(
-        "waffle_info{{{f},adapter=\"mariadb-preload\",state=\"active\",cache_id=\"00ff\",database=\"/var/lib/mysql\"}}"
-    );
-    assert_eq!(get(&info), 1.0);
+    assert_eq!(get(&format!("waffle_info{{{f},adapter=\"mariadb-preload\",database=\"/var/lib/mysql\"}}")), 1.0);
+    assert_eq!(get(&format!("waffle_cache_info{{{f},cache_id=\"00ff\"}}")), 1.0);
     assert!(text.contains("# TYPE waffle_l1_hits counter\n"), "{text}");
     assert!(text.contains("# TYPE waffle_read_latency_seconds histogram\n"), "{text}");
 }
@@ -214,7 +243,11 @@ fn read_latency_is_a_histogram_with_cumulative_buckets_not_quantiles_since_start
 
 #[test]
 fn a_missing_source_is_up_0_and_the_others_are_all_there() {
-    let missing = Source { name: "/srv/b/waffle-stats.json".into(), stats: Err("cannot read it".into()) };
+    let missing = Source {
+        name: "/srv/b/waffle-stats.json".into(),
+        label: "/srv/b/waffle-stats.json".into(),
+        stats: Err("cannot read it".into()),
+    };
     let text = prom(&[source("/srv/a/waffle-stats.json", known_stats()), missing]);
     let s = check_exposition(&text);
     assert_eq!(s["waffle_up{source=\"/srv/a/waffle-stats.json\"}"], 1.0);
@@ -240,8 +273,72 @@ fn a_preload_that_turned_off_has_only_its_info() {
         "adapter": "mariadb-preload", "state": "disabled", "disabled_reason": "native AIO"});
     let text = prom(&[source("f", v)]);
     let s = check_exposition(&text);
-    assert_eq!(s.len(), 2, "waffle_up and waffle_info: {text}");
-    assert!(text.contains("state=\"disabled\""), "{text}");
+    assert_eq!(s["waffle_up{source=\"f\"}"], 1.0, "its process runs: {text}");
+    assert_eq!(s["waffle_state{source=\"f\",state=\"disabled\"}"], 1.0, "{text}");
+    assert_eq!(s["waffle_state{source=\"f\",state=\"running\"}"], 0.0, "{text}");
+    assert!(!text.contains("waffle_l1_hits"), "no cache, no figures: {text}");
+}
+
+/// Issue 32 item 2: a SIGKILLed writer's file kept `waffle_up 1`, `state="active"`.
+#[test]
+fn a_writer_that_is_not_running_is_down_and_its_last_figures_are_not_exported() {
+    let gone = dead_pid();
+    let mut crashed = live(known_stats());
+    crashed["pid"] = json!(gone);
+    let mut stopped = crashed.clone();
+    (stopped["final"], stopped["state"]) = (json!(true), json!("stopped"));
+    let mut stale = live(known_stats());
+    (stale["updated_unix_ms"], stale["interval_ms"]) =
+        (json!(waffle_core::stats::health::now_unix_ms() - 60_000), json!(1000));
+    for (v, state) in [(crashed, "crashed"), (stopped, "stopped"), (stale, "stale")] {
+        let text = prom(&[judged("f", v)]);
+        let s = check_exposition(&text);
+        assert_eq!(s["waffle_up{source=\"f\"}"], 0.0, "{state}: {text}");
+        assert_eq!(s[&format!("waffle_state{{source=\"f\",state=\"{state}\"}}")], 1.0, "{text}");
+        let on: Vec<&String> =
+            s.iter().filter(|(k, v)| k.starts_with("waffle_state{") && **v == 1.0).map(|e| e.0).collect();
+        assert_eq!(on.len(), 1, "one state at a time: {on:?}");
+        assert!(!s.keys().any(|k| k.starts_with("waffle_l1_hits") || k.starts_with("waffle_node_up")), "{text}");
+        assert!(s.contains_key("waffle_stats_updated_timestamp_seconds{source=\"f\"}"), "{text}");
+    }
+}
+
+/// Issue 32 item 5: a restart (a new cache identity, a new start time) keeps every series but
+/// `waffle_cache_info`'s: the same label sets, other values.
+#[test]
+fn a_restart_keeps_the_series_identity() {
+    let before = known_stats();
+    let mut after = known_stats();
+    (after["cache_id"], after["started_unix_ms"]) = (json!("beef"), json!(1_700_000_100_000u64));
+    let series = |v: Value| -> HashSet<String> {
+        let text = prom(&[source("f", v)]);
+        check_exposition(&text).into_keys().filter(|k| !k.starts_with("waffle_cache_info{")).collect()
+    };
+    let (a, b) = (series(before), series(after));
+    assert_eq!(a, b);
+    assert!(a.iter().any(|k| k.starts_with("waffle_info{")) && !a.iter().any(|k| k.contains("cache_id")), "{a:?}");
+}
+
+/// Issue 32 item 5: `source` was the path as typed: two spellings of one file were two series.
+#[test]
+fn two_spellings_of_one_file_are_one_source_labelled_by_its_canonical_path() {
+    let dir = std::env::temp_dir().join(format!("waffle-cli-stats-spellings-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("sub")).unwrap();
+    std::os::unix::fs::symlink(&dir, dir.join("link")).unwrap();
+    let file = dir.join("s.json");
+    std::fs::write(&file, live(known_stats()).to_string()).unwrap();
+    let canonical = std::fs::canonicalize(&file).unwrap().display().to_string();
+    let spellings = [file.clone(), dir.join("./s.json"), dir.join("sub/../s.json"), dir.join("link/s.json")];
+    let all = sources::read_all(&spellings);
+    assert_eq!(all.len(), 1, "one file, one source");
+    assert_eq!((all[0].label.as_str(), all[0].name.as_str()), (canonical.as_str(), file.to_str().unwrap()));
+    let s = check_exposition(&render(&all, Format::Openmetrics));
+    assert_eq!(s[&format!("waffle_up{{source=\"{canonical}\"}}")], 1.0);
+    // Not written yet: its directory's canonical path and its name, as it will be once written.
+    let later = sources::read_all(&[dir.join("link/./later.json")]);
+    assert_eq!(later[0].label, std::fs::canonicalize(&dir).unwrap().join("later.json").display().to_string());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -266,7 +363,8 @@ fn every_format_shows_the_files_read_and_output_is_atomic() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("s.json");
-    std::fs::write(&good, r#"{"format": "waffle-stats", "format_version": 1, "l1_hits": 7, "l1_misses": 3}"#).unwrap();
+    let v = live(json!({"format": "waffle-stats", "l1_hits": 7, "l1_misses": 3}));
+    std::fs::write(&good, v.to_string()).unwrap();
     std::fs::write(dir.join("array.json"), "[1]").unwrap();
     // Issue 32: any JSON object is not a healthy stats file.
     std::fs::write(dir.join("pkg.json"), r#"{"name":"x"}"#).unwrap();
@@ -279,7 +377,8 @@ fn every_format_shows_the_files_read_and_output_is_atomic() {
     let up = check_exposition(&render(&all, Format::Openmetrics));
     assert_eq!(up[&format!("waffle_up{{source=\"{}\"}}", dir.join("pkg.json").display())], 0.0);
     assert!(render(&all, Format::Text).contains("reads    10 pages"));
-    assert_eq!(serde_json::from_str::<Value>(&render(&all, Format::Json)).unwrap()["l1_hits"], 7);
+    let json = serde_json::from_str::<Value>(&render(&all, Format::Json)).unwrap();
+    assert_eq!((json["l1_hits"].as_u64(), json["health"]["state"].as_str()), (Some(7), Some("running")), "{json}");
     let text = render(&all, Format::Openmetrics);
     assert_eq!(check_exposition(&text)[&format!("waffle_l1_hits_total{{source=\"{}\"}}", good.display())], 7.0);
     assert!(unreadable(&all).unwrap_err().starts_with("3 of 4 stats files"));
@@ -320,8 +419,9 @@ fn an_endpoint_beyond_loopback_is_warned_of() {
 #[test]
 fn the_classic_format_names_counter_families_as_their_samples_and_has_no_eof() {
     // Issue 32 item 4: promtool's classic parser found "no help text" for every OpenMetrics counter.
-    let om = prom(&[source("f", known_stats())]);
-    let text = render(&[source("f", known_stats())], Format::Prometheus);
+    let v = live(known_stats()); // one stamp for both: written at the same millisecond
+    let om = prom(&[judged("f", v.clone())]);
+    let text = render(&[judged("f", v)], Format::Prometheus);
     assert!(!text.contains("# EOF") && om.ends_with("# EOF\n"));
     assert!(
         text.contains("# TYPE waffle_l1_hits_total counter\n# ")

@@ -29,12 +29,30 @@ pub struct Stamp {
     /// The cache's last write (the server exited, the database closed).
     #[serde(rename = "final", skip_serializing_if = "Option::is_none")]
     pub final_write: Option<bool>,
-    /// SQLite: active or closed; the preload: its state (active, off, disabled, ...).
+    /// What the writer says it is: running, off (the preload's switch), disabled (with
+    /// `disabled_reason`) or stopped (its last write); format_version 1 said active and closed.
+    /// A reader shows `stats::health::judge`'s state, which also knows crashed and stale.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub state: Option<String>,
     /// The preload: why it turned itself off.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// The writer's process start time (`/proc/PID/stat` field 22, clock ticks after boot): a
+    /// reader tells its process from a later one that got the same pid (format_version 2).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_start_ticks: Option<u64>,
+    /// The writer's PID namespace (`/proc/self/ns/pid`'s link): a reader in another cannot check the pid.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid_namespace: Option<String>,
+    /// The kernel's boot id when written: a file of an earlier boot has no live writer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub boot_id: Option<String>,
+    /// How often the writer rewrites the file: a reader calls it stale after a few of these.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_ms: Option<u64>,
+    /// When this cache started (its counters start at 0 then): Prometheus' `waffle_start_time_seconds`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub started_unix_ms: Option<u64>,
 }
 
 /// The SQLite adapter's part: the database file and its settings.

@@ -6,12 +6,14 @@
 //! - [`warming_snapshot`]: the warming layer's (`warm`, `hot_list`);
 //! - [`adapter_snapshot`]: the adapters' (the stats files' stamp, SQLite's
 //!   file and config, the preload's counters and tablespaces), filled by them;
+//! - [`health`]: what a reader shows of a stats file's writer (running, stopped, crashed, stale...);
 //! - [`snapshot`]: the whole object ([`StatsSnapshot`]), what producers
 //!   serialize and consumers read by field instead of by string key.
 
 pub mod adapter_snapshot;
 pub mod cache_snapshot;
 pub mod counters;
+pub mod health;
 pub mod snapshot;
 pub mod warming_snapshot;
 
