@@ -352,6 +352,37 @@ fn a_node_that_could_not_pay_is_asked_almost_nothing_from_the_first_request() {
     assert!(s.l2_push_cost_skips >= (passes - 1) * (pages - sampled) - l1_pages, "pushes declined: {s:?}");
     assert!(s.l2_hits > 0, "the sample's pages were looked up and found: {s:?}");
     assert_ne!(cost.state, CostState::On, "{cost:?}");
+    // Issue 33 item 3: the sample goes raw; nothing was even tried on the compressor.
+    let c = &s.compression;
+    assert!(s.l2_pushes > 0, "{s:?}");
+    assert_eq!((c.pages_compressed, c.pages_raw, c.compress_us), (0, 0, 0), "{c:?}");
+}
+
+/// Issue 33 item 3: a node that takes only a sample gets its pages in
+/// batches (the pusher lingers for more), not one exchange per page. The
+/// reads here do not wait for the pusher: evictions come as the reads make them.
+#[test]
+fn a_sampled_node_gets_its_pages_in_batches() {
+    let node = waffle_testkit::nodes::start_node(64);
+    let (pages, l1_pages, passes) = (4096, 64, 3);
+    let (cache, disk) = trial_rig(&node, pages, l1_pages, Duration::ZERO);
+    let mut buf = vec![0u8; PAGE];
+    for i in 0..passes * pages {
+        let page = i % pages;
+        cache.read(page, &mut buf, &disk).unwrap();
+        assert!(buf == pattern(page, PAGE), "page {page} read other bytes than the file's");
+    }
+    assert!(cache.flush_pushes(Duration::from_secs(10)));
+    let s = cache.stats_snapshot();
+    let n = &s.nodes[0];
+    let lookups = s.l2_hits + s.l2_misses;
+    let exchanges = n.requests - lookups;
+    eprintln!("{} pages pushed in {exchanges} exchanges, {lookups} lookups: {:?}", s.l2_pushes, n.cost);
+    assert_eq!(n.failures, 0, "{n:?}");
+    assert_ne!(n.cost.state, CostState::On, "{:?}", n.cost);
+    // Sampled evictions come every 64 reads of microseconds: many fall within one linger.
+    assert!(s.l2_pushes >= 32, "{s:?}");
+    assert!(2 * exchanges <= s.l2_pushes, "{exchanges} exchanges for {} pages", s.l2_pushes);
 }
 
 /// Issue 33 item 1: a node that pays (a 5 ms disk, hdd-10k's service time,
@@ -401,4 +432,10 @@ fn a_node_that_pays_is_used_from_its_first_window() {
     );
     assert!(after.l2_hits >= before.l2_hits + 32, "the fillers came from the grid: {after:?}");
     assert_ne!(after.nodes[0].cost.state, CostState::BackedOff, "{:?}", after.nodes[0].cost);
+    // Used in full, the node's pages are compressed again (the control of the raw sample above).
+    let c = after.compression;
+    assert!(
+        c.pages_compressed + c.pages_raw > before.compression.pages_compressed + before.compression.pages_raw,
+        "{c:?}"
+    );
 }

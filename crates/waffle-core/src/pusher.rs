@@ -15,8 +15,8 @@
 //! pages of its own reports what the grid stored of them, not what it queued.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,11 @@ pub const BATCH_PAGES: usize = 64;
 /// is pushed uncompressed: the pusher is falling behind, and a raw push costs
 /// memcached memory where a dropped page costs a disk read.
 const BEHIND_DIVISOR: u64 = 2;
+/// How long a page for a node that takes only a sample waits for others to
+/// go with it: the sample's few pages a second then cost one wake-up of the
+/// pusher and one exchange per batch, not per page (issue 33 item 3). A read
+/// of a waiting page takes it from the queue, so the wait loses no hit.
+pub const SAMPLE_LINGER: Duration = Duration::from_millis(50);
 
 struct Pending {
     seq: u64,
@@ -151,6 +156,8 @@ struct Shared {
     /// A clean close is pushing L1: every page goes, whatever the node's cost
     /// (the back-off spares steady state; a close's pushes are the next open's warm grid).
     closing: AtomicBool,
+    /// Callers waiting for the queue to empty or make room (flush, close): no lingering then.
+    hurry: AtomicUsize,
 }
 
 pub struct Pusher {
@@ -181,6 +188,7 @@ impl Pusher {
             presence,
             codec,
             closing: AtomicBool::new(false),
+            hurry: AtomicUsize::new(0),
         });
         let worker = Arc::clone(&shared);
         let thread = thread::Builder::new()
@@ -220,8 +228,13 @@ impl Pusher {
         q.pending.insert(entry.page, Pending { seq, entry, tally });
         q.compact();
         debug_assert!(q.bytes <= self.shared.capacity_bytes);
+        // The pusher looks at the queue before it waits: only a queue that was
+        // empty, or a batch's worth that ends a linger, needs a wake-up.
+        let wake = q.pending.len() == 1 || q.pending.len() >= BATCH_PAGES;
         drop(q);
-        self.shared.work.notify_one();
+        if wake {
+            self.shared.work.notify_one();
+        }
     }
 
     fn note_dropped(&self, page: u64, tally: Option<&PushTally>) {
@@ -235,6 +248,7 @@ impl Pusher {
     /// A clean close begins: from now on every page is sent whatever the node's cost.
     pub fn begin_close(&self) {
         self.shared.closing.store(true, Ordering::Relaxed);
+        self.shared.work.notify_one();
     }
 
     /// Whether a clean close began (every page is sent whatever the node's cost).
@@ -251,6 +265,7 @@ impl Pusher {
             self.shared.presence.set_fate(entry.page, Fate::PushDropped);
             return false;
         }
+        let _hurry = Hurry::new(&self.shared);
         let mut q = self.shared.queue.lock().unwrap();
         while q.bytes + len > self.shared.capacity_bytes {
             let now = Instant::now();
@@ -275,6 +290,7 @@ impl Pusher {
             return false;
         }
         let deadline = Instant::now() + timeout;
+        let _hurry = Hurry::new(&self.shared);
         let mut q = self.shared.queue.lock().unwrap();
         while q.bytes + bytes > self.shared.capacity_bytes {
             let now = Instant::now();
@@ -338,6 +354,7 @@ impl Pusher {
     /// Waits (at most `timeout`) until everything queued so far was sent. True if it was.
     pub fn flush(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
+        let _hurry = Hurry::new(&self.shared);
         let mut q = self.shared.queue.lock().unwrap();
         while !q.pending.is_empty() || q.in_flight.is_some() {
             let now = Instant::now();
@@ -377,6 +394,10 @@ fn drain(shared: &Shared) {
             if shared.stop.load(Ordering::Acquire) {
                 return;
             }
+            q = linger(shared, q);
+            if shared.stop.load(Ordering::Acquire) {
+                return;
+            }
             let mut batch = Vec::with_capacity(BATCH_PAGES);
             let mut tallies = Vec::with_capacity(BATCH_PAGES);
             while batch.len() < BATCH_PAGES {
@@ -395,6 +416,42 @@ fn drain(shared: &Shared) {
         };
         send(shared, &batch, &tallies, behind);
     }
+}
+
+/// Someone waits on the queue (a flush, a close, a caller pacing itself):
+/// the pusher sends at once. Counted while it lives.
+struct Hurry<'a>(&'a Shared);
+
+impl<'a> Hurry<'a> {
+    fn new(shared: &'a Shared) -> Hurry<'a> {
+        shared.hurry.fetch_add(1, Ordering::AcqRel);
+        // Under the lock, so a pusher about to linger sees the count (or is already waiting and is woken).
+        drop(shared.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        shared.work.notify_one();
+        Hurry(shared)
+    }
+}
+
+impl Drop for Hurry<'_> {
+    fn drop(&mut self) {
+        self.0.hurry.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Waits (at most [`SAMPLE_LINGER`]) for a batch's worth of pages while some
+/// node takes only a sample, unless someone waits on the queue.
+fn linger<'a>(shared: &Shared, mut q: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+    let deadline = Instant::now() + SAMPLE_LINGER;
+    let sampling = shared.grid.get().is_some_and(|g| g.samples_any());
+    while sampling && q.pending.len() < BATCH_PAGES {
+        let now = Instant::now();
+        let hurried = shared.hurry.load(Ordering::Acquire) > 0 || shared.closing.load(Ordering::Relaxed);
+        if hurried || shared.stop.load(Ordering::Acquire) || now >= deadline {
+            break;
+        }
+        q = shared.work.wait_timeout(q, deadline - now).unwrap().0;
+    }
+    q
 }
 
 /// Sends `batch` (`tallies[i]`: where page i's fate is also counted) and
@@ -442,7 +499,13 @@ fn send(shared: &Shared, batch: &[Evicted], tallies: &[Option<Arc<PushTally>>], 
         .iter()
         .filter_map(|&(e, t)| {
             let id = Identity { cache_id: shared.cache_id, page: e.page, version: e.version };
-            let stored = compress(shared, &e.bytes, &mut compressed, behind);
+            let key = envelope::key(shared.cache_id, e.page);
+            // A node that takes only a sample has room for it raw: compressing would be CPU for nothing.
+            let stored = if grid.samples(key.as_bytes()) {
+                Stored::Raw
+            } else {
+                compress(shared, &e.bytes, &mut compressed, behind)
+            };
             let payload = if stored == Stored::Raw { &e.bytes[..] } else { &compressed[..] };
             let value = envelope::seal_stored(id, payload, stored, shared.seal_key.as_deref());
             if value.is_none() {
@@ -456,7 +519,7 @@ fn send(shared: &Shared, batch: &[Evicted], tallies: &[Option<Arc<PushTally>>], 
             } else {
                 sent_tallies.push(t);
             }
-            Some((envelope::key(shared.cache_id, e.page), value?))
+            Some((key, value?))
         })
         .unzip();
     let items: Vec<(&[u8], &[u8])> = keys.iter().zip(&values).map(|(k, v)| (k.as_bytes(), v.as_slice())).collect();

@@ -189,6 +189,16 @@ impl<C: Clock> Grid<C> {
         self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))
     }
 
+    /// Whether `key`'s node takes only a sample of pages now (backed off or on trial).
+    pub fn samples(&self, key: &[u8]) -> bool {
+        !self.all_on() && self.node_index(key).is_some_and(|i| self.nodes[i].samples())
+    }
+
+    /// Whether some node takes only a sample of pages now.
+    pub fn samples_any(&self) -> bool {
+        !self.all_on()
+    }
+
     /// No node is backed off: every request is admitted without hashing its key
     /// to its node (the admits above run on every miss, eviction and window page).
     fn all_on(&self) -> bool {

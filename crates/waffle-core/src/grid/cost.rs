@@ -297,6 +297,13 @@ impl NodeCost {
         false
     }
 
+    /// Whether the node takes only the sample's keys now (backed off, or on
+    /// trial): the pusher sends its pages raw, since compressing buys memory a
+    /// sample does not need (issue 33 item 3).
+    pub fn samples(&self) -> bool {
+        self.sampled()
+    }
+
     /// Whether only the sample's keys go now: backed off, or on trial (measuring, not yet promising).
     fn sampled(&self) -> bool {
         self.backoff

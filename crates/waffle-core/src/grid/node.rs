@@ -215,6 +215,11 @@ impl<C: Clock> Node<C> {
         self.cost.admits_push(key)
     }
 
+    /// Whether this node takes only a sample of pages now (see [`NodeCost::samples`]).
+    pub fn samples(&self) -> bool {
+        self.cost.samples()
+    }
+
     /// A lookup this node answered in `took` (round trip, link included).
     pub fn note_lookup(&self, took: Duration, hit: bool, disk: &DiskCost) {
         let line = self.cost.record_lookup(took, hit, disk, self.clock.now());
