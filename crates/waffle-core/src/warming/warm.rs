@@ -401,7 +401,11 @@ mod tests {
             page_bytes: PAGE,
             local_bytes: l1_pages * PAGE as u64,
             push_queue_bytes: 64 * PAGE as u64,
-            grid: Some(Arc::new(crate::grid::Grid::new(vec![spec], Default::default()))),
+            // No trial (grid::cost): every queued page goes to the node and fails there.
+            grid: Some(Arc::new(crate::grid::Grid::new(
+                vec![spec],
+                crate::grid::GridOptions { cost_backoff: false, ..Default::default() },
+            ))),
             seal_key: None,
             page_check: None,
             codec: crate::codec::Codec::Off,

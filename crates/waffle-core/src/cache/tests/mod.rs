@@ -69,5 +69,7 @@ fn disk_reasons(c: &PageCache) -> Value {
 fn dead_grid() -> Arc<Grid> {
     let port = waffle_nodes::closed_port();
     let spec = crate::grid::NodeSpec { host: "127.0.0.1".into(), port, weight: 1 };
-    Arc::new(Grid::new(vec![spec], Default::default()))
+    // No trial (grid::cost): these tests follow every eviction to the node.
+    let opts = crate::grid::GridOptions { cost_backoff: false, ..Default::default() };
+    Arc::new(Grid::new(vec![spec], opts))
 }
