@@ -14,6 +14,7 @@
 //! small buffer pool leaves dirty pages little room; `BP wr/tx`, InnoDB's page writes per
 //! transaction, shows what that costs).
 //! | `stock-2x` | 2 B | - | - |
+//! | `stock@S` | S | - | - (the waffle@S split's buffer pool alone: what the smaller pool costs, without the preload) |
 //!
 //! Each configuration starts from a copy of one prepared datadir (made once,
 //! kept in `--dir` while its parameters match), runs each workload for a
@@ -80,7 +81,8 @@ pub struct MysqlArgs {
     /// sysbench workloads, run in this order in every configuration.
     #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_read_write")]
     pub workloads: Vec<String>,
-    /// Configurations, in order: stock, waffle, waffle@SIZE (its buffer pool SIZE, L1 the rest of B), stock-2x.
+    /// Configurations, in order: stock, waffle, waffle@SIZE (its buffer pool SIZE, L1 the rest of B), stock@SIZE
+    /// (stock with a buffer pool of SIZE), stock-2x.
     #[arg(long, value_delimiter = ',', default_value = "stock,waffle,stock-2x")]
     pub configs: Vec<String>,
     /// memcached nodes of the waffle configuration (together they hold B).
@@ -125,6 +127,12 @@ enum Kind {
         name: String,
     },
     Stock2x,
+    /// Stock with this buffer pool (bytes) under the budget: what a waffle@S split costs InnoDB
+    /// by its smaller pool alone, without the preload (issue 33 item 3).
+    StockAt {
+        buffer_pool_bytes: u64,
+        name: String,
+    },
 }
 
 impl Kind {
@@ -134,14 +142,32 @@ impl Kind {
             "stock" => Kind::Stock,
             "waffle" => Kind::Waffle { buffer_pool_bytes: default_pool_bytes, name: "waffle".into() },
             "stock-2x" => Kind::Stock2x,
-            other => match other.strip_prefix("waffle@") {
-                Some(pool) => {
+            other => match (other.strip_prefix("waffle@"), other.strip_prefix("stock@")) {
+                (Some(pool), _) => {
                     let bytes = size(pool).map_err(|e| format!("--configs: '{other}': {e}"))?;
                     Kind::Waffle { buffer_pool_bytes: bytes, name: other.to_string() }
                 }
-                None => return Err(format!("unknown configuration '{other}' (stock, waffle, waffle@SIZE, stock-2x)")),
+                (_, Some(pool)) => {
+                    let bytes = size(pool).map_err(|e| format!("--configs: '{other}': {e}"))?;
+                    Kind::StockAt { buffer_pool_bytes: bytes, name: other.to_string() }
+                }
+                _ => {
+                    return Err(format!(
+                        "unknown configuration '{other}' (stock, waffle, waffle@SIZE, stock@SIZE, stock-2x)"
+                    ))
+                }
             },
         };
+        if let Kind::StockAt { buffer_pool_bytes, name } = &kind {
+            if *buffer_pool_bytes < server::MIN_BUFFER_POOL || *buffer_pool_bytes > budget {
+                return Err(format!(
+                    "configuration '{name}': its buffer pool ({} MiB) must be at least {} MiB and at most the budget ({} MiB)",
+                    buffer_pool_bytes >> 20,
+                    server::MIN_BUFFER_POOL >> 20,
+                    budget >> 20
+                ));
+            }
+        }
         if let Kind::Waffle { buffer_pool_bytes, name } = &kind {
             if *buffer_pool_bytes < server::MIN_BUFFER_POOL || *buffer_pool_bytes >= budget {
                 return Err(format!(
@@ -157,8 +183,17 @@ impl Kind {
     fn name(&self) -> &str {
         match self {
             Kind::Stock => "stock",
-            Kind::Waffle { name, .. } => name,
+            Kind::Waffle { name, .. } | Kind::StockAt { name, .. } => name,
             Kind::Stock2x => "stock-2x",
+        }
+    }
+
+    /// The server's buffer pool under budget B.
+    fn buffer_pool(&self, budget: u64) -> u64 {
+        match self {
+            Kind::Stock => budget,
+            Kind::Stock2x => budget * 2,
+            Kind::Waffle { buffer_pool_bytes, .. } | Kind::StockAt { buffer_pool_bytes, .. } => *buffer_pool_bytes,
         }
     }
     /// The buffer pool of a waffle configuration.
@@ -489,14 +524,15 @@ fn run_config(
     let small = kind.waffle_pool().unwrap_or(budget);
     let (nodes, grid) = if is_waffle { start_grid(a, budget, libs.link)? } else { (Vec::new(), None) };
     let options = match (kind, &grid) {
-        (Kind::Stock, _) => ServerOptions::stock(budget),
-        (Kind::Stock2x, _) => ServerOptions::stock(budget * 2),
+        (Kind::Stock | Kind::Stock2x | Kind::StockAt { .. }, _) => ServerOptions::stock(kind.buffer_pool(budget)),
         (Kind::Waffle { .. }, grid) => {
             let env = vec![
                 ("WAFFLE_GRID".to_string(), grid.as_ref().map(|g| g.addrs.join(",")).unwrap_or_default()),
                 ("WAFFLE_LOCAL".to_string(), (budget - small).to_string()),
                 ("WAFFLE_TIMEOUT_MS".to_string(), a.timeout.timeout_ms.to_string()),
-                ("WAFFLE_STATS_INTERVAL_MS".to_string(), "200".to_string()),
+                // The default, as an operator runs it: at 200 ms the stats writer was 0.4% of
+                // mariadbd's samples, a cost of the benchmark's (issue 33 item 3).
+                ("WAFFLE_STATS_INTERVAL_MS".to_string(), "1000".to_string()),
             ];
             let library = libs.preload.clone().ok_or("libwaffle_preload.so was not looked for")?;
             ServerOptions::waffle(small, Preload { library, env })
@@ -557,7 +593,7 @@ fn run_config(
             config: kind.name().into(),
             workload: w.clone(),
             sysbench: r,
-            buffer_pool_bytes: if is_waffle { small } else { budget * if *kind == Kind::Stock2x { 2 } else { 1 } },
+            buffer_pool_bytes: kind.buffer_pool(budget),
             bp_requests: c1.requests.saturating_sub(c0.requests),
             bp_misses: c1.misses.saturating_sub(c0.misses),
             bp_flushed: c1.flushed.saturating_sub(c0.flushed),
@@ -814,6 +850,10 @@ mod tests {
         let bad = k("waffle@lots").unwrap_err();
         assert!(bad.contains("--configs") && bad.contains("waffle@lots"), "{bad}");
         assert!(k("wafle").unwrap_err().contains("unknown configuration 'wafle'"));
+        let stock_split = k("stock@28MiB").unwrap();
+        assert_eq!((stock_split.name(), stock_split.waffle_pool()), ("stock@28MiB", None));
+        assert_eq!(stock_split.buffer_pool(budget), 28 << 20);
+        assert!(k("stock@64MiB").unwrap_err().contains("at most the budget"));
     }
 
     #[test]
