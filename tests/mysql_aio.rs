@@ -2,7 +2,8 @@
 //! (io_uring or libaio, MariaDB's default) would read and write pages
 //! without pread64/pwrite64. The preload says so in the error log, turns
 //! itself off before the first tablespace is opened (its stats file says
-//! `disabled` and why), and the server works as if it were not there.
+//! `disabled` and why, rewritten on its interval, and `stopped` at the
+//! server's exit), and the server works as if it were not there.
 
 #[path = "mysql_support.rs"]
 mod mysql_support;
@@ -27,6 +28,13 @@ fn native_aio_is_refused_loudly_and_everything_passes_through() {
     assert_eq!(v["state"], "disabled", "{v}");
     assert!(v["disabled_reason"].as_str().unwrap().contains("native asynchronous I/O"), "{v}");
     assert!(v.get("l1_hits").is_none(), "no cache was started: {v}");
+    // Rewritten on its interval all the same (issue 32 item 2: written once, it read as stale).
+    let first = v["updated_unix_ms"].as_u64().unwrap();
+    let again = s.wait_stats(std::time::Duration::from_secs(60), |v| v["updated_unix_ms"].as_u64() > Some(first));
+    assert_eq!(again.expect("the disabled stats file rewritten")["state"], "disabled");
     s.check_tables(&["d.t"]).unwrap();
+    let path = s.stats_path();
     s.shutdown().unwrap();
+    let last: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    assert_eq!((last["state"].as_str(), last["final"].as_bool()), (Some("stopped"), Some(true)), "{last}");
 }

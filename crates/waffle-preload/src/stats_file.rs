@@ -125,6 +125,15 @@ pub fn write_stats(final_write: bool) {
         return;
     }
     let _g = guard::Guard::enter();
+    // One write at a time, none after the last: the ticker runs on during exit(), and its write
+    // renamed after the at-exit one would leave a non-final file of a stopped server (a reader
+    // would call it crashed).
+    static LAST_WRITTEN: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+    let mut last_written = LAST_WRITTEN.lock().unwrap_or_else(|p| p.into_inner());
+    if *last_written {
+        return;
+    }
+    *last_written = final_write;
     let (v, path, datadir, mode) = match runtime::get() {
         Some(rt) => (json(rt, final_write), rt.stats_path().to_path_buf(), rt.datadir().to_path_buf(), rt.stats_mode()),
         None => {
