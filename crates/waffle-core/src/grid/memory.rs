@@ -23,6 +23,10 @@ use serde::{Deserialize, Serialize};
 
 /// A node is asked again after this long.
 pub const REFRESH: Duration = Duration::from_secs(10);
+/// After an ask that got no answer, the next read asks again after this long:
+/// one ask lost to a stall of a loaded host leaves the figure unknown for a
+/// second, not for REFRESH (a short-lived process may never have learnt it).
+const RETRY: Duration = Duration::from_secs(1);
 /// Connect, write and read of one ask, in all.
 const ASK_DEADLINE: Duration = Duration::from_millis(100);
 /// memcached's `stats` reply is about 3 KiB; more is not memcached.
@@ -39,7 +43,8 @@ pub struct GridMemory {
 
 #[derive(Default)]
 struct State {
-    asked_at: Option<Instant>,
+    /// When the next read may ask (None: never asked).
+    next_ask_at: Option<Instant>,
     limit_bytes: Option<u64>,
     flash: Option<FlashStatus>,
 }
@@ -121,16 +126,19 @@ impl NodeMemory {
         };
         {
             let mut s = self.lock();
-            if s.asked_at.is_some_and(|t| t.elapsed() < REFRESH) {
+            if s.next_ask_at.is_some_and(|t| Instant::now() < t) {
                 return s.limit_bytes;
             }
-            s.asked_at = Some(Instant::now()); // this caller asks; others meanwhile get the last figure
+            s.next_ask_at = Some(Instant::now() + REFRESH); // this caller asks; others meanwhile get the last figure
         }
         let asked = ask(addr, Instant::now() + ASK_DEADLINE);
         let mut s = self.lock();
-        if let Some(reply) = asked {
-            s.limit_bytes = reply.get("limit_maxbytes").copied();
-            s.flash = FlashStatus::of(&reply, s.flash.as_ref());
+        match asked {
+            Some(reply) => {
+                s.limit_bytes = reply.get("limit_maxbytes").copied();
+                s.flash = FlashStatus::of(&reply, s.flash.as_ref());
+            }
+            None => s.next_ask_at = Some(Instant::now() + RETRY),
         }
         s.limit_bytes
     }
@@ -247,8 +255,36 @@ mod tests {
         // An address nothing listens on would fail; a down node is not even tried.
         let addr: SocketAddr = "127.0.0.1:9".parse().unwrap();
         assert_eq!(m.refresh(Some(addr), false), None);
-        assert!(m.lock().asked_at.is_none(), "not asked");
+        assert!(m.lock().next_ask_at.is_none(), "not asked");
         assert_eq!(m.refresh(None, true), None);
-        assert!(m.lock().asked_at.is_none(), "not asked");
+        assert!(m.lock().next_ask_at.is_none(), "not asked");
+    }
+
+    #[test]
+    fn an_ask_without_an_answer_is_tried_again_after_a_second_not_after_refresh() {
+        // A listener that never answers: the ask times out (ASK_DEADLINE).
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let m = NodeMemory::default();
+        let before = Instant::now();
+        assert_eq!(m.refresh(Some(silent.local_addr().unwrap()), true), None);
+        let next = m.lock().next_ask_at.expect("asked");
+        assert!(next <= Instant::now() + RETRY && next >= before + RETRY, "retried after RETRY");
+        // An answering node: its figure, then REFRESH before the next ask.
+        let answering = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = answering.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = answering.accept().unwrap();
+            let mut request = [0u8; 7];
+            conn.read_exact(&mut request).unwrap();
+            conn.write_all(b"STAT limit_maxbytes 16777216\r\nEND\r\n").unwrap();
+        });
+        m.lock().next_ask_at = None;
+        let asked_at = Instant::now();
+        let got = m.refresh(Some(addr), true);
+        server.join().unwrap();
+        if got.is_some() {
+            assert_eq!(got, Some(16 << 20));
+            assert!(m.lock().next_ask_at.unwrap() >= asked_at + REFRESH, "a figure holds for REFRESH");
+        } // else: this host stalled past ASK_DEADLINE; the retry above is what that case checks
     }
 }
