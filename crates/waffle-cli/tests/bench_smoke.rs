@@ -78,6 +78,17 @@ fn check_config(c: &Value) {
             assert!(c["grid"][k].as_u64().is_some(), "{name}: grid.{k}: {c}");
         }
     }
+    assert!(c["cpu_us_per_txn"].as_f64().is_some_and(f64::is_finite), "{name}: cpu_us_per_txn: {c}");
+    // The wire's limit beside a grid run (issue 33 item 4): there when the run had grid hits.
+    let w = &c["wire"];
+    if !w.is_null() {
+        for k in ["bare_cpu_us_per_get", "bare_wall_us_per_get", "cpu_us_per_l2_hit_total"] {
+            assert!(w[k].as_f64().is_some_and(|x| x.is_finite() && x >= 0.0), "{name}: wire.{k}: {w}");
+        }
+        for k in ["cpu_us_per_l2_hit", "ratio_to_bare", "limit_ratio_to_all_local", "share_of_limit"] {
+            finite_or_null(&w[k], &format!("{name}.wire.{k}"));
+        }
+    }
 }
 
 #[test]

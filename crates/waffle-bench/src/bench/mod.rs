@@ -32,6 +32,7 @@ pub mod run_options;
 pub mod runner;
 pub mod scan;
 pub mod tpcc;
+pub mod wire;
 pub mod workload;
 
 use std::path::{Path, PathBuf};
@@ -373,6 +374,7 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
             per_plan[i].push(runner::run_config(workload.as_ref(), &ds, plan, &ropts)?);
         }
     }
+    wire_against_all_local(&plans, &mut per_plan);
     let results: Vec<ConfigResult> = per_plan
         .into_iter()
         .map(|mut rs| {
@@ -420,6 +422,27 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let mut report = report;
     o.output.write(&mut report, bench_chart)?;
     Ok(report)
+}
+
+/// Each grid run's CPU per L2 hit beyond an L1 hit: its CPU per transaction
+/// over all-local's of the same round (bench/wire.rs).
+fn wire_against_all_local(plans: &[Plan], per_plan: &mut [Vec<ConfigResult>]) {
+    let Some(al) = plans.iter().position(|p| p.kind == configs::Kind::AllLocal) else { return };
+    let floor: Vec<(f64, f64)> = per_plan[al].iter().map(|r| (r.cpu_us_per_txn, r.throughput)).collect();
+    for rs in per_plan.iter_mut() {
+        for (r, &(floor, al_tps)) in rs.iter_mut().zip(&floor) {
+            let l2_hits = r.counters.get("l2_hits").and_then(Value::as_u64).unwrap_or(0);
+            let (txns, per_txn, tps) = (r.transactions, r.cpu_us_per_txn, r.throughput);
+            if let Some(w) = r.wire.as_mut().filter(|_| l2_hits > 0 && txns > 0) {
+                let per_hit = (per_txn - floor) * txns as f64 / l2_hits as f64;
+                w.cpu_us_per_l2_hit = Some(per_hit);
+                w.ratio_to_bare = (w.bare_cpu_us_per_get > 0.0).then(|| per_hit / w.bare_cpu_us_per_get);
+                let limit = floor / (floor + l2_hits as f64 / txns as f64 * w.bare_cpu_us_per_get);
+                w.limit_ratio_to_all_local = Some(limit);
+                w.share_of_limit = (al_tps > 0.0).then(|| tps / al_tps / limit);
+            }
+        }
+    }
 }
 
 fn finite_or_null(x: f64) -> Value {

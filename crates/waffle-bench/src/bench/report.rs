@@ -276,7 +276,38 @@ pub fn print_table(results: &[ConfigResult]) {
                 if node.cost.reason.is_empty() { "no cost figures" } else { &node.cost.reason }
             );
         }
+        if let Some(w) = &r.wire {
+            println!("  {}: {}", r.name, wire_line(w));
+        }
     }
+    for r in results {
+        println!("  {}: CPU (this process and memcached) {:.0} us per transaction", r.name, r.cpu_us_per_txn);
+    }
+}
+
+/// The wire's limit beside a grid run (bench/wire.rs).
+fn wire_line(w: &super::wire::Wire) -> String {
+    let per_hit = match (w.cpu_us_per_l2_hit, w.ratio_to_bare, w.limit_ratio_to_all_local, w.share_of_limit) {
+        (Some(c), Some(x), Some(l), Some(s)) => format!(
+            "{c:.1} us beyond all-local's ({x:.2}x the bare mg's; target <= 1.5x); the wire's limit here is \
+             {l:.3}x all-local, and the run reached {:.0}% of it",
+            100.0 * s
+        ),
+        _ => "no all-local in the round to hold it against".to_string(),
+    };
+    format!(
+        "the wire's limit: a bare mg of its pages ({:.0} B on average, {} threads, {:.1} s, load {:.1}) costs \
+         {:.1} us of CPU ({:.1} us memcached's) and {:.1} us of wall per page; the run's CPU per L2 hit: \
+         {per_hit}, {:.1} us counting all its CPU",
+        w.bare_value_bytes_mean,
+        w.threads,
+        w.seconds,
+        w.load_average,
+        w.bare_cpu_us_per_get,
+        w.bare_node_cpu_us_per_get,
+        w.bare_wall_us_per_get,
+        w.cpu_us_per_l2_hit_total
+    )
 }
 
 /// Writes `value` as pretty JSON to `path`.

@@ -184,6 +184,10 @@ pub struct ConfigResult {
     pub ratio_to_stock: Option<f64>,
     /// With `--rounds N`: every round's throughput, in order (the result shown is the median round's).
     pub rounds: Vec<f64>,
+    /// CPU of this process and of the memcached nodes over the measured run, per transaction, microseconds.
+    pub cpu_us_per_txn: f64,
+    /// Grid configurations: a bare multi-get of the run's pages right after it, and the run's CPU per L2 hit.
+    pub wire: Option<super::wire::Wire>,
 }
 
 /// What a restart measured.

@@ -26,7 +26,11 @@ use super::report::restart_line;
 use super::restart;
 use super::result::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
 use super::run_options::RunOptions;
+use super::wire::{self, Cpu};
 use super::workload::{Rate, Workload};
+
+/// Seconds of the bare multi-get series beside a grid run (at most the run's own).
+const WIRE_SECONDS: f64 = 3.0;
 
 pub fn device_label(device: &Option<String>) -> String {
     match device {
@@ -148,7 +152,9 @@ pub fn run_config(
     eprintln!("waffle bench: {}: measuring {:.0} s", plan.name, opts.duration.as_secs_f64());
     let slowed = || plan.device.as_deref().and_then(emulation::slowed_reads);
     let slowed_before = slowed();
+    let cpu_before = Cpu::now(&node_addrs);
     let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed, None);
+    let cpu = Cpu::now(&node_addrs).since(cpu_before);
     let emulated_reads = slowed().zip(slowed_before).map(|(after, before)| after.saturating_sub(before));
     let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
     for c in &conns {
@@ -167,6 +173,11 @@ pub fn run_config(
         if plan.waffle && !plan.warm { prewarmed_pages(workload.prewarmed(), count_on, after.page_bytes) } else { 0 };
 
     let mc: Vec<_> = node_addrs.iter().filter_map(|a| memcached_stats(a)).collect();
+    // The same nodes and pages in the same minute, before the close pushes L1.
+    let l2_hits = after.l2_hits.saturating_sub(before.l2_hits);
+    let wire = (matches!(plan.kind, Kind::Grid { .. }) && l2_hits > 0)
+        .then(|| wire_beside(grid, &node_addrs, opts, cpu, l2_hits))
+        .flatten();
     let restart = if plan.restart {
         let steady_tps = tally.done as f64 / seconds;
         let r = restart::measure(workload, &path, plan, opts, grid, conns, steady_tps)?;
@@ -279,5 +290,24 @@ pub fn run_config(
         ratio_to_all_local: None,
         ratio_to_stock: None,
         rounds: vec![throughput],
+        cpu_us_per_txn: cpu.total_s() * 1e6 / tally.done.max(1) as f64,
+        wire,
     })
+}
+
+/// The bare series beside a grid run (bench/wire.rs); None, with a line on
+/// stderr, if it could not run (the run's figures stand without it).
+fn wire_beside(grid: &[String], nodes: &[String], opts: &RunOptions, run_cpu: Cpu, l2_hits: u64) -> Option<wire::Wire> {
+    let seconds = opts.duration.as_secs_f64().min(WIRE_SECONDS);
+    match wire::bare_series(grid, nodes, opts.threads, seconds) {
+        Ok(mut w) => {
+            w.cpu_us_per_l2_hit_total = run_cpu.total_s() * 1e6 / l2_hits as f64;
+            w.load_average = super::report::load_average();
+            Some(w)
+        }
+        Err(e) => {
+            eprintln!("waffle bench: {e}");
+            None
+        }
+    }
 }
