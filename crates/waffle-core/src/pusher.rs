@@ -471,12 +471,15 @@ fn send(shared: &Shared, batch: &[Evicted], tallies: &[Option<Arc<PushTally>>], 
     };
     // A node that costs more than the disk read it would save takes only a
     // sample of pages (grid::cost); the others are dropped, never marked. Not at a close.
+    // A warm's pages (those with a tally) are not declined by a node's trial, only by a verdict.
     let closing = shared.closing.load(Ordering::Relaxed);
     let batch: Vec<(&Evicted, Option<&PushTally>)> = batch
         .iter()
         .zip(tallies.iter().map(Option::as_deref))
         .filter(|(e, t)| {
-            let admitted = closing || grid.admits_push(envelope::GridKey::new(shared.cache_id, e.page).as_bytes());
+            let key = envelope::GridKey::new(shared.cache_id, e.page);
+            let admitted = closing
+                || if t.is_some() { grid.admits_warm_push(key.as_bytes()) } else { grid.admits_push(key.as_bytes()) };
             if !admitted {
                 stats.l2_push_cost_skips.incr();
                 shared.presence.set_fate(e.page, Fate::Unpushed);

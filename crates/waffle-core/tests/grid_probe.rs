@@ -104,17 +104,30 @@ fn probes_are_bounded_skip_busy_nodes_and_stop_with_the_grid() {
     let idle = Node::start(16).expect("memcached must be installed");
     let before = threads_named("waffle-probe");
     let grid = grid_of(&[&busy, &idle], opts());
+    let made = Instant::now();
     // The thread names itself once it runs.
     within(Duration::from_secs(5), "one thread per grid", || threads_named("waffle-probe") == before + 1);
     // Keys of the busy node, asked every 50 ms for 2 s; the other node is asked nothing.
     let key = (0..1000).map(|i| format!("k{i}")).find(|k| grid.node_index(k.as_bytes()) == Some(0)).unwrap();
     let t0 = Instant::now();
+    // A probe may rightly come where this loop stalled an idle time between two asks (a loaded
+    // machine: CI once saw one probe of the busy node): those gaps bound the busy node's probes.
+    let (mut last, mut probes_allowed) = (made, 0u64);
     while t0.elapsed() < Duration::from_secs(2) {
+        let now = Instant::now();
+        let gap_ms = now.duration_since(last).as_millis() as u64;
+        if gap_ms >= IDLE_MS {
+            probes_allowed += gap_ms / IDLE_MS + 1;
+        }
+        last = now;
         let _ = grid.get(key.as_bytes());
         std::thread::sleep(Duration::from_millis(50));
     }
     let (b, i) = (status(&grid, 0), status(&grid, 1));
-    assert_eq!(b.idle_probes, 0, "a node with traffic is not probed: {b:?}");
+    assert!(
+        b.idle_probes <= probes_allowed,
+        "a node with traffic is not probed (only after a stall of an idle time: {probes_allowed} allowed): {b:?}"
+    );
     // One probe per idle time at most (a tick is a third of it): 2 s / 200 ms, and the first after 200 ms.
     let most = 2000 / IDLE_MS + 1;
     assert!((3..=most).contains(&i.idle_probes), "{} probes of the idle node in 2 s: {i:?}", i.idle_probes);

@@ -189,6 +189,12 @@ impl<C: Clock> Grid<C> {
         self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_push(key))
     }
 
+    /// Whether a warm's page of `key` should be pushed: as [`Grid::admits_push`], but not
+    /// declined by a node's trial (see `NodeCost::admits_warm_push`).
+    pub fn admits_warm_push(&self, key: &[u8]) -> bool {
+        self.all_on() || self.node_index(key).is_none_or(|i| self.nodes[i].admits_warm_push(key))
+    }
+
     /// Whether `key`'s node takes only a sample of pages now (backed off or on trial).
     pub fn samples(&self, key: &[u8]) -> bool {
         !self.all_on() && self.node_index(key).is_some_and(|i| self.nodes[i].samples())

@@ -282,6 +282,17 @@ impl NodeCost {
         self.admits(key, &self.declined_pushes)
     }
 
+    /// Whether a warm's page of `key` is pushed to the node. A warm is the
+    /// operator's request to fill the grid, so the trial (which spares a
+    /// short-lived process the grid's cost until the node shows it pays) does
+    /// not decline it; a node backed off by a verdict takes only its sample.
+    pub fn admits_warm_push(&self, key: &[u8]) -> bool {
+        if self.state() != CostState::BackedOff {
+            return true;
+        }
+        self.admits(key, &self.declined_pushes)
+    }
+
     /// Whether a read-ahead window may ask the node: only while it is on.
     /// Backed off, the sample's own lookups measure the grid; a window's
     /// round trip for the sample's pages would add cost and measure nothing.

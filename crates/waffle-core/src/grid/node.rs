@@ -215,6 +215,11 @@ impl<C: Clock> Node<C> {
         self.cost.admits_push(key)
     }
 
+    /// Whether a warm's page of `key` is pushed to this node (see [`NodeCost::admits_warm_push`]).
+    pub fn admits_warm_push(&self, key: &[u8]) -> bool {
+        self.cost.admits_warm_push(key)
+    }
+
     /// Whether this node takes only a sample of pages now (see [`NodeCost::samples`]).
     pub fn samples(&self) -> bool {
         self.cost.samples()
