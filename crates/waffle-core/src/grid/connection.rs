@@ -486,21 +486,27 @@ mod tests {
         let allowed_late = RCVTIMEO_GRACE + Duration::from_millis(2);
         let (mut conn, _server) = pair(Instant::now() + Duration::from_secs(5));
         for ms in [5u64, 40, 250, 5] {
+            // Each try beside a control: a plain sleep of the same length, just before. What the
+            // scheduler of a loaded machine adds to any wait (CI-like runs saw 4-12 ms) is not the
+            // connection's; the connection may add the grace, no more.
             let mut lateness = Vec::new();
-            for _try in 0..5 {
+            for _try in 0..10 {
+                let slept_to = Instant::now() + Duration::from_millis(ms);
+                std::thread::sleep(Duration::from_millis(ms));
+                let control_late = Instant::now().saturating_duration_since(slept_to);
                 let deadline = Instant::now() + Duration::from_millis(ms);
                 assert_eq!(value_of(&mut conn, deadline), Err(FaultKind::Timeout));
                 let end = Instant::now();
                 assert!(end >= deadline, "{ms} ms: ended {:?} early", deadline - end);
                 let late = end - deadline;
                 assert!(late < Duration::from_millis(200), "{ms} ms: ended {late:?} late");
-                lateness.push(late);
-                if late <= allowed_late {
+                lateness.push((late, control_late));
+                if late <= allowed_late + control_late {
                     break;
                 }
             }
-            let best = lateness.iter().min().copied().unwrap_or_default();
-            assert!(best <= allowed_late, "{ms} ms: ended late by {lateness:?}");
+            let ok = lateness.iter().any(|&(late, control)| late <= allowed_late + control);
+            assert!(ok, "{ms} ms: ended late by (late, a plain sleep's lateness) {lateness:?}");
         }
     }
 
