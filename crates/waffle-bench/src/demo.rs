@@ -96,7 +96,7 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
         opts.seconds
     );
     println!(
-        "disks: {} (what the cache reads bypasses the page cache, waffle_direct_io=on; emulated profiles add service time on top of this machine's disk, by libwaffle_slowdisk.so; docs/benchmarks.md)",
+        "disks: {} (what the cache reads bypasses the page cache, waffle_direct_io=on; emulated profiles add service time on top of this machine's disk, by libwaffle_slowdisk.so; docs/benchmarks.md); the grid asked for every page (waffle_grid_backoff=off: the back-off is measured by waffle bench)",
         opts.devices.iter().map(|d| device_label(d)).collect::<Vec<_>>().join(", ")
     );
     println!("grid: {} memcached nodes of {node_mib} MiB on loopback: {}", nodes.len(), grid.join(", "));
