@@ -201,7 +201,9 @@ fn child_reads() {
         fast.read_exact_at(&mut b, off).unwrap();
     }
     assert_eq!(count(), 12);
-    assert!(t.elapsed() < 64 * RANDOM_READ / 4, "64 reads of a file outside took {:?}", t.elapsed());
+    // Under the least the device would have added (64 x 5 ms): the reads still reach this
+    // machine's disk (evicted above), which a CI run beside load once took 105 ms for.
+    assert!(t.elapsed() < 64 * RANDOM_READ, "64 reads of a file outside took {:?}", t.elapsed());
 
     // Writes to a file under the directory are not touched; the bytes land.
     let w = OpenOptions::new().write(true).open(dir.join("slow/data")).unwrap();
@@ -210,6 +212,6 @@ fn child_reads() {
         w.write_all_at(&[0xAB; PAGE], off).unwrap();
     }
     assert_eq!(count(), 12);
-    assert!(t.elapsed() < 64 * RANDOM_READ / 4, "64 writes took {:?}", t.elapsed());
+    assert!(t.elapsed() < 64 * RANDOM_READ, "64 writes took {:?}", t.elapsed());
     std::fs::read(dir.join("slow/data")).unwrap()[3 * PAGE..4 * PAGE].iter().for_each(|&x| assert_eq!(x, 0xAB));
 }
