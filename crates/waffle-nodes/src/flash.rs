@@ -9,8 +9,9 @@
 //!   header in RAM and cost a flash read for little RAM saved.
 //! - `ext_item_age` is left unset: memcached then writes items to flash only
 //!   when its RAM is short, coldest first, so RAM keeps the hot pages.
-//! - `ext_page_size`: a sixteenth of the file, 4 to 64 MiB (memcached wants
-//!   multiples of 2 MiB). Compaction and eviction work a whole page at a
+//! - `ext_page_size`: a sixteenth of the file, 4 to 64 MiB, a multiple of the
+//!   write buffer (memcached refuses to start otherwise: "page_size must be
+//!   divisible by wbuf_size"). Compaction and eviction work a whole page at a
 //!   time, so a small file needs small pages to have enough of them.
 //! - `ext_wbuf_size=4` MiB (memcached's default), ≤ the page: a write buffer
 //!   holds about a thousand 4 KiB pages and goes to flash in one write.
@@ -86,7 +87,7 @@ impl Flash {
 
     /// extstore's page size for this file (see the module's notes).
     pub fn ext_page_mib(&self) -> u32 {
-        (self.size_mib / 16 / 2 * 2).clamp(MIN_EXT_PAGE_MIB, MAX_EXT_PAGE_MIB)
+        (self.size_mib / 16 / EXT_WBUF_MIB * EXT_WBUF_MIB).clamp(MIN_EXT_PAGE_MIB, MAX_EXT_PAGE_MIB)
     }
 
     /// The `-o` settings, ext_path last (memcached reads the page and buffer sizes before it).
@@ -151,11 +152,15 @@ mod tests {
     }
 
     #[test]
-    fn pages_are_a_sixteenth_of_the_file_in_bounds_and_even() {
+    fn pages_are_a_sixteenth_of_the_file_in_bounds_and_whole_write_buffers() {
         let f = |mib| Flash { path: "/tmp/x".into(), size_mib: mib };
         assert_eq!(f(64).ext_page_mib(), 4);
         assert_eq!(f(200).ext_page_mib(), 12);
         assert_eq!(f(1 << 20).ext_page_mib(), 64);
+        // 123 MiB made 6 MiB pages, which memcached refused: "page_size must be divisible by wbuf_size".
+        for mib in MIN_FLASH_MIB..=2048 {
+            assert_eq!(f(mib).ext_page_mib() % EXT_WBUF_MIB, 0, "{mib} MiB");
+        }
         let opts = f(64).options();
         assert_eq!(opts.last().unwrap(), "ext_path=/tmp/x:64m");
         assert_eq!(f(64).for_node(2).path, PathBuf::from("/tmp/x.2"));
@@ -165,14 +170,24 @@ mod tests {
     fn memcached_takes_the_settings_and_makes_the_file() {
         let dir = std::env::temp_dir().join(format!("waffle-flash-unit-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let flash = Flash::new(dir.join("ext"), 64 << 20).unwrap();
-        let node = crate::Node::start_with_args(16, &flash.args()).expect("memcached with extstore must start");
-        let limit = node.stat("extstore_limit_maxbytes");
-        drop(node);
-        let made = flash.path.is_file();
+        // 123 MiB: a size whose sixteenth is no whole number of write buffers.
+        for mib in [64, 123] {
+            let flash = Flash::new(dir.join(format!("ext-{mib}")), mib << 20).unwrap();
+            let node = crate::Node::start_with_args(16, &flash.args()).map_err(|e| e.to_string());
+            let limit = node
+                .as_ref()
+                .map_err(Clone::clone)
+                .and_then(|n| n.stat("extstore_limit_maxbytes").map_err(|e| e.to_string()));
+            drop(node);
+            let made = flash.path.is_file();
+            // memcached uses whole extstore pages of the file: 123 MiB in 4 MiB pages is 120 MiB.
+            let page = u64::from(flash.ext_page_mib());
+            if limit != Ok((mib / page * page) << 20) || !made {
+                std::fs::remove_dir_all(&dir).unwrap();
+                panic!("{mib} MiB: memcached with {:?}: {limit:?}, file made: {made}", flash.args());
+            }
+        }
         std::fs::remove_dir_all(&dir).unwrap();
-        assert_eq!(limit.unwrap(), 64 << 20);
-        assert!(made, "no flash file at {}", flash.path.display());
     }
 
     #[test]
