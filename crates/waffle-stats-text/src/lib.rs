@@ -294,6 +294,23 @@ fn nodes(o: &mut String, c: &CacheSnapshot) {
             n.marked_down,
             n.memory_bytes.map(|m| format!("; memory {}", bytes(m))).unwrap_or_default()
         );
+        if let Some(f) = &n.flash {
+            // The node's own counters, all its clients together (docs/flash-tier.md): not this cache's.
+            let hits = f.node_ram_hits + f.node_flash_hits;
+            let _ = writeln!(
+                o,
+                "         flash {} ({} values on it); the node's hits, all clients: {} from RAM, {} from flash ({}), \
+                 {} flash misses ({} bad CRC){}",
+                bytes(f.bytes),
+                f.items,
+                f.node_ram_hits,
+                f.node_flash_hits,
+                pct(f.node_flash_hits, hits),
+                f.node_flash_misses,
+                f.node_flash_bad_crc,
+                f.recent_flash_share.map(|x| format!("; recently {:.1}% from flash", 100.0 * x)).unwrap_or_default()
+            );
+        }
         if !n.cost.reason.is_empty() {
             let _ = writeln!(o, "         cost: {}", n.cost.reason);
         }
@@ -426,6 +443,29 @@ mod tests {
         );
         assert!(text.contains("advice   buy memory"), "{text}");
         assert!(text.contains("; memory 512.0 MiB"), "{text}");
+    }
+
+    /// Issue 34: a node's flash tier, in `waffle stats` as in `PRAGMA waffle_stats`; a node
+    /// without flash says nothing of it.
+    #[test]
+    fn renders_a_nodes_flash_tier() {
+        let v = json!({
+            "l1_hits": 1, "l1_misses": 0,
+            "nodes": [{"addr": "a:1", "up": true, "memory_bytes": 16 << 20,
+                       "flash": {"bytes": 64u64 << 20, "items": 8835, "node_ram_hits": 1752, "node_flash_hits": 6449,
+                                 "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.801}},
+                      {"addr": "b:2", "up": true}]
+        });
+        let text = render_json(&v, "f");
+        let flash: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("flash ")).collect();
+        assert_eq!(
+            flash,
+            ["         flash 64.0 MiB (8835 values on it); the node's hits, all clients: 1752 from RAM, 6449 from flash \
+              (78.6%), 3 flash misses (1 bad CRC); recently 80.1% from flash"],
+            "{text}"
+        );
+        let node_a = text.lines().position(|l| l.starts_with("node     a:1")).expect("node a");
+        assert!(text.lines().nth(node_a + 1).is_some_and(|l| l.contains("flash 64.0 MiB")), "under its node: {text}");
     }
 
     #[test]

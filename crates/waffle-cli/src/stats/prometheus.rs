@@ -25,6 +25,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelValue, LabelValu
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use serde::Serialize;
+use waffle_core::grid::memory::FlashStatus;
 use waffle_core::grid::{CostStatus, NodeStatus};
 use waffle_core::stats::health::State;
 use waffle_core::stats::{CacheSnapshot, PreloadSection, StatsSnapshot, TierLatency};
@@ -388,7 +389,51 @@ impl Exposition {
         if let Some(n) = node.memory_bytes {
             self.gauge("waffle_node_memory_bytes", "The node's memory (memcached limit_maxbytes).", labels(), n as f64);
         }
+        if let Some(f) = &node.flash {
+            self.add_node_flash(f, labels);
+        }
         self.add_node_cost(&node.cost, labels);
+    }
+
+    /// A node's flash tier (memcached's extstore): none for a node without. Its hits are the
+    /// node's counters, every client's together, and restart at 0 with the node.
+    fn add_node_flash(&mut self, f: &FlashStatus, labels: impl Fn() -> Labels) {
+        self.gauge(
+            "waffle_node_flash_bytes",
+            "The node's flash file (memcached extstore_limit_maxbytes).",
+            labels(),
+            f.bytes as f64,
+        );
+        self.gauge(
+            "waffle_node_flash_items",
+            "Values on the node's flash now (extstore_objects_used).",
+            labels(),
+            f.items as f64,
+        );
+        for (key, n, help) in [
+            ("ram_hits", f.node_ram_hits, "Hits the node served from RAM, all its clients (get_hits - get_extstore)."),
+            (
+                "flash_hits",
+                f.node_flash_hits,
+                "Hits the node served from flash, all its clients (get_extstore - miss_from_extstore).",
+            ),
+            (
+                "flash_misses",
+                f.node_flash_misses,
+                "Flash reads of the node that found nothing usable (miss_from_extstore).",
+            ),
+            (
+                "flash_bad_crc",
+                f.node_flash_bad_crc,
+                "Of those, values whose CRC failed: a damaged flash file (badcrc_from_extstore).",
+            ),
+        ] {
+            self.counter(&format!("waffle_node_{key}"), help, labels(), n);
+        }
+        if let Some(share) = f.recent_flash_share {
+            let help = "Of the node's hits between its last two stats asks (about 10 s apart), the share from flash.";
+            self.gauge("waffle_node_recent_flash_share", help, labels(), share);
+        }
     }
 
     fn add_node_cost(&mut self, cost: &CostStatus, labels: impl Fn() -> Labels) {

@@ -140,7 +140,9 @@ fn known_stats() -> Value {
         "nodes": [{"addr": "10.0.0.2:11211", "up": true, "requests": 500, "failures": 1, "timeouts": 1,
                    "marked_down": 0, "presence_misses": 50, "stale_connections": 0, "memory_bytes": 429496729,
                    "cost": {"state": "backed_off", "lookup_us": 250.0, "hit_ratio": 0.85, "disk_us": 100.0,
-                            "saved_us": 85.0, "declined_lookups": 7, "declined_pushes": 3, "reason": "r"}},
+                            "saved_us": 85.0, "declined_lookups": 7, "declined_pushes": 3, "reason": "r"},
+                   "flash": {"bytes": 67108864, "items": 8835, "node_ram_hits": 1752, "node_flash_hits": 6449,
+                             "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.75}},
                   {"addr": "10.0.0.3:11211", "up": false, "requests": 3}],
         "preload": {"page_reads": 8},
         "tablespaces": {"shop/\"odd\"\\name": {"l1_hits": 5, "l2_hits": 1, "disk_reads": 2, "page_writes": 4}}
@@ -221,6 +223,29 @@ fn output_parses_and_has_the_figures() {
     assert_eq!(get(&format!("waffle_cache_info{{{f},cache_id=\"00ff\"}}")), 1.0);
     assert!(text.contains("# TYPE waffle_l1_hits counter\n"), "{text}");
     assert!(text.contains("# TYPE waffle_read_latency_seconds histogram\n"), "{text}");
+}
+
+/// Issue 34: a node's flash tier, per node; a node without flash has none of its series.
+#[test]
+fn a_nodes_flash_tier_is_exported_per_node_and_only_for_a_node_with_flash() {
+    let text = prom(&[source("f", known_stats())]);
+    let s = check_exposition(&text);
+    let n2 = r#"source="f",node="10.0.0.2:11211""#;
+    let get = |series: String| *s.get(&series).unwrap_or_else(|| panic!("no {series} in\n{text}"));
+    assert_eq!(get(format!("waffle_node_flash_bytes{{{n2}}}")), 67108864.0);
+    assert_eq!(get(format!("waffle_node_flash_items{{{n2}}}")), 8835.0);
+    assert_eq!(get(format!("waffle_node_ram_hits_total{{{n2}}}")), 1752.0);
+    assert_eq!(get(format!("waffle_node_flash_hits_total{{{n2}}}")), 6449.0);
+    assert_eq!(get(format!("waffle_node_flash_misses_total{{{n2}}}")), 3.0);
+    assert_eq!(get(format!("waffle_node_flash_bad_crc_total{{{n2}}}")), 1.0);
+    assert_eq!(get(format!("waffle_node_recent_flash_share{{{n2}}}")), 0.75);
+    assert!(text.contains("# TYPE waffle_node_flash_hits counter\n"), "{text}");
+    let flash_series: Vec<&String> = s.keys().filter(|k| k.contains("flash") || k.contains("ram_hits")).collect();
+    assert_eq!(flash_series.len(), 7, "the first node's 7, none of the second's: {flash_series:?}");
+    // The classic format has them too, each counter's family named as its samples.
+    let classic = render(&[source("f", known_stats())], Format::Prometheus);
+    assert!(classic.contains("# TYPE waffle_node_flash_hits_total counter\n"), "{classic}");
+    assert!(classic.contains(&format!("\nwaffle_node_flash_hits_total{{{n2}}} 6449\n")), "{classic}");
 }
 
 #[test]
