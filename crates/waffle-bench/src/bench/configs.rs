@@ -30,6 +30,10 @@
 //! `waffle_hot_list=off` (the control: the restart's L1 fills on demand).
 //! `+verify` opens with `waffle_verify=on` (what verify mode costs, beside
 //! the same configuration without it).
+//! `+flash` (e.g. `grid+flash`, `grid:2/hdd-10k+flash=256MiB`) gives a grid
+//! configuration's nodes a flash tier, memcached's extstore as `waffle nodes
+//! --ssd` starts it, its files on this machine's disk (`bench::flash`): of
+//! `=SIZE` or `=PCT` of B in all, [`DEFAULT_FLASH`] without (RAM stays L2).
 //! Waffle configurations open with `waffle_direct_io=on`, so that the budget
 //! is all the memory the pages use and an emulated device sees every miss;
 //! `+auto` opens with the library's default instead (`auto`: a file the
@@ -38,6 +42,11 @@
 
 use waffle_core::codec::Codec;
 use waffle_emulation::LinkProfile;
+use waffle_nodes::flash::MIN_FLASH_MIB;
+
+/// The flash of a bare `+flash`, all nodes together: 4 B, four times the grid's RAM by default
+/// (flash is bought by the terabyte where RAM is by the gigabyte).
+pub const DEFAULT_FLASH: Amount = Amount::Percent(400.0);
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -51,7 +60,7 @@ pub enum Kind {
     Plain,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct ConfigSpec {
     pub kind: Kind,
     /// `Some(profile)` for an emulated link, `Some(None)` for an explicit `@loopback`, None: the default link.
@@ -70,6 +79,8 @@ pub struct ConfigSpec {
     pub verify: bool,
     /// `+auto`: `waffle_direct_io=auto` (the library's default) instead of `on`.
     pub direct_io_auto: bool,
+    /// `+flash[=AMOUNT]`: the grid's flash in all (`Some(None)`: [`DEFAULT_FLASH`]).
+    pub flash: Option<Option<Amount>>,
 }
 
 impl ConfigSpec {
@@ -86,6 +97,17 @@ impl ConfigSpec {
             .replace("+nohot", "")
             .replace("+verify", "")
             .replace("+auto", "");
+        let mut flash = None;
+        if let Some(at) = stripped.find("+flash") {
+            let rest = &stripped[at + "+flash".len()..];
+            let end = rest.find('+').unwrap_or(rest.len());
+            flash = Some(match rest[..end].strip_prefix('=') {
+                Some(amount) => Some(Amount::parse(amount).map_err(|e| format!("'{given}': +flash={amount}: {e}"))?),
+                None if end == 0 => None,
+                None => return Err(format!("'{given}': +flash takes =SIZE or =PCT% (of B), e.g. +flash=256MiB")),
+            });
+            stripped = format!("{}{}", &stripped[..at], &rest[end..]);
+        }
         let mut codec = None;
         if let Some(at) = stripped.find("+compress=") {
             let rest = &stripped[at + "+compress=".len()..];
@@ -139,7 +161,10 @@ impl ConfigSpec {
         if codec.is_some() && matches!(kind, Kind::Stock | Kind::Plain) {
             return Err(format!("'{given}': stock SQLite has no waffle to compress"));
         }
-        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify, direct_io_auto })
+        if flash.is_some() && !matches!(kind, Kind::Grid { .. }) {
+            return Err(format!("'{given}': only a grid configuration's nodes have flash (grid+flash, grid:N+flash)"));
+        }
+        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify, direct_io_auto, flash })
     }
 }
 
@@ -202,6 +227,8 @@ pub struct Plan {
     pub verify: bool,
     /// `waffle_direct_io=auto` rather than `on`.
     pub direct_io_auto: bool,
+    /// Flash per node, MiB (0: none): memcached's extstore behind its `node_mib` of RAM.
+    pub flash_mib_per_node: u32,
 }
 
 impl Plan {
@@ -237,6 +264,7 @@ impl Plan {
             hot_list: spec.hot_list,
             verify: spec.verify,
             direct_io_auto: spec.direct_io_auto,
+            flash_mib_per_node: 0,
         };
         match spec.kind {
             Kind::Local => {}
@@ -247,6 +275,11 @@ impl Plan {
                 p.l2_bytes = (p.node_mib as u64) << 20;
                 p.l2_bytes *= nodes as u64;
                 p.link = spec.link.unwrap_or(default_link);
+                // extstore's size is whole MiB, at least MIN_FLASH_MIB per node.
+                p.flash_mib_per_node = spec.flash.map_or(0, |f| {
+                    let bytes = f.unwrap_or(DEFAULT_FLASH).of(budget);
+                    ((bytes / nodes as u64) >> 20).max(u64::from(MIN_FLASH_MIB)) as u32
+                });
             }
             // The ceiling: L1 as large as the grid configurations' L1 + L2.
             Kind::AllLocal => p.l1_bytes = budget - s + grid_bytes,
@@ -329,6 +362,26 @@ mod tests {
         assert!(ConfigSpec::parse("plain+auto").is_err());
         assert_eq!(stock.sqlite_cache_per_conn_kib, 4096);
         assert_eq!(Amount::parse("25%").unwrap().of(400), 100);
+
+        // +flash: a grid's nodes only, of B x 4 by default or the amount given, per node at least
+        // extstore's smallest file.
+        let f = ConfigSpec::parse("grid:2/hdd-10k+flash").unwrap();
+        assert_eq!(
+            (f.flash, f.kind.clone(), f.device.clone()),
+            (Some(None), Kind::Grid { nodes: 2 }, Some(Some("hdd-10k".into())))
+        );
+        assert_eq!(Plan::new("f", &f, b, s, b, 16, None, None).flash_mib_per_node, 128, "4 x 64 MiB over 2 nodes");
+        let f = ConfigSpec::parse("grid+flash=300MiB+warm").unwrap();
+        assert!(f.warm && f.flash == Some(Some(Amount::Bytes(300 << 20))));
+        assert_eq!(Plan::new("f", &f, b, s, b, 16, None, None).flash_mib_per_node, 300);
+        let small = ConfigSpec::parse("grid:4+flash=50%").unwrap();
+        assert_eq!(Plan::new("f", &small, b, s, b, 16, None, None).flash_mib_per_node, MIN_FLASH_MIB);
+        assert_eq!(grid.flash_mib_per_node, 0, "no flash unless asked");
+        for bad in ["local+flash", "all-local+flash=1GiB", "stock+flash"] {
+            assert!(ConfigSpec::parse(bad).unwrap_err().contains("only a grid"), "{bad}");
+        }
+        assert!(ConfigSpec::parse("grid+flash=lots").unwrap_err().contains("+flash=lots"));
+        assert!(ConfigSpec::parse("grid+flashy").unwrap_err().contains("=SIZE"));
         assert_eq!(Amount::parse("1MiB").unwrap().of(7), 1 << 20);
     }
 }

@@ -10,7 +10,9 @@
 //!   the workload driven on every connection for a while; [`restart`]: a
 //!   `+restart`'s close, reopen and run; [`run_options`]: what they all run with.
 //! - [`emulation`]: EMULATED devices and links, outside the product (the slow-disk
-//!   shim under this process, link proxies in front of the nodes).
+//!   shim under this process, link proxies in front of the nodes); [`flash`]: a
+//!   `+flash` grid's nodes with their extstore files, and what the flash served;
+//!   [`uncached`]: a database on an EMULATED device kept out of the page cache.
 //! - [`result`]: what a configuration measured, filled by the runner;
 //!   [`report`]: the table, ratios, JSON rendered from it; [`chart`]: PNGs.
 //!
@@ -22,6 +24,7 @@ pub mod configs;
 pub mod connection;
 pub mod dataset;
 pub mod emulation;
+pub mod flash;
 pub mod oltp;
 pub mod phase;
 pub mod point;
@@ -32,6 +35,7 @@ pub mod run_options;
 pub mod runner;
 pub mod scan;
 pub mod tpcc;
+pub mod uncached;
 pub mod wire;
 pub mod workload;
 
@@ -164,11 +168,12 @@ fn emulation_notes(plans: &[Plan]) -> Vec<String> {
     links.dedup();
     let mut notes = report::emulation_notes(&devices, &links);
     if !notes.is_empty() {
-        notes.push(
+        notes.push(format!(
             "EMULATED outside the product: devices by libwaffle_slowdisk.so under this process (the database \
-             file in the device's directory), links by a TCP proxy in front of each memcached node"
-                .into(),
-        );
+                 file in the device's directory, dropped from the kernel's page cache every {} ms while a \
+                 configuration runs), links by a TCP proxy in front of each memcached node",
+            uncached::INTERVAL_MS
+        ));
     }
     notes
 }
@@ -203,7 +208,15 @@ pub fn bench_chart(report: &Value, dir: &Path) -> Result<PathBuf, String> {
         .map(|r| {
             let t = r["throughput"].as_f64().unwrap_or(0.0);
             let ratio = r["ratio_to_local"].as_f64().or(local.map(|l| t / l));
-            let rel = ratio.map_or(String::new(), |x| format!(" ({x:.2}x local)"));
+            // The disk's share of the reads beside the throughput: where the tiers pay shows there.
+            let notes: Vec<String> = [
+                ratio.map(|x| format!("{x:.2}x local")),
+                r["hits"]["disk"].as_f64().map(|d| format!("disk {:.1}%", 100.0 * d)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect();
+            let rel = if notes.is_empty() { String::new() } else { format!(" ({})", notes.join("; ")) };
             (r["name"].as_str().unwrap_or("?").to_string(), t, format!("{t:.0}{rel}"))
         })
         .collect();
@@ -219,11 +232,14 @@ pub fn bench_chart(report: &Value, dir: &Path) -> Result<PathBuf, String> {
     };
     let (disks, links) = (distinct("device"), distinct("link"));
     let emulated = report["emulated"].as_array().is_some_and(|a| !a.is_empty());
+    let flash = configs.iter().find_map(|c| c["memory"]["flash_bytes"].as_u64().filter(|b| *b > 0));
     let subtitle = format!(
-        "{}\ndata {}, B {}, {} threads\ndisk: {}{}{}",
+        "{}\ndata {}, B {}, grid RAM {}{}, {} threads\ndisk: {}{}{}",
         report["description"].as_str().unwrap_or(""),
         mib(report["dataset"]["bytes"].as_u64().unwrap_or(0)),
         mib(report["params"]["budget_bytes"].as_u64().unwrap_or(0)),
+        mib(report["params"]["grid_memory_bytes"].as_u64().unwrap_or(0)),
+        flash.map_or(String::new(), |b| format!(" (+flash {} on this machine's disk)", mib(b))),
         report["params"]["threads"],
         if disks.is_empty() { "real".into() } else { disks },
         if links.is_empty() { String::new() } else { format!("; link: {links}") },
@@ -360,6 +376,17 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     let notes = emulation_notes(&plans);
     for n in &notes {
         println!("{n}");
+    }
+    for p in plans.iter().filter(|p| p.flash_mib_per_node > 0) {
+        println!(
+            "{}: each of {} node(s) has {} MiB of RAM and {} MiB of flash (memcached's extstore, as `waffle nodes --ssd`), \
+             its file in {} on this machine's disk (not EMULATED)",
+            p.name,
+            p.nodes,
+            p.node_mib,
+            p.flash_mib_per_node,
+            flash::dir_for(&ds.path).display()
+        );
     }
     println!("host: {} cores, load average {load_start:.2} at start", report::cores());
 

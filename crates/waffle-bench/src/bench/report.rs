@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use waffle_core::presence::DiskReason;
 use waffle_emulation::{DeviceProfile, LinkProfile};
 
-use super::result::{ConfigResult, Hits, Restart};
+use super::result::{ConfigResult, FlashTraffic, Hits, Restart};
 
 /// One line: why the demand reads went to the disk, as percentages of
 /// them (the reasons that occurred, in `DiskReason` order), and the pages
@@ -276,6 +276,9 @@ pub fn print_table(results: &[ConfigResult]) {
                 if node.cost.reason.is_empty() { "no cost figures" } else { &node.cost.reason }
             );
         }
+        if let Some(f) = &g.flash {
+            println!("  {}: {}", r.name, flash_line(f));
+        }
         if let Some(w) = &r.wire {
             println!("  {}: {}", r.name, wire_line(w));
         }
@@ -283,6 +286,22 @@ pub fn print_table(results: &[ConfigResult]) {
     for r in results {
         println!("  {}: CPU (this process and memcached) {:.0} us per transaction", r.name, r.cpu_us_per_txn);
     }
+}
+
+/// A `+flash` grid's flash tier over the measured run (bench/flash.rs).
+fn flash_line(f: &FlashTraffic) -> String {
+    format!(
+        "flash {} in all, {} values on it at the end; the nodes' hits in the measured run: {} from flash ({} from RAM, \
+         {} from flash), {} flash misses; {} written to flash; {} of the files in the kernel's page cache at the end",
+        mib(f.file_bytes),
+        f.items,
+        f.flash_share().map_or("-".into(), pct),
+        f.ram_hits,
+        f.flash_hits,
+        f.flash_misses,
+        mib(f.bytes_written),
+        f.page_cache_share.map_or("-".into(), pct),
+    )
 }
 
 /// The wire's limit beside a grid run (bench/wire.rs).

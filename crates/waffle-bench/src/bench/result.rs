@@ -103,6 +103,39 @@ pub struct GridTraffic {
     /// Each node's status at the end of the run: health, counters, and its
     /// cost decision (`cost.state`, `cost.lookup_us`, `cost.saved_us`, `cost.reason`).
     pub nodes: Vec<NodeStatus>,
+    /// A `+flash` grid's flash tier over the measured run (None: no flash).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flash: Option<FlashTraffic>,
+}
+
+/// What a `+flash` grid's flash tier did over the measured run: memcached's own counters
+/// (extstore's), every node summed, their change from before the run to after it. The nodes
+/// are the configuration's own, so the counts are this run's.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct FlashTraffic {
+    /// The flash files' size in all (`extstore_limit_maxbytes`).
+    pub file_bytes: u64,
+    /// Values on flash at the end (`extstore_objects_used`).
+    pub items: u64,
+    /// The nodes' hits served from RAM (`get_hits - get_extstore`) and from flash
+    /// (`get_extstore - miss_from_extstore`; a value still in a write buffer counts here too).
+    pub ram_hits: u64,
+    pub flash_hits: u64,
+    /// Flash reads that found nothing usable (`miss_from_extstore`).
+    pub flash_misses: u64,
+    /// Bytes extstore wrote to the files (`extstore_bytes_written`).
+    pub bytes_written: u64,
+    /// Of the flash files' bytes, the share in the kernel's page cache at the end (memcached
+    /// reads them without O_DIRECT: a flash read of a cached byte is a memory copy). None: unknown.
+    pub page_cache_share: Option<f64>,
+}
+
+impl FlashTraffic {
+    /// The share of the nodes' hits that came from flash (None: no hits).
+    pub fn flash_share(&self) -> Option<f64> {
+        let hits = self.ram_hits + self.flash_hits;
+        (hits > 0).then(|| self.flash_hits as f64 / hits as f64)
+    }
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -112,6 +145,8 @@ pub struct Memory {
     pub sqlite_cache_per_connection_kib: u64,
     pub l1_bytes: u64,
     pub l2_bytes: u64,
+    /// The grid's flash (extstore files) in all, behind `l2_bytes` of RAM; 0: none.
+    pub flash_bytes: u64,
     pub nodes: usize,
 }
 

@@ -5,6 +5,7 @@
 //! ([`super::connection`]) and drives them ([`super::phase`]) with the pieces
 //! the restart uses too, and no file it uses uses the runner.
 //!
+//! A `+flash` grid's nodes come with their flash files ([`super::flash`]).
 //! EMULATED hardware is outside the connections' settings ([`super::emulation`]):
 //! a configuration on a device opens the dataset in that device's directory,
 //! and one on a link is given proxies in front of its nodes.
@@ -12,22 +13,23 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, OpenFlags};
-use serde_json::Value;
-use waffle_core::stats::{CacheSnapshot, DiskReasons};
-use waffle_nodes::Node;
-
 use super::configs::{Kind, Plan};
 use super::connection::{open_conn, sqlite_cache_counts, waffle_stats};
 use super::dataset::{self, Dataset};
 use super::emulation;
+use super::flash;
 use super::phase::phase;
 use super::report::restart_line;
 use super::restart;
 use super::result::{ConfigResult, GridTraffic, Hits, Latency, Memory, WorkingSet};
 use super::run_options::RunOptions;
+use super::uncached::KeepUncached;
 use super::wire::{self, Cpu};
 use super::workload::{Rate, Workload};
+use rusqlite::{Connection, OpenFlags};
+use serde_json::Value;
+use waffle_core::stats::{CacheSnapshot, DiskReasons};
+use waffle_nodes::Node;
 
 /// Seconds of the bare multi-get series beside a grid run (at most the run's own).
 const WIRE_SECONDS: f64 = 3.0;
@@ -98,10 +100,7 @@ pub fn run_config(
     // (a sidecar naming nodes that are gone, a hot list) would preload it.
     let _ = std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&path));
     let _ = std::fs::remove_file(waffle_core::warming::hot_list::path_for(&path));
-    let nodes: Vec<Node> = (0..plan.nodes)
-        .map(|_| Node::start_for_pages(plan.node_mib, opts.page_bytes))
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("{}: starting memcached: {e}", plan.name))?;
+    let (nodes, flash_files) = flash::start_nodes(plan, opts.page_bytes, &flash::dir_for(&ds.path))?;
     let node_addrs: Vec<String> = nodes.iter().map(Node::addr).collect();
     let proxied = emulation::Grid::behind(&node_addrs, plan.link)?;
     let grid = &proxied.addrs;
@@ -111,6 +110,11 @@ pub fn run_config(
         .collect::<Result<_, _>>()
         .map_err(|e| err("open", e))?;
 
+    // Until the measured run's figures are taken: see uncached.rs.
+    let keep_uncached = match &plan.device {
+        Some(_) if plan.waffle && !plan.direct_io_auto => Some(KeepUncached::start(&path)?),
+        _ => None,
+    };
     let started = Instant::now();
     let mut warmed = None;
     if plan.warm {
@@ -153,8 +157,12 @@ pub fn run_config(
     let slowed = || plan.device.as_deref().and_then(emulation::slowed_reads);
     let slowed_before = slowed();
     let cpu_before = Cpu::now(&node_addrs);
+    let has_flash = !flash_files.is_empty();
+    let flash_before = has_flash.then(|| flash::counters(&node_addrs));
     let (tally, hist, seconds) = phase(workload, &mut conns, opts.duration, opts.seed, None);
     let cpu = Cpu::now(&node_addrs).since(cpu_before);
+    let flash_traffic = flash_before.map(|b| flash::traffic(&b, &flash::counters(&node_addrs), &flash_files));
+    drop(keep_uncached);
     let emulated_reads = slowed().zip(slowed_before).map(|(after, before)| after.saturating_sub(before));
     let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
     for c in &conns {
@@ -189,6 +197,7 @@ pub fn run_config(
     };
     drop(proxied);
     drop(nodes);
+    flash::remove(&flash_files);
 
     let (unit, rate) = workload.unit();
     let throughput = match rate {
@@ -248,6 +257,7 @@ pub fn run_config(
             reach_pushes: after.l2_reach_pushes,
             push_cost_skips: d(|c| c.l2_push_cost_skips),
             nodes: after.nodes.clone(),
+            flash: flash_traffic,
         }
     });
     let kinds = workload.kinds();
@@ -264,6 +274,7 @@ pub fn run_config(
             sqlite_cache_per_connection_kib: plan.sqlite_cache_per_conn_kib,
             l1_bytes: plan.l1_bytes,
             l2_bytes: plan.l2_bytes,
+            flash_bytes: u64::from(plan.flash_mib_per_node) * plan.nodes as u64 * (1 << 20),
             nodes: plan.nodes,
         },
         unit: unit.into(),

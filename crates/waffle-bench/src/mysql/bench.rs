@@ -10,6 +10,10 @@
 //! | `waffle` | small (B/8, at least 6 MiB) | B - small | B, over `--nodes` nodes |
 //! | `waffle@S` | S | B - S | B, over `--nodes` nodes |
 //!
+//! `waffle+flash`, `waffle@S+flash`: the same, each node with a flash tier behind its RAM
+//! (memcached's extstore as `waffle nodes --ssd` starts it, `bench::flash`), 4 B in all, or
+//! `+flash=SIZE` in all; its files in `--dir`/flash on this machine's disk (never EMULATED).
+//!
 //! `waffle@S` configurations compare splits of the budget side by side in one run (issue 20: a
 //! small buffer pool leaves dirty pages little room; `BP wr/tx`, InnoDB's page writes per
 //! transaction, shows what that costs).
@@ -48,7 +52,8 @@ use waffle_nodes::Node;
 use waffle_testkit::mariadb::{self as server, Preload, Server, ServerOptions, SlowDisk, SysbenchResult, Tools};
 
 use crate::args::{check_rounds, median_round, size, GridTimeout, Rounds};
-use crate::bench::{emulation, report};
+use crate::bench::result::FlashTraffic;
+use crate::bench::{emulation, flash, report};
 use crate::mysql::waffle_delta::WaffleDelta;
 
 /// Bytes a sysbench row takes in InnoDB, with its secondary index (measured on MariaDB 10.11).
@@ -82,7 +87,8 @@ pub struct MysqlArgs {
     #[arg(long, value_delimiter = ',', default_value = "oltp_read_only,oltp_read_write")]
     pub workloads: Vec<String>,
     /// Configurations, in order: stock, waffle, waffle@SIZE (its buffer pool SIZE, L1 the rest of B), stock@SIZE
-    /// (stock with a buffer pool of SIZE), stock-2x.
+    /// (stock with a buffer pool of SIZE), stock-2x; waffle[@SIZE]+flash[=SIZE]: the grid's nodes with flash
+    /// (4 x B in all by default) on this machine's disk.
     #[arg(long, value_delimiter = ',', default_value = "stock,waffle,stock-2x")]
     pub configs: Vec<String>,
     /// memcached nodes of the waffle configuration (together they hold B).
@@ -125,6 +131,8 @@ enum Kind {
     Waffle {
         buffer_pool_bytes: u64,
         name: String,
+        /// `+flash`: the grid's flash in all (0: none).
+        flash_bytes: u64,
     },
     Stock2x,
     /// Stock with this buffer pool (bytes) under the budget: what a waffle@S split costs InnoDB
@@ -138,14 +146,25 @@ enum Kind {
 impl Kind {
     /// `default_pool_bytes`: the buffer pool of a bare `waffle` (`--waffle-pool`, or B/8).
     fn parse(s: &str, budget: u64, default_pool_bytes: u64) -> Result<Kind, String> {
-        let kind = match s.trim() {
+        let (base, flash_bytes) = match s.trim().split_once("+flash") {
+            None => (s.trim(), 0),
+            Some((base, "")) => (base, budget * 4),
+            Some((base, amount)) => {
+                let bytes = amount.strip_prefix('=').map(size).unwrap_or(Err("takes =SIZE".into()));
+                (base, bytes.map_err(|e| format!("--configs: '{}': +flash{amount}: {e}", s.trim()))?)
+            }
+        };
+        if flash_bytes > 0 && !(base == "waffle" || base.starts_with("waffle@")) {
+            return Err(format!("--configs: '{}': only a waffle configuration's grid has flash", s.trim()));
+        }
+        let kind = match base {
             "stock" => Kind::Stock,
-            "waffle" => Kind::Waffle { buffer_pool_bytes: default_pool_bytes, name: "waffle".into() },
+            "waffle" => Kind::Waffle { buffer_pool_bytes: default_pool_bytes, name: "waffle".into(), flash_bytes },
             "stock-2x" => Kind::Stock2x,
             other => match (other.strip_prefix("waffle@"), other.strip_prefix("stock@")) {
                 (Some(pool), _) => {
                     let bytes = size(pool).map_err(|e| format!("--configs: '{other}': {e}"))?;
-                    Kind::Waffle { buffer_pool_bytes: bytes, name: other.to_string() }
+                    Kind::Waffle { buffer_pool_bytes: bytes, name: other.to_string(), flash_bytes }
                 }
                 (_, Some(pool)) => {
                     let bytes = size(pool).map_err(|e| format!("--configs: '{other}': {e}"))?;
@@ -158,6 +177,13 @@ impl Kind {
                 }
             },
         };
+        let kind = match kind {
+            // Named as given: `waffle+flash` beside `waffle` in the table.
+            Kind::Waffle { buffer_pool_bytes, flash_bytes, .. } if flash_bytes > 0 => {
+                Kind::Waffle { buffer_pool_bytes, name: s.trim().to_string(), flash_bytes }
+            }
+            k => k,
+        };
         if let Kind::StockAt { buffer_pool_bytes, name } = &kind {
             if *buffer_pool_bytes < server::MIN_BUFFER_POOL || *buffer_pool_bytes > budget {
                 return Err(format!(
@@ -168,7 +194,7 @@ impl Kind {
                 ));
             }
         }
-        if let Kind::Waffle { buffer_pool_bytes, name } = &kind {
+        if let Kind::Waffle { buffer_pool_bytes, name, .. } = &kind {
             if *buffer_pool_bytes < server::MIN_BUFFER_POOL || *buffer_pool_bytes >= budget {
                 return Err(format!(
                     "configuration '{name}': its buffer pool ({} MiB) must be at least {} MiB and smaller than the budget ({} MiB)",
@@ -196,6 +222,14 @@ impl Kind {
             Kind::Waffle { buffer_pool_bytes, .. } | Kind::StockAt { buffer_pool_bytes, .. } => *buffer_pool_bytes,
         }
     }
+    /// The grid's flash in all of a `+flash` configuration (0: none).
+    fn flash_bytes(&self) -> u64 {
+        match self {
+            Kind::Waffle { flash_bytes, .. } => *flash_bytes,
+            _ => 0,
+        }
+    }
+
     /// The buffer pool of a waffle configuration.
     fn waffle_pool(&self) -> Option<u64> {
         match self {
@@ -225,6 +259,8 @@ pub struct RunResult {
     pub waffle: Option<WaffleDelta>,
     /// `--warm`: the warm before this configuration's first workload.
     pub warm: Option<waffle_warm_client::Warmed>,
+    /// `+flash`: what the grid's flash did during the measured period.
+    pub flash: Option<FlashTraffic>,
 }
 
 impl RunResult {
@@ -424,21 +460,24 @@ pub fn run(a: &MysqlArgs) -> Result<Vec<RunResult>, String> {
     Ok(results)
 }
 
+/// The nodes, what the server is given (their addresses or proxies), and their flash files.
+type StartedGrid = (Vec<Node>, Option<emulation::Grid>, Vec<PathBuf>);
+
 /// The waffle configuration's memcached nodes (together B), and what the
 /// server is given: their addresses, or proxies on the EMULATED link.
-fn start_grid(
-    a: &MysqlArgs,
-    budget: u64,
-    link: Option<LinkProfile>,
-) -> Result<(Vec<Node>, Option<emulation::Grid>), String> {
+/// With `flash_bytes`, each node has its share of it (at least extstore's smallest file) in
+/// `--dir`/flash; the files are returned for removal once the nodes are stopped.
+fn start_grid(a: &MysqlArgs, budget: u64, link: Option<LinkProfile>, flash_bytes: u64) -> Result<StartedGrid, String> {
     let per_node_mib = ((budget >> 20) / a.nodes as u64).max(1) as u32;
-    let nodes = (0..a.nodes)
-        // InnoDB's default 16 KiB pages.
-        .map(|_| Node::start_for_pages(per_node_mib, 16384))
-        .collect::<Result<Vec<_>, _>>()
+    let flash_mib = match flash_bytes {
+        0 => 0,
+        b => ((b >> 20) / a.nodes as u64).max(u64::from(waffle_nodes::flash::MIN_FLASH_MIB)) as u32,
+    };
+    // InnoDB's default 16 KiB pages.
+    let (nodes, files) = flash::start(a.nodes as usize, per_node_mib, flash_mib, 16384, &a.dir.join("flash"))
         .map_err(|e| format!("cannot start memcached: {e} (apt-get install memcached)"))?;
     let grid = emulation::Grid::behind(&nodes.iter().map(Node::addr).collect::<Vec<_>>(), link)?;
-    Ok((nodes, Some(grid)))
+    Ok((nodes, Some(grid), files))
 }
 
 /// The libraries the servers run under, and the EMULATED hardware.
@@ -522,7 +561,9 @@ fn run_config(
     let emulated = libs.slow_disk.is_some();
     let is_waffle = kind.waffle_pool().is_some();
     let small = kind.waffle_pool().unwrap_or(budget);
-    let (nodes, grid) = if is_waffle { start_grid(a, budget, libs.link)? } else { (Vec::new(), None) };
+    let (nodes, grid, flash_files) =
+        if is_waffle { start_grid(a, budget, libs.link, kind.flash_bytes())? } else { (Vec::new(), None, Vec::new()) };
+    let node_addrs: Vec<String> = nodes.iter().map(Node::addr).collect();
     let options = match (kind, &grid) {
         (Kind::Stock | Kind::Stock2x | Kind::StockAt { .. }, _) => ServerOptions::stock(kind.buffer_pool(budget)),
         (Kind::Waffle { .. }, grid) => {
@@ -578,10 +619,12 @@ fn run_config(
         let c0 = innodb_status(&s)?;
         let t0 = Instant::now();
         let before = if is_waffle { fresh_stats(&s, t0) } else { None };
+        let flash_before = (!flash_files.is_empty()).then(|| flash::counters(&node_addrs));
         let mut measured = args.clone();
         measured.extend([format!("--time={}", a.duration), w.clone(), "run".into()]);
         let r = server::sysbench(tools, &measured, Duration::from_secs(a.duration + 300))?;
         let t1 = Instant::now();
+        let flash = flash_before.map(|b| flash::traffic(&b, &flash::counters(&node_addrs), &flash_files));
         let c1 = innodb_status(&s)?;
         let waffle = match (&before, is_waffle) {
             (Some(b), true) => fresh_stats(&s, t1).map(|after| WaffleDelta::between(b.cache(), after.cache())),
@@ -599,6 +642,7 @@ fn run_config(
             bp_flushed: c1.flushed.saturating_sub(c0.flushed),
             waffle,
             warm: warmed.take(),
+            flash,
         });
     }
     if is_waffle {
@@ -609,6 +653,7 @@ fn run_config(
     s.shutdown()?;
     drop(grid);
     drop(nodes);
+    flash::remove(&flash_files);
     let _ = std::fs::remove_dir_all(&datadir);
     Ok(out)
 }
@@ -729,6 +774,25 @@ fn table(
             );
         }
     }
+    for r in runs.iter().filter(|r| r.flash.is_some()) {
+        let f = r.flash.as_ref().expect("filtered");
+        let _ = writeln!(
+            o,
+            "flash: {} {} round {}: {} MiB, {} values on it; the nodes' hits: {} from RAM, {} from flash ({}), {} \
+             flash misses; {:.1} MiB written; {} of the files in the page cache at the end",
+            r.workload,
+            r.config,
+            r.round,
+            f.file_bytes >> 20,
+            f.items,
+            f.ram_hits,
+            f.flash_hits,
+            pct(f.flash_share()),
+            f.flash_misses,
+            f.bytes_written as f64 / (1 << 20) as f64,
+            pct(f.page_cache_share)
+        );
+    }
     for r in runs.iter().filter(|r| r.warm.is_some()) {
         let w = r.warm.as_ref().expect("filtered");
         let round = if rounds > 1 { format!(" (round {})", r.round) } else { String::new() };
@@ -762,6 +826,7 @@ fn run_json(r: &RunResult) -> Value {
         "buffer_pool_hit_ratio": r.bp_hit(),
         "waffle": r.waffle,
         "warm": r.warm,
+        "flash": r.flash,
     })
 }
 
@@ -832,7 +897,27 @@ mod tests {
             bp_flushed: 0,
             waffle: None,
             warm: None,
+            flash: None,
         }
+    }
+
+    #[test]
+    fn a_waffle_configuration_may_have_flash_named_as_given() {
+        let (budget, default_pool) = (32 << 20, 6 << 20);
+        let k = |s: &str| Kind::parse(s, budget, default_pool);
+        let f = k("waffle+flash").unwrap();
+        assert_eq!((f.name(), f.flash_bytes(), f.waffle_pool()), ("waffle+flash", 128 << 20, Some(6 << 20)));
+        let f = k("waffle@16MiB+flash=256MiB").unwrap();
+        assert_eq!(
+            (f.name(), f.flash_bytes(), f.waffle_pool()),
+            ("waffle@16MiB+flash=256MiB", 256 << 20, Some(16 << 20))
+        );
+        assert_eq!(k("waffle").unwrap().flash_bytes(), 0);
+        for bad in ["stock+flash", "stock-2x+flash=1GiB"] {
+            assert!(k(bad).unwrap_err().contains("only a waffle configuration"), "{bad}");
+        }
+        assert!(k("waffle+flash=1GB").unwrap_err().contains("'waffle+flash=1GB'"));
+        assert!(k("waffle+flashy").unwrap_err().contains("=SIZE"));
     }
 
     #[test]
