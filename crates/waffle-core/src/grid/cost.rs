@@ -39,11 +39,14 @@
 //!   measuring node gets only the sample's keys (one in [`SAMPLE_EVERY`], as
 //!   backed off: the same pages pushed and looked up, so the trial's hit
 //!   ratio and pushes per lookup are the grid's), unless it is *promising*:
-//!   from [`PROMISE_LOOKUPS`] lookups on, their mean round trip is under
+//!   the mean of its first [`PROMISE_LOOKUPS`] lookups, or of its first
+//!   [`PROMISE_EXCHANGES`] push exchanges (each one's whole time), is under
 //!   1/[`PROMISE`] of a disk read. Then every request goes (a slow disk: the
-//!   grid pays with a hit ratio of a quarter, and a few hundred ms of
-//!   sampled lookups tell it). Promising holds until the first verdict; the
-//!   verdicts are taken as before, from whatever went.
+//!   grid pays with a hit ratio of a quarter). The pushes promise too, and
+//!   the trial's first PROMISE_LOOKUPS lookups go whatever their key,
+//!   because a slow disk's first fill would otherwise wait seconds for
+//!   sampled lookups (docs/design.md, "The trial"). Promising holds until the
+//!   first verdict; the verdicts are taken as before, from whatever went.
 //! - **Hysteresis.** On: backed off when `cost > MARGIN × saved`. Backed off:
 //!   on again when `saved > MARGIN × cost`. MARGIN = 1.25: nothing changes
 //!   while cost/saved is within 0.8..1.25.
@@ -109,8 +112,10 @@ pub const WINDOW: Duration = Duration::from_secs(10);
 pub const EARLY_LOOKUPS: u64 = 64;
 /// A measuring node is sent everything once a lookup's round trip is under 1/PROMISE of a disk read.
 pub const PROMISE: f64 = 4.0;
-/// Lookups the trial needs before a node may be found promising.
+/// Lookups the trial needs before a node may be found promising (its first ones go whatever their key).
 pub const PROMISE_LOOKUPS: u64 = 8;
+/// Push exchanges the trial needs before a node may be found promising by them.
+pub const PROMISE_EXCHANGES: u64 = 2;
 /// The first window may end after WINDOW / EARLY_DIVISOR (2 s) when the grid cannot pay.
 pub const EARLY_DIVISOR: u32 = 5;
 /// The grid cannot pay when a lookup's round trip costs more than this many disk reads.
@@ -232,6 +237,9 @@ pub struct NodeCost {
     started: AtomicBool,
     /// Measuring, a lookup's round trip was seen under 1/PROMISE of a disk read: every request goes.
     promising: AtomicBool,
+    /// On trial: push exchanges and their µs (before the first lookup too), for the promise.
+    trial_exchanges: AtomicU64,
+    trial_exchange_us: AtomicU64,
     tally: Tally,
     declined_lookups: AtomicU64,
     declined_pushes: AtomicU64,
@@ -250,6 +258,8 @@ impl NodeCost {
             sample_every: AtomicU64::new(SAMPLE_EVERY),
             started: AtomicBool::new(false),
             promising: AtomicBool::new(false),
+            trial_exchanges: AtomicU64::new(0),
+            trial_exchange_us: AtomicU64::new(0),
             tally: Tally::default(),
             declined_lookups: AtomicU64::new(0),
             declined_pushes: AtomicU64::new(0),
@@ -272,9 +282,12 @@ impl NodeCost {
     }
 
     /// Whether a lookup of `key` goes to the node (always, unless backed off
-    /// and the key is not in the sample).
+    /// or on trial and the key is not in the sample; the trial's first
+    /// [`PROMISE_LOOKUPS`] lookups go whatever their key: they measure it).
     pub fn admits_lookup(&self, key: &[u8]) -> bool {
-        self.admits(key, &self.declined_lookups)
+        let first =
+            || self.state() == CostState::Measuring && self.tally.lookups.load(Ordering::Relaxed) < PROMISE_LOOKUPS;
+        first() || self.admits(key, &self.declined_lookups)
     }
 
     /// Whether the evicted page of `key` is pushed to the node (as for lookups).
@@ -343,7 +356,11 @@ impl NodeCost {
 
     /// `pages` pushed to the node in one exchange of `took`, at `now` (as [`NodeCost::record_lookup`]).
     pub fn record_push(&self, pages: u64, took: Duration, disk: &DiskCost, now: Instant) -> Option<String> {
-        if pages == 0 || !self.started.load(Ordering::Relaxed) {
+        if pages == 0 {
+            return None;
+        }
+        self.note_push_promise(took, disk);
+        if !self.started.load(Ordering::Relaxed) {
             return None;
         }
         self.tally.pushes.fetch_add(pages, Ordering::Relaxed);
@@ -399,6 +416,24 @@ impl NodeCost {
         }
         let f = self.tally.read(false).figures(disk.mean_since(mark, MIN_SAMPLES));
         if f.lookup_us() * PROMISE < f.disk_us {
+            self.promising.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// On trial, marks the node promising once [`PROMISE_EXCHANGES`] push exchanges
+    /// or more took under 1/[`PROMISE`] of a disk read (the reads so far), on
+    /// average: an exchange's whole time is no less than a lookup's round trip.
+    fn note_push_promise(&self, took: Duration, disk: &DiskCost) {
+        if !self.sampled() || self.state() != CostState::Measuring {
+            return;
+        }
+        let us = took.as_micros() as u64;
+        let n = self.trial_exchanges.fetch_add(1, Ordering::Relaxed) + 1;
+        let sum = self.trial_exchange_us.fetch_add(us, Ordering::Relaxed) + us;
+        if n >= PROMISE_EXCHANGES
+            && disk.reads() >= MIN_SAMPLES
+            && sum as f64 / n as f64 * PROMISE < disk.mean_since(DiskMark::default(), MIN_SAMPLES)
+        {
             self.promising.store(true, Ordering::Relaxed);
         }
     }
@@ -524,12 +559,13 @@ impl NodeCost {
             "every request goes (waffle_grid_backoff=off)".into()
         } else if self.sampled() {
             format!(
-                "until then the lookups and pushes of 1 page in {} go (a trial), all of them once a \
-                 lookup's round trip is under 1/{PROMISE} of a disk read",
+                "until then the lookups and pushes of 1 page in {} go (a trial; its first {PROMISE_LOOKUPS} \
+                 lookups whatever the page), all of them once a lookup's or a push's round trip is under \
+                 1/{PROMISE} of a disk read",
                 self.sample_every()
             )
         } else {
-            format!("every request goes (promising: a lookup's round trip is under 1/{PROMISE} of a disk read)")
+            format!("every request goes (promising: a round trip is under 1/{PROMISE} of a disk read)")
         }
     }
 
@@ -755,7 +791,7 @@ mod tests {
         dear.run(1, |_| Second { lookup_us: 200, ..FAST });
         assert_eq!(dear.state(), CostState::Measuring);
         assert!(admitted(&dear.node).0 < 1.2 / 64.0);
-        assert!(dear.node.status(&dear.disk).reason.contains("(a trial)"), "{:?}", dear.node.status(&dear.disk));
+        assert!(dear.node.status(&dear.disk).reason.contains("(a trial;"), "{:?}", dear.node.status(&dear.disk));
         // 40 us against a 200 us disk: promising once PROMISE_LOOKUPS lookups and MIN_SAMPLES disk reads are in: every request goes.
         let mut cheap = Sim::new(true);
         cheap.run_at(40, 1, |_| Second { lookup_us: 40, ..FAST });
@@ -764,6 +800,73 @@ mod tests {
         assert!(cheap.node.status(&cheap.disk).reason.contains("promising"));
         // The back-off off: every request goes from the start.
         assert_eq!(admitted(&Sim::new(false).node), (1.0, true));
+    }
+
+    /// Issue 33 item 1: a slow disk's node is promising from its first push
+    /// exchanges, before any lookup (none can come before pages are pushed);
+    /// against a fast disk the same exchanges promise nothing.
+    #[test]
+    fn a_trial_node_is_promising_from_its_push_exchanges_when_the_disk_is_slow() {
+        let push = |sim: &Sim, took: u64| sim.node.record_push(1, us(took), &sim.disk, sim.t0);
+        let sampled = |sim: &Sim| admitted(&sim.node).0 < 1.2 / 64.0;
+        // hdd-10k: 10 ms a read; a 150 us exchange. Not before MIN_SAMPLES reads are measured.
+        let slow = Sim::new(true);
+        (1..MIN_SAMPLES).for_each(|_| slow.disk.record(us(10_000)));
+        (0..PROMISE_EXCHANGES).for_each(|_| assert_eq!(push(&slow, 150), None));
+        assert!(sampled(&slow), "{:?}", slow.node.status(&slow.disk));
+        slow.disk.record(us(10_000));
+        push(&slow, 150);
+        assert_eq!(admitted(&slow.node), (1.0, true), "{:?}", slow.node.status(&slow.disk));
+        let s = slow.node.status(&slow.disk);
+        assert_eq!(s.state, CostState::Measuring);
+        assert!(s.reason.contains("promising"), "{s:?}");
+        assert_eq!(s.pushes_per_lookup, 0.0, "pushes before the first lookup are still not costed");
+        // One exchange is not enough, whatever it took.
+        let one = Sim::new(true);
+        (0..MIN_SAMPLES).for_each(|_| one.disk.record(us(10_000)));
+        push(&one, 10);
+        assert!(sampled(&one));
+        // The page cache (2 us a read) or an O_DIRECT read of 200 us: a 150 us exchange promises nothing.
+        for read in [2, 200] {
+            let fast = Sim::new(true);
+            (0..MIN_SAMPLES).for_each(|_| fast.disk.record(us(read)));
+            (0..1000).for_each(|_| _ = push(&fast, 150));
+            assert!(sampled(&fast), "{read} us: {:?}", fast.node.status(&fast.disk));
+        }
+        // The mean, not the best: quick exchanges between stalled ones (2,550 us or more on
+        // average at every exchange) against a 10 ms read.
+        let stalls = Sim::new(true);
+        (0..MIN_SAMPLES).for_each(|_| stalls.disk.record(us(10_000)));
+        (0..100).for_each(|i| _ = push(&stalls, if i % 2 == 0 { 5_000 } else { 100 }));
+        assert!(sampled(&stalls), "{:?}", stalls.node.status(&stalls.disk));
+        // Decided, the node is judged on its windows: exchanges promise no more.
+        let mut dear = Sim::new(true);
+        dear.run(11, |_| SLOW);
+        assert_eq!(dear.state(), CostState::BackedOff);
+        (0..MIN_SAMPLES).for_each(|_| dear.disk.record(us(100_000)));
+        (0..100).for_each(|_| _ = push(&dear, 10));
+        assert!(sampled(&dear), "{:?}", dear.node.status(&dear.disk));
+    }
+
+    /// The trial's first PROMISE_LOOKUPS lookups go whatever their key (they
+    /// measure the round trip where the grid already holds pages outside the
+    /// sample, as after a warm reopen); after them, the sample's keys only.
+    #[test]
+    fn the_trials_first_lookups_go_whatever_their_key() {
+        let sim = Sim::new(true);
+        let keys: Vec<String> = (0..4096).map(|p| format!("w:c057:{p}")).collect();
+        let outside: Vec<&[u8]> = keys.iter().map(String::as_bytes).filter(|k| !in_sample(k, SAMPLE_EVERY)).collect();
+        assert!(outside.iter().all(|k| sim.node.admits_lookup(k)));
+        assert!(!sim.node.admits_push(outside[0]), "pushes: the sample's keys only");
+        for i in 0..PROMISE_LOOKUPS {
+            sim.disk.record(us(200));
+            assert!(sim.node.admits_lookup(outside[i as usize]));
+            sim.node.record_lookup(us(200), false, &sim.disk, sim.t0 + Duration::from_millis(i));
+        }
+        assert!(outside.iter().all(|k| !sim.node.admits_lookup(k)), "{:?}", sim.node.status(&sim.disk));
+        let s = sim.node.status(&sim.disk);
+        assert_eq!((s.state, s.declined_lookups), (CostState::Measuring, outside.len() as u64), "{s:?}");
+        assert!(s.reason.contains("(a trial;"), "{s:?}");
     }
 
     #[test]
