@@ -24,6 +24,7 @@ use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::pattern;
 use waffle_testkit::raw_client::node_stat;
 use waffle_testkit::soak::soak_rounds;
+use waffle_testkit::stall::StallMeter;
 use waffle_testkit::workload::{Differential, Op, Took};
 
 /// Rounds of each phase: 2 normally, one per 30 s of `WAFFLE_SOAK_SECONDS`.
@@ -164,7 +165,9 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
         let before = cache_stats(&d.cached);
         nodes[0].pause();
         let t0 = Instant::now();
+        let stalls = StallMeter::start();
         let took = d.run_for(pause_for);
+        let stall = stalls.stop();
         let paused = t0.elapsed();
         let during = cache_stats(&d.cached);
         let ctx = format!("cycle {cycles}, hung for {paused:?}: {during:?}");
@@ -184,8 +187,8 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
         eprintln!(
             "cycle {cycles}: {} statements in {paused:?} with the node hung: waits for it (reads and pushes) \
              {node_timeouts} (bound {bound}), read timeouts {timeouts} (other nodes: {elsewhere}), reads skipped {skipped}, \
-             slowest grid fetch {max_fetch:?} (before the hang: {healthy_max_fetch:?}), statements slowed >= 90 ms \
-             {slow_during} (before the hang: {slow_before})",
+             slowest grid fetch {max_fetch:?} (before the hang: {healthy_max_fetch:?}; the machine's latest wake-up \
+             meanwhile: {stall:?}), statements slowed >= 90 ms {slow_during} (before the hang: {slow_before})",
             took.len()
         );
         assert!(node_timeouts >= 1, "the hung node was never waited for: {ctx}");
@@ -194,14 +197,16 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
         assert!(node_timeouts <= bound, "more waits for the hung node than the backoff schedule allows: {ctx}");
         assert!(timeouts <= bound + elsewhere, "more read timeouts than the backoff schedule allows: {ctx}");
         assert!(skipped >= 5 * node_timeouts, "a hung node should mostly be skipped, not waited for: {ctx}");
-        // Two deadlines beyond the slowest fetch of the healthy grid just before: on an idle
-        // machine about the flat two deadlines of before (the hung phase's slowest: 100-102 ms),
-        // on a loaded one what its stalls add; a fetch that waited out the hung node's deadline
-        // again and again still fails it.
+        // Two deadlines beyond the slowest fetch of the healthy grid just before, and beyond
+        // how late the machine woke a thread of this process meanwhile: on an idle machine
+        // about the flat two deadlines (the hung phase's slowest: 100-102 ms); on a loaded one
+        // a fetch woken at its deadline waits for a core too (CI: 287 ms with the healthy
+        // grid's slowest at 44 ms, the time after the deadline spent waiting to run). A fetch
+        // that waited out the hung node's deadline again and again still fails it.
         assert!(
-            max_fetch <= deadline * 2 + healthy_max_fetch,
+            max_fetch <= deadline * 2 + healthy_max_fetch + stall,
             "a grid fetch waited {max_fetch:?}, more than two deadlines beyond the healthy grid's slowest \
-             ({healthy_max_fetch:?}): {ctx}"
+             ({healthy_max_fetch:?}) and the machine's latest wake-up ({stall:?}): {ctx}"
         );
         // Statements to which waffle added about a deadline (over the same
         // statement on the plain database): one per wait for the hung node at
@@ -243,8 +248,8 @@ fn a_hung_node_costs_three_deadlines_then_is_skipped_and_its_stale_copies_are_re
 
 /// The grid full and evicting: two 4 MiB memcached nodes (about 1800 pages in
 /// all) under a 20 MB table read over and over. memcached evicts, pushed
-/// pages are not found again (misses, far more than drops and failed pushes),
-/// and every result is still right.
+/// pages are not found again (misses, and reads that no longer ask: far more
+/// than pages lost to our drops and failed pushes), and every result is still right.
 #[test]
 fn a_full_grid_evicts_and_every_result_stays_right() {
     use rusqlite::types::Value as V;
@@ -288,9 +293,17 @@ fn a_full_grid_evicts_and_every_result_stays_right() {
     let s = &r.stats;
     assert!(evictions.iter().all(|&e| e > 0), "every node should have evicted: {evictions:?}");
     assert!(s.l2_misses > 1000, "pushed pages evicted by memcached are misses: {s:?}");
+    // The disk reads the grid could not spare, by why: pages memcached evicted (a
+    // miss, or not asked because pushed longer ago than the grid is seen to keep
+    // pages) against pages we never got there (the push queue full, a push lost).
+    // Not misses alone: once the grid's reach is learnt, most evicted pages are
+    // not asked for (58,200 such reads against 4,868 misses beside two other test
+    // binaries, where the starved pusher dropped 3,069 pushes).
+    let reasons = &s.disk_reasons;
+    let evicted = reasons.evicted + reasons.aged_out;
     assert!(
-        s.l2_misses > 2 * (s.l2_push_drops + s.l2_push_failures),
-        "most misses should be memcached's evictions, not our drops: {s:?}"
+        evicted > 2 * (reasons.push_dropped + s.l2_push_failures),
+        "most pages the grid did not give back should be memcached's evictions, not our drops: {s:?}"
     );
     assert!(s.l2_hits > 1000, "the grid still serves what it holds: {s:?}");
     assert_eq!(s.l2_rejects_total, 0, "{s:?}");

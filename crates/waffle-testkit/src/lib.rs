@@ -20,7 +20,8 @@
 //! the MySQL tests and for `waffle bench mysql` (waffle-bench). A test on an EMULATED slow disk
 //! runs again under `libwaffle_slowdisk.so` ([`slow_disk`]). And the plumbing: [`artefact`]
 //! finds a built binary or library of the profile the tests run under, [`wait_for`] polls a
-//! condition with a deadline instead of sleeping, [`soak`] scales fault tests under
+//! condition with a deadline instead of sleeping, [`stall`] measures how late the machine wakes
+//! this process's threads (the part of a timed wait that is not the code's), [`soak`] scales fault tests under
 //! `scripts/soak`, [`pattern`] makes bytes a wrong page cannot hold by accident, and
 //! [`test_cases!`] writes one `#[test]` per case of a matrix.
 //!
@@ -43,6 +44,7 @@ pub mod process;
 pub mod raw_client;
 pub mod slow_disk;
 pub mod soak;
+pub mod stall;
 pub mod temp_dir;
 mod test_cases;
 pub mod wait;
