@@ -34,6 +34,9 @@
 //! configuration's nodes a flash tier, memcached's extstore as `waffle nodes
 //! --ssd` starts it, its files on this machine's disk (`bench::flash`): of
 //! `=SIZE` or `=PCT` of B in all, [`DEFAULT_FLASH`] without (RAM stays L2).
+//! `+flash-uncached[=SIZE]`: the same, the flash files kept out of the kernel's
+//! page cache while the configuration runs (`bench::uncached`), so that flash
+//! reads reach this machine's disk, as on a node whose flash is many times its memory.
 //! Waffle configurations open with `waffle_direct_io=on`, so that the budget
 //! is all the memory the pages use and an emulated device sees every miss;
 //! `+auto` opens with the library's default instead (`auto`: a file the
@@ -81,6 +84,8 @@ pub struct ConfigSpec {
     pub direct_io_auto: bool,
     /// `+flash[=AMOUNT]`: the grid's flash in all (`Some(None)`: [`DEFAULT_FLASH`]).
     pub flash: Option<Option<Amount>>,
+    /// `+flash-uncached`: the flash files kept out of the page cache.
+    pub flash_uncached: bool,
 }
 
 impl ConfigSpec {
@@ -97,6 +102,8 @@ impl ConfigSpec {
             .replace("+nohot", "")
             .replace("+verify", "")
             .replace("+auto", "");
+        let flash_uncached = stripped.contains("+flash-uncached");
+        stripped = stripped.replace("+flash-uncached", "+flash");
         let mut flash = None;
         if let Some(at) = stripped.find("+flash") {
             let rest = &stripped[at + "+flash".len()..];
@@ -164,7 +171,19 @@ impl ConfigSpec {
         if flash.is_some() && !matches!(kind, Kind::Grid { .. }) {
             return Err(format!("'{given}': only a grid configuration's nodes have flash (grid+flash, grid:N+flash)"));
         }
-        Ok(ConfigSpec { kind, link, device, warm, codec, restart, hot_list, verify, direct_io_auto, flash })
+        Ok(ConfigSpec {
+            kind,
+            link,
+            device,
+            warm,
+            codec,
+            restart,
+            hot_list,
+            verify,
+            direct_io_auto,
+            flash,
+            flash_uncached,
+        })
     }
 }
 
@@ -229,6 +248,8 @@ pub struct Plan {
     pub direct_io_auto: bool,
     /// Flash per node, MiB (0: none): memcached's extstore behind its `node_mib` of RAM.
     pub flash_mib_per_node: u32,
+    /// The flash files kept out of the kernel's page cache while the configuration runs.
+    pub flash_uncached: bool,
 }
 
 impl Plan {
@@ -265,6 +286,7 @@ impl Plan {
             verify: spec.verify,
             direct_io_auto: spec.direct_io_auto,
             flash_mib_per_node: 0,
+            flash_uncached: spec.flash_uncached,
         };
         match spec.kind {
             Kind::Local => {}
@@ -382,6 +404,10 @@ mod tests {
         }
         assert!(ConfigSpec::parse("grid+flash=lots").unwrap_err().contains("+flash=lots"));
         assert!(ConfigSpec::parse("grid+flashy").unwrap_err().contains("=SIZE"));
+        let u = ConfigSpec::parse("grid+flash-uncached=128MiB").unwrap();
+        assert!(u.flash_uncached && u.flash == Some(Some(Amount::Bytes(128 << 20))));
+        assert!(!ConfigSpec::parse("grid+flash").unwrap().flash_uncached);
+        assert!(ConfigSpec::parse("local+flash-uncached").unwrap_err().contains("only a grid"));
         assert_eq!(Amount::parse("1MiB").unwrap().of(7), 1 << 20);
     }
 }

@@ -380,12 +380,13 @@ pub fn run(o: &BenchOptions) -> Result<Value, String> {
     for p in plans.iter().filter(|p| p.flash_mib_per_node > 0) {
         println!(
             "{}: each of {} node(s) has {} MiB of RAM and {} MiB of flash (memcached's extstore, as `waffle nodes --ssd`), \
-             its file in {} on this machine's disk (not EMULATED)",
+             its file in {} on this machine's disk (not EMULATED){}",
             p.name,
             p.nodes,
             p.node_mib,
             p.flash_mib_per_node,
-            flash::dir_for(&ds.path).display()
+            flash::dir_for(&ds.path).display(),
+            if p.flash_uncached { ", kept out of the kernel's page cache" } else { "" }
         );
     }
     println!("host: {} cores, load average {load_start:.2} at start", report::cores());

@@ -115,6 +115,11 @@ pub fn run_config(
         Some(_) if plan.waffle && !plan.direct_io_auto => Some(KeepUncached::start(&path)?),
         _ => None,
     };
+    let flash_uncached: Vec<KeepUncached> = if plan.flash_uncached {
+        flash_files.iter().map(|f| KeepUncached::start(f)).collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     let started = Instant::now();
     let mut warmed = None;
     if plan.warm {
@@ -163,6 +168,7 @@ pub fn run_config(
     let cpu = Cpu::now(&node_addrs).since(cpu_before);
     let flash_traffic = flash_before.map(|b| flash::traffic(&b, &flash::counters(&node_addrs), &flash_files));
     drop(keep_uncached);
+    drop(flash_uncached);
     let emulated_reads = slowed().zip(slowed_before).map(|(after, before)| after.saturating_sub(before));
     let (mut sq_hit, mut sq_miss) = (0u64, 0u64);
     for c in &conns {
