@@ -12,7 +12,8 @@
 //! - `health`: up/down with backoff and a single half-open probe.
 //! - `cost`: whether asking a node pays (its lookups against the disk's reads);
 //!   `cost_verdict`: the arithmetic of one window's verdict, for `cost`.
-//! - `disk_cost`: what the cache's single-page disk reads take, for `cost`.
+//! - `disk_cost`: what the cache's single-page disk reads take, for `cost`;
+//!   `median`: the median of a trial's latest push exchanges, for `cost`.
 //! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
 //! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
 //!
@@ -27,6 +28,7 @@ mod cost_verdict;
 pub mod disk_cost;
 mod health;
 pub mod ketama;
+mod median;
 pub mod memory;
 mod node;
 pub mod options;
