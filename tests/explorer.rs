@@ -206,6 +206,18 @@ fn found_model_attach_inside_a_transaction() {
     }
 }
 
+/// The explorer's own, found by session 15's soak (600 steps, WAL): at step 470 `w0.0` opened
+/// the database with no grid beside a waffle connection of its process that has one; waffle
+/// refused it by design, and the control's open went on to its read, which met a lock another
+/// connection held ("database is locked"). A refused open never reaches the read: the control's
+/// busy or locked answer now counts as the refusal's counterpart, as its rows read do.
+#[test]
+fn found_model_refused_open_beside_a_busy_control() {
+    if let Err(why) = explore(50704035, 480) {
+        panic!("{why}");
+    }
+}
+
 /// `WAFFLE_EXPLORE_SEED` (default 0x19_0006, one more DELETE schedule): the replay of a seed a
 /// failure or `scripts/explore` printed.
 #[test]
