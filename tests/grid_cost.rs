@@ -67,19 +67,8 @@ impl Rig {
             cost_window_ms: COST_WINDOW_MS,
             ..GridOptions::default()
         };
-        let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
-        let cache = PageCache::new(CacheOptions {
-            cache_id: 0xc057,
-            saved: None,
-            page_bytes: PAGE,
-            local_bytes: l1_pages * PAGE as u64,
-            push_queue_bytes: 1 << 20,
-            grid: Some(grid),
-            seal_key: None,
-            page_check: None,
-            codec: waffle_core::codec::DEFAULT,
-        });
-        let file = Arc::new(Mutex::new((0..pages).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
+        let cache = cache_over(&node.addr(), opts, l1_pages);
+        let file = file_of(pages);
         let disk = SlowDisk(MemFile(Arc::clone(&file)));
         Rig { node, cache, disk, file, next: 0, pages, l1_pages }
     }
@@ -296,8 +285,14 @@ fn trial_rig(
     disk_read: Duration,
 ) -> (PageCache, TimedDisk) {
     let opts = GridOptions { timeout_ms: 1000, ..GridOptions::default() };
-    let grid = Arc::new(Grid::new(NodeSpec::parse_list(&node.addr()).unwrap(), opts));
-    let cache = PageCache::new(CacheOptions {
+    let cache = cache_over(&node.addr(), opts, l1_pages);
+    (cache, TimedDisk { file: MemFile(file_of(pages)), read: disk_read })
+}
+
+/// A cache of `l1_pages` over a grid of the node at `addr`, with this file's cache id.
+fn cache_over(addr: &str, opts: GridOptions, l1_pages: u64) -> PageCache {
+    let grid = Arc::new(Grid::new(NodeSpec::parse_list(addr).unwrap(), opts));
+    PageCache::new(CacheOptions {
         cache_id: 0xc057,
         saved: None,
         page_bytes: PAGE,
@@ -307,9 +302,12 @@ fn trial_rig(
         seal_key: None,
         page_check: None,
         codec: waffle_core::codec::DEFAULT,
-    });
-    let file = Arc::new(Mutex::new((0..pages).flat_map(|p| pattern(p, PAGE)).collect::<Vec<u8>>()));
-    (cache, TimedDisk { file: MemFile(file), read: disk_read })
+    })
+}
+
+/// `pages` pages of the test pattern, each page's own.
+fn file_of(pages: u64) -> Arc<Mutex<Vec<u8>>> {
+    Arc::new(Mutex::new((0..pages).flat_map(|p| pattern(p, PAGE)).collect()))
 }
 
 /// Reads `page` through `cache` (checked against the pattern) and lets the pusher keep up.
