@@ -30,15 +30,16 @@ const BIG: u32 = 100;
 const BIG_ROWS: u32 = 600;
 /// The first segment whose byte offset wrapped at 16 KiB pages (2^64 / 2^40 / 2^14).
 const WRAPPED_FROM: u64 = 1024;
-/// Enough descriptors and cache slots for every table to stay open; and a buffer pool whose
-/// young sublist is 5% of it, not 63% (InnoDB's default `innodb_old_blocks_pct` is 37). A page
-/// touched again a second after it came in (InnoDB's `innodb_old_blocks_time`) moves to the
-/// young sublist, where a scan's new pages never push it out; how many of the five tables'
-/// pages the earlier passes made young depended on how fast the machine ran them, and in a
-/// slow run all of them stayed in the pool, so the five read again never asked the preload
-/// (0 L1 hits before and after). With 95% old, a scan past the pool's size evicts nearly all.
+/// Rows of `f.pad`, a table the preload does not cache (`WAFFLE_TABLES=m/*`): about 11 MiB,
+/// past the 6 MiB buffer pool, so that scanning it empties the pool without touching L1.
+const PAD_ROWS: u32 = 50_000;
+/// Enough descriptors and cache slots for every table to stay open; and a buffer pool that is
+/// one LRU list. By default (`innodb_old_blocks_time` 1000 ms) a page touched again a second
+/// after it came in moves to the young sublist, where a scan's new pages never push it out:
+/// how many of the five tables' pages stayed in the pool then depended on how fast the machine
+/// ran the passes, and in slow runs the five read again never asked the preload.
 const OPEN_ARGS: [&str; 4] =
-    ["--innodb-open-files=4000", "--table-open-cache=4000", "--open-files-limit=10000", "--innodb-old-blocks-pct=95"];
+    ["--innodb-open-files=4000", "--table-open-cache=4000", "--open-files-limit=10000", "--innodb-old-blocks-time=0"];
 
 fn small(i: u32) -> String {
     format!("s{i:04}")
@@ -61,6 +62,10 @@ fn create_tables(s: &Server) {
             t = big(i)
         ));
     }
+    script.push_str(&format!(
+        "CREATE DATABASE f; CREATE TABLE f.pad (id INT PRIMARY KEY, c CHAR(200) NOT NULL) ENGINE=InnoDB; \
+         INSERT INTO f.pad SELECT seq, 'pad' FROM seq_1_to_{PAD_ROWS};\n"
+    ));
     s.sql_script(&script, Duration::from_secs(600)).unwrap_or_else(|e| panic!("creating the tables: {e}"));
 }
 
@@ -97,7 +102,7 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     stock.shutdown().unwrap();
 
     let node = start_node(64);
-    let s = start(&datadir, options(waffle_options(&grid_of(&[&node]), "10MiB", &[])));
+    let s = start(&datadir, options(waffle_options(&grid_of(&[&node]), "10MiB", &[("WAFFLE_TABLES", "m/*")])));
     let opens: String = (1..=SMALL).map(|i| format!("SELECT COUNT(*) FROM m.{};\n", small(i))).collect();
     s.sql_script(&opens, Duration::from_secs(300)).unwrap_or_else(|e| panic!("opening the small tables: {e}"));
     for (pass, order) in [&forward, &backward, &forward].into_iter().enumerate() {
@@ -124,18 +129,19 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
         high.len(),
         (1..=BIG).map(|i| of(&big(i)).segment).collect::<Vec<_>>()
     );
-    // Which tables the passes leave in L1 depends on which got high segments (InnoDB's opens):
-    // make sure some of them are there and not in the buffer pool. Five high tables (~2 MiB),
-    // then 18 others (~6.5 MiB: past the 6 MiB pool, within L1's 10 MiB with the five), then
-    // the five again: their pages come from L1.
+    // Which tables the passes leave in L1 depends on which got high segments (InnoDB's opens),
+    // so five high tables are left in L1 and out of the pool on purpose, then read.
     let five: Vec<u32> = (1..=BIG).filter(|&i| high.contains(&big(i))).take(5).collect();
-    let others: Vec<u32> = (1..=BIG).filter(|i| !five.contains(i)).take(18).collect();
     let l1_of_five = |of: &dyn Fn(&str) -> TablespaceSnapshot| five.iter().map(|&i| of(&big(i)).l1_hits).sum::<u64>();
+    leave_in_l1_only(&s, &five, &want);
+    let since_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
+    let v =
+        stats_after(&s, "before the five are read", |v| v["updated_unix_ms"].as_u64().is_some_and(|t| t > since_ms));
+    let p = preload_of(&v);
+    let of = |t: &str| p.tablespaces.get(&format!("m/{t}")).cloned().unwrap_or_default();
     let five_before = l1_of_five(&of);
-    for order in [&five, &others, &five] {
-        let rows = scan(&s, order);
-        assert!(rows.iter().all(|r| want.contains(r)), "the targeted scans read other rows than the stock server's");
-    }
+    let rows = scan(&s, &five);
+    assert!(rows.iter().all(|r| want.contains(r)), "the five read other rows than the stock server's");
     let since_ms = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_millis() as u64;
     let v =
         stats_after(&s, "after the targeted scans", |v| v["updated_unix_ms"].as_u64().is_some_and(|t| t > since_ms));
@@ -147,8 +153,10 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     let five_after = l1_of_five(&of);
     assert!(
         five_after > five_before,
-        "the five high tables read again came from L1: {five_before} -> {five_after} L1 hits"
+        "the five high tables read again came from L1: {five_before} -> {five_after} L1 hits ({})",
+        describe(spaces, &five.iter().map(|&i| big(i)).collect::<Vec<_>>())
     );
+    eprintln!("the five high tables read again: L1 hits {five_before} -> {five_after}");
     eprintln!(
         "{} big tables past segment {}: disk reads {disk}, L1 hits {l1}, grid hits {l2}; {open} tablespaces open",
         high.len(),
@@ -162,6 +170,33 @@ fn pages_of_tablespaces_past_segment_1023_are_cached_and_served_from_l1_and_the_
     s.check_tables(&refs(&tables)).unwrap_or_else(|e| panic!("CHECK TABLE: {e}"));
     assert!(log_errors(&s, &[]).is_empty(), "server errors: {:?}", log_errors(&s, &[]));
     s.shutdown().unwrap();
+}
+
+/// Leaves the pages of the `five` big tables in L1 and not in InnoDB's pool (panics with what
+/// InnoDB kept when it cannot), so that the next read of them is served from L1. The pages of a
+/// table InnoDB reads come into L1 (from L1, the grid or the disk), which then holds them (in
+/// its small queue at least) until other pages come in. So the five are read once and the pool
+/// is emptied by a scan of `f.pad`, which never reaches L1.
+fn leave_in_l1_only(s: &Server, five: &[u32], want: &[String]) {
+    let empty_the_pool = || {
+        s.sql_timeout("SELECT SUM(LENGTH(c)) FROM f.pad", Duration::from_secs(300))
+            .unwrap_or_else(|e| panic!("scanning f.pad: {e}"));
+    };
+    let pages_in_pool = || {
+        let names = five.iter().map(|&i| format!("'`m`.`{}`'", big(i))).collect::<Vec<_>>().join(",");
+        let q = format!("SELECT COUNT(*) FROM information_schema.innodb_buffer_page WHERE table_name IN ({names})");
+        let out = s.sql(&q).unwrap_or_else(|e| panic!("counting the pool's pages: {e}"));
+        out.trim().parse::<u64>().unwrap_or_else(|e| panic!("the pool's page count {out:?}: {e}"))
+    };
+    let check = |rows: Vec<String>| {
+        assert!(rows.iter().all(|r| want.contains(r)), "the targeted scans read other rows than the stock server's");
+    };
+    empty_the_pool();
+    check(scan(s, five));
+    let read = pages_in_pool();
+    empty_the_pool();
+    let left = pages_in_pool();
+    assert_eq!(left, 0, "a scan of f.pad (11 MiB) left {left} of the five tables' {read} pages in the 6 MiB pool");
 }
 
 fn describe(spaces: &Value, tables: &[String]) -> String {
