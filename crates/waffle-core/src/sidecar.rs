@@ -7,8 +7,8 @@
 //! writer's, see the adapter). The sidecar is held with a shared flock by
 //! every process that has the database open. An open that can take the lock
 //! exclusively is alone: it reads what the last clean close saved, then marks
-//! the sidecar dirty (synced) before any page is served, then shares the
-//! lock. An open that finds others starts cold and leaves the file alone. A
+//! the sidecar dirty (synced) before any page is served, unless it says cold
+//! already, then shares the lock. An open that finds others starts cold and leaves the file alone. A
 //! close that can take the lock exclusively is the last one out and writes
 //! its versions, identity and adapter state back; any other close leaves the
 //! sidecar dirty.
@@ -152,6 +152,18 @@ pub struct Sidecar {
     db: Metadata,
 }
 
+/// What the sidecar says to an open that has it alone.
+#[derive(Debug)]
+enum Found {
+    /// A clean close's, for the database as opened: a warm open.
+    Warm(Warm),
+    /// A cold open already: a dirty mark, or a file just made.
+    Cold,
+    /// A clean close's for the database as it was then, or garbage: a cold
+    /// open, once marked dirty.
+    Stale,
+}
+
 impl Sidecar {
     /// `.<name>-waffle` beside the database: hidden, so that programs (and
     /// SQLite's own tests) that list a directory see only SQLite's files.
@@ -187,10 +199,19 @@ impl Sidecar {
         let deadline = Instant::now() + Duration::from_millis(LOCK_WAIT_MS);
         loop {
             if sidecar.lock(libc::LOCK_EX)? {
-                let warm = sidecar.read_warm();
-                // Dirty (and durable) before anything is served: a crash from here on means a cold start.
-                sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
+                let found = sidecar.read_found();
+                // Dirty (and durable) before anything is served: a crash from here on means a cold
+                // start. A sidecar that already says so (a dirty mark, an empty file just made)
+                // is left as it is: the next open reads the same, and a cold open (most of the
+                // short ones) pays no sync for it.
+                if !matches!(found, Found::Cold) {
+                    sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
+                }
                 sidecar.share(deadline)?;
+                let warm = match found {
+                    Found::Warm(warm) => Some(warm),
+                    Found::Cold | Found::Stale => None,
+                };
                 return Ok((sidecar, warm));
             }
             if sidecar.lock(libc::LOCK_SH)? {
@@ -245,33 +266,38 @@ impl Sidecar {
         Ok(())
     }
 
-    /// What a clean close saved, if it applies to the database as opened; a
-    /// garbage sidecar is said once and read as a dirty one.
-    fn read_warm(&self) -> Option<Warm> {
+    /// What the sidecar says to an open that is alone: what a clean close
+    /// saved, if it applies to the database as opened; a garbage sidecar is
+    /// said once and read as a stale one.
+    fn read_found(&self) -> Found {
         let limit = max_sidecar_bytes(self.db.size());
         let mut bytes = Vec::new();
         let read = (&self.file).take(limit + 1).read_to_end(&mut bytes);
         let why = match read.map(|_| decode(&bytes)) {
             Err(e) => e.to_string(),
             Ok(_) if bytes.len() as u64 > limit => format!("longer than {limit} bytes"),
-            Ok(_) if bytes.is_empty() => return None, // just made
+            Ok(_) if bytes.is_empty() => return Found::Cold, // just made
             Ok(Err(why)) => why.to_string(),
-            Ok(Ok(None)) => return None, // dirty: a crash, or another process had it
+            Ok(Ok(None)) => return Found::Cold, // dirty: a crash, or another process had it
             Ok(Ok(Some((ident, warm)))) => {
                 let db = DbIdentity::from_metadata(&self.db);
                 let fits = warm.saved.table.len() as u64 <= max_table_len(db.size, warm.page_bytes);
-                return (ident == db && fits).then_some(warm);
+                return if ident == db && fits { Found::Warm(warm) } else { Found::Stale };
             }
         };
         crate::warn!(key: format!("sidecar {}", self.path.display()), "ignoring the sidecar: {}: {why}; opening cold", self.path.display());
-        None
+        Found::Stale
     }
 
     /// Puts a new version in place (holding the exclusive lock): written to a
     /// temporary file, locked before the rename so that no open can lock it
     /// first, renamed over the sidecar; its lock is then this one's.
+    /// `durable`: synced and its rename too, before this returns (a dirty
+    /// mark); else a crash of the machine may leave the old version, a short
+    /// one or none, each read as a cold start (a clean close's: warmth is all
+    /// it would buy).
     fn replace(&mut self, bytes: &[u8], durable: bool) -> io::Result<()> {
-        let (file, tmp) = write_temp(&self.path, &Beside::like(&self.db), bytes, true)?;
+        let (file, tmp) = write_temp(&self.path, &Beside::like(&self.db), bytes, durable)?;
         if !matches!(flock(&file, libc::LOCK_EX), Ok(true)) {
             let _ = std::fs::remove_file(&tmp);
             return Err(io::Error::other("cannot lock a new version"));
@@ -494,8 +520,35 @@ mod tests {
     fn a_write_between_sessions_makes_the_open_cold() {
         let db = closed_cleanly("modified");
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(b"more").unwrap();
-        let (_s, warm) = acquire(&db);
+        let (s, warm) = acquire(&db);
         assert_eq!(warm, None);
+        // The clean close's sidecar no longer applies; it is marked dirty all the same, so that
+        // nothing after a crash of this open can take it for a clean close.
+        assert_eq!(std::fs::read(Sidecar::path_for(&db)).unwrap()[12], 0, "marked dirty");
+        drop(s);
+        assert_eq!(acquire(&db).1, None);
+    }
+
+    #[test]
+    fn a_cold_open_of_a_sidecar_that_says_cold_writes_nothing() {
+        let db = closed_cleanly("dirty-again");
+        let path = Sidecar::path_for(&db);
+        let (s, warm) = acquire(&db);
+        assert!(warm.is_some());
+        drop(s); // a crash: the sidecar stays dirty
+        let dirty = fingerprint(&path);
+        assert_eq!(dirty.0[12], 0, "the warm open marked it dirty");
+        let (s, warm) = acquire(&db);
+        assert_eq!(warm, None, "after a crash: cold");
+        assert_eq!(fingerprint(&path), dirty, "already dirty: not written again");
+        drop(s); // crashes too
+        assert_eq!(acquire(&db).1, None, "still cold");
+        // A sidecar just made (empty) says cold too.
+        let fresh = temp_db("fresh");
+        let (s, _) = acquire(&fresh);
+        assert_eq!(std::fs::read(Sidecar::path_for(&fresh)).unwrap(), b"", "made, nothing written");
+        assert!(close(s, 9, &fresh), "the close saves");
+        assert_eq!(acquire(&fresh).1.map(|w| w.cache_id), Some(9));
     }
 
     #[test]
@@ -611,7 +664,7 @@ mod tests {
         assert!(!is_at(&b.file, &path).unwrap(), "b's file is the old version now");
         assert!(b.lock(libc::LOCK_EX).unwrap(), "a is gone: b is alone");
         assert!(is_at(&b.file, &path).unwrap(), "b's lock is on the file at the path");
-        assert_eq!(b.read_warm().map(|w| w.cache_id), Some(11), "and b reads what a saved");
+        assert!(matches!(b.read_found(), Found::Warm(w) if w.cache_id == 11), "and b reads what a saved");
         // While b holds it, a newcomer on the new file is not alone.
         let (c, warm) = acquire(&db);
         assert!(c.is_none() && warm.is_none(), "b holds it exclusively: c waits, then goes cold");

@@ -27,6 +27,16 @@ pub fn after_child_commit(id: i64) -> u64 {
     }
 }
 
+/// The generation of row `id` after `commit-then-hang again` on what its first commit left:
+/// rows 51..=100 rewritten (generation 4), the rest as `after_child_commit`.
+pub fn after_second_child_commit(id: i64) -> u64 {
+    if (51..=100).contains(&id) {
+        4
+    } else {
+        after_child_commit(id)
+    }
+}
+
 /// Reads every row once (SQLite's cache dropped first) and compares.
 pub fn check_rows(conn: &Connection, expect: impl Fn(i64) -> Vec<u8>, count: i64) {
     drop_pager_cache(conn);

@@ -1,35 +1,45 @@
-//! `commit-then-hang <db> <grid> committed|in_transaction`: opens `db` (the 200 rows of
+//! `commit-then-hang <db> <grid> committed|in_transaction|again`: opens `db` (the 200 rows of
 //! generation 1 of `warm_restart.rs`) through `waffle` on `grid`, commits a change (rows 1..=50
 //! rewritten, 201..=300 added, generation 2), checks every row and pushes L1 to the grid. With
 //! `in_transaction` it then also rewrites rows 100..=250 (generation 3) in a transaction it never
-//! commits, its pages spilled into the file. Then prints `ready <cache id> <pid>` and waits to be
-//! SIGKILLed by the test.
+//! commits, its pages spilled into the file. With `again` (on what a `committed` child left) the
+//! commit rewrites rows 51..=100 instead (generation 4). Then prints `ready <cache id> <pid>` and
+//! waits to be SIGKILLed by the test.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use rusqlite::params;
 use waffle_testkit::db::{cache_id, flush, open_waffle};
-use waffle_testkit::warm_restart::{after_child_commit, check_rows, params_for, value};
+use waffle_testkit::warm_restart::{after_child_commit, after_second_child_commit, check_rows, params_for, value};
 
 fn main() {
-    let [db, grid, mode] = waffle_testkit::child_args("commit-then-hang", ["db", "grid", "committed|in_transaction"]);
-    let in_transaction = match mode.as_str() {
-        "committed" => false,
-        "in_transaction" => true,
-        other => panic!("mode {other:?}: committed or in_transaction"),
+    let [db, grid, mode] =
+        waffle_testkit::child_args("commit-then-hang", ["db", "grid", "committed|in_transaction|again"]);
+    let (in_transaction, again) = match mode.as_str() {
+        "committed" => (false, false),
+        "in_transaction" => (true, false),
+        "again" => (false, true),
+        other => panic!("mode {other:?}: committed, in_transaction or again"),
     };
     let conn = open_waffle(&PathBuf::from(db), &params_for(&grid));
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     let tx = conn.unchecked_transaction().unwrap();
-    for id in 1..=50i64 {
-        tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 2), id]).unwrap();
-    }
-    for id in 201..=300i64 {
-        tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 2)]).unwrap();
+    if again {
+        for id in 51..=100i64 {
+            tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 4), id]).unwrap();
+        }
+    } else {
+        for id in 1..=50i64 {
+            tx.execute("UPDATE t SET v = ? WHERE id = ?", params![value(id, 2), id]).unwrap();
+        }
+        for id in 201..=300i64 {
+            tx.execute("INSERT INTO t VALUES (?, ?)", params![id, value(id, 2)]).unwrap();
+        }
     }
     tx.commit().unwrap();
-    check_rows(&conn, |id| value(id, after_child_commit(id)), 300);
+    let generation = if again { after_second_child_commit } else { after_child_commit };
+    check_rows(&conn, |id| value(id, generation(id)), 300);
     flush(&conn);
     if in_transaction {
         // 150 one-page rows through a 10-page SQLite cache: dirty pages spill
