@@ -16,7 +16,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection};
 use waffle_core::sidecar::Sidecar;
 use waffle_testkit::artefact;
-use waffle_testkit::db::{cache_id, cache_stats, create_blob_table, flush, open_waffle};
+use waffle_testkit::db::{cache_id, cache_stats, create_blob_table, flush, open_plain, open_waffle};
 use waffle_testkit::nodes::{start_node, Node};
 use waffle_testkit::process::spawn_until_ready;
 use waffle_testkit::raw_client::{key, mg, node_stat};
@@ -90,34 +90,61 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     assert_eq!(r, "ok");
 }
 
-/// A crash after a crash: the second child's open is cold, and a sidecar that already says
-/// cold is not written again (no sync at such an open, issue 33); its crash leaves the next
-/// open cold too, reading the second child's commit from the disk and no copy it pushed.
+/// A crash after a crash: the second child's open is cold and writes nothing beside the
+/// database (no sync at a cold open, issue 33); its crash leaves the next open cold too,
+/// reading the second child's commit from the disk and no copy it pushed.
 #[test]
 fn a_crash_of_a_cold_open_leaves_the_next_open_cold() {
     let Closed { _node, addr, dir: _dir, db, first_id } = closed("crash-cold");
     assert_eq!(crash_child(&db, &addr, "committed"), first_id, "the first child's open is warm");
     let sidecar = Sidecar::path_for(&db);
-    let dirty = std::fs::read(&sidecar).unwrap();
-    let dirty_ino = std::fs::metadata(&sidecar).unwrap().ino();
-    assert_eq!(dirty[12], 0, "the killed child left the sidecar dirty");
-    let second_id = crash_child_then(&db, &addr, "again", |_| {
-        let now = std::fs::metadata(&sidecar).unwrap();
-        assert_eq!((std::fs::read(&sidecar).unwrap(), now.ino()), (dirty.clone(), dirty_ino), "a cold open wrote it");
-    });
-    assert_ne!(second_id, first_id, "after a crash the second child's open is cold");
-    let second_copies = keys_in_grid(&db, &addr, second_id);
-    assert!(second_copies.len() > 50, "the second child's pages should be in the grid: {}", second_copies.len());
+    let dirty = (std::fs::read(&sidecar).unwrap(), std::fs::metadata(&sidecar).unwrap().ino());
+    assert_eq!(dirty.0[12], 0, "the killed child left the sidecar dirty");
+    let unwritten = || {
+        let now = (std::fs::read(&sidecar).unwrap(), std::fs::metadata(&sidecar).unwrap().ino());
+        assert!(now == dirty, "a cold open of a dirty sidecar wrote it");
+    };
+    cold_child_crashes_then_reopen_is_cold(&db, &addr, &[first_id], "again", after_second_child_commit, unwritten);
+}
 
-    let conn = open_waffle(&db, &[params_for(&addr), vec![("waffle_hot_list", "off")]].concat());
+/// A clean close's sidecar that no longer applies (a plain SQLite wrote the file since) makes
+/// the open cold, and is marked dirty all the same (a file put back as it was then would match
+/// it again); that open's crash leaves the next open cold.
+#[test]
+fn a_crash_of_an_open_made_cold_by_another_writer_leaves_the_next_open_cold() {
+    let Closed { _node, addr, dir: _dir, db, first_id } = closed("stale-cold");
+    open_plain(&db).execute_batch("PRAGMA user_version = 7").unwrap();
+    let sidecar = Sidecar::path_for(&db);
+    assert_eq!(std::fs::read(&sidecar).unwrap()[12], 1, "the clean close's sidecar");
+    let marked = || assert_eq!(std::fs::read(&sidecar).unwrap()[12], 0, "the cold open marked it dirty");
+    cold_child_crashes_then_reopen_is_cold(&db, &addr, &[first_id], "committed", after_child_commit, marked);
+}
+
+/// A `commit-then-hang` child in `mode` opens cold (a new identity, none of `before`), pushes
+/// and is killed (`while_open` checks the sidecar just before); the next open is cold again,
+/// reads the rows of `generation` from the disk and not one copy the child pushed.
+fn cold_child_crashes_then_reopen_is_cold(
+    db: &Path,
+    addr: &str,
+    before: &[u64],
+    mode: &str,
+    generation: fn(i64) -> u64,
+    while_open: impl FnOnce(),
+) {
+    let child_id = crash_child_then(db, addr, mode, |_| while_open());
+    assert!(!before.contains(&child_id), "the child's open is cold: a new identity");
+    let copies = keys_in_grid(db, addr, child_id);
+    assert!(copies.len() > 50, "the child's pages should be in the grid: {}", copies.len());
+
+    let conn = open_waffle(db, &[params_for(addr), vec![("waffle_hot_list", "off")]].concat());
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
     let id = cache_id(&conn);
-    assert!(id != second_id && id != first_id, "after the second crash the open is cold again");
-    check_rows(&conn, |id| value(id, after_second_child_commit(id)), 300);
+    assert!(id != child_id && !before.contains(&id), "after the child's crash the open is cold again");
+    check_rows(&conn, |id| value(id, generation(id)), 300);
     let s = cache_stats(&conn);
     assert_eq!(s.l2_hits, 0, "a single scan after a crash must not hit any copy from before it: {s:?}");
-    let untouched = second_copies.iter().filter(|k| mg(&addr, k).is_some()).count();
-    assert_eq!(untouched, second_copies.len(), "a copy the second child pushed was fetched");
+    let untouched = copies.iter().filter(|k| mg(addr, k).is_some()).count();
+    assert_eq!(untouched, copies.len(), "a copy the child pushed was fetched");
     let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(r, "ok");
 }

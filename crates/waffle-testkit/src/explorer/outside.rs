@@ -17,8 +17,9 @@ use crate::writers::{shell, ShellOpen, ShellRun};
 /// The model's name for the shells (never inside a transaction between steps).
 const SHELL: ConnId = (usize::MAX, 0);
 const STATS_MARKER: &str = "stats-follow";
-/// How long an open is held in the sidecar lock while the path is renamed over.
-const OPEN_WINDOW: Duration = Duration::from_millis(300);
+/// How long the driver waits for a worker's open to reach the database file (its descriptor
+/// open) before the path is renamed over: far more than an open takes, even beside load.
+const OPEN_REACHED_MS: u64 = 20_000;
 
 fn ok() -> Record {
     Record::of("ok")
@@ -145,9 +146,15 @@ impl Run<'_> {
         std::fs::copy(&backup, &tmp).map_err(|e| format!("copy: {e}"))?;
         let expected = rows_text(self.model.committed(), None);
         let sidecar = hold_sidecar(&self.db)?;
+        let file = file_id(&self.db)?;
+        let pid = self.workers[w].pid();
+        let before = descriptors_on(pid, file);
         let open = self.command(&Step::Open { w, k, hot_list: "off" });
         self.workers[w].send(&open)?;
-        std::thread::sleep(OPEN_WINDOW);
+        // The open has the file once its descriptor is there (waffle's then waits in the sidecar's
+        // lock held above); a sleep instead was too short beside load, and the open read the
+        // backup renamed over it (seed 0x190000, step 193, a run beside a suite and a soak).
+        wait_for_descriptor(pid, file, before)?;
         std::fs::rename(&tmp, &self.db).map_err(|e| format!("rename over the database: {e}"))?;
         self.model.restored(&backup);
         self.tally.renames += 1;
@@ -205,6 +212,32 @@ impl Run<'_> {
 }
 
 /// waffle's sidecar of `db`, flocked exclusively: a waffle open waits for it.
+/// The (device, inode) of the file at `path`.
+fn file_id(path: &std::path::Path) -> Result<(u64, u64), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).map_err(|e| format!("stat {}: {e}", path.display()))?;
+    Ok((m.dev(), m.ino()))
+}
+
+/// How many of process `pid`'s descriptors are open on `file` (device, inode).
+fn descriptors_on(pid: u32, file: (u64, u64)) -> usize {
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
+    fds.flatten().filter(|fd| file_id(&fd.path()).is_ok_and(|id| id == file)).count()
+}
+
+/// Waits (`OPEN_REACHED_MS` at most) until process `pid` has more descriptors on `file` than
+/// `before`.
+fn wait_for_descriptor(pid: u32, file: (u64, u64), before: usize) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + Duration::from_millis(OPEN_REACHED_MS);
+    while descriptors_on(pid, file) <= before {
+        if std::time::Instant::now() >= deadline {
+            return Err(format!("the worker's open did not reach the database file in {OPEN_REACHED_MS} ms"));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
 fn hold_sidecar(db: &std::path::Path) -> Result<std::fs::File, String> {
     use std::os::unix::io::AsRawFd;
     let path = waffle_core::sidecar::Sidecar::path_for(db);

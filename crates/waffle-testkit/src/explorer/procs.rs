@@ -94,6 +94,10 @@ impl WorkerProc {
         self.stderr.lock().unwrap().clone()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
     /// SIGKILL and reap.
     pub fn kill(&mut self) {
         let _ = self.child.0.kill();
