@@ -115,7 +115,7 @@ pub fn run(opts: &DemoOptions) -> Result<Vec<Outcome>, String> {
         last = on.clone();
         for (name, grid) in [("grid off", Vec::new()), ("grid on", grid.clone())] {
             let settings = Settings { grid, local_bytes: opts.local_bytes, timeout_ms: opts.timeout_ms };
-            let mut o = measure(name, &on, &settings, spec.rows, opts)?;
+            let mut o = measure(name, &on, &settings, spec.rows, opts, device != "real")?;
             o.device = device_label(device);
             outcomes.push(o);
         }
@@ -131,8 +131,16 @@ fn measure(
     settings: &Settings,
     rows: u64,
     opts: &DemoOptions,
+    emulated: bool,
 ) -> Result<Outcome, String> {
     let err = |e: rusqlite::Error| format!("{name}: {e}");
+    // An EMULATED device's reads wait unless the kernel's page cache answers them: whatever the
+    // configurations before this one left cached (on the real disk, the same inode) goes first,
+    // so that each starts from the device. Before any connection opens: closing a descriptor of
+    // the file would drop the POSIX locks SQLite's connections in this process hold.
+    if emulated {
+        emulation::drop_cached_pages(path)?;
+    }
     let conns: Vec<_> = (0..opts.threads)
         .map(|_| open::open(path, settings, opts.sqlite_cache_kib))
         .collect::<Result<_, _>>()
@@ -146,6 +154,7 @@ fn measure(
             waffle_warm_client::sqlite::warm(&conns[0], None, None).map_err(|e| format!("{name}: warm: {e}"))?;
         println!("{}: {name}: {}", path.display(), warmed.summary());
     }
+
     // Warm-up: the same random reads for as long as the measurement, so L1
     // (and the grid, when on, from L1's evictions) hold what they can. A scan
     // would not do: its pages are read ahead and dropped, never pushed.

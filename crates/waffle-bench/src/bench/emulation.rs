@@ -170,7 +170,7 @@ pub fn on_device(file: &Path, profile: &str, writes: bool) -> Result<PathBuf, St
 /// a configuration on an EMULATED device starts with none of its database
 /// cached, whatever built, copied or read it before (the page cache answers
 /// reads in front of the device, see crates/waffle-slowdisk).
-fn drop_cached_pages(file: &Path) -> Result<(), String> {
+pub fn drop_cached_pages(file: &Path) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     let f = std::fs::OpenOptions::new()
         .read(true)
