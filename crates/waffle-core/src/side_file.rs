@@ -100,6 +100,23 @@ pub fn open_if(path: &Path, trust: &dyn Fn(&Metadata) -> io::Result<()>) -> io::
     Ok(Some(file))
 }
 
+/// Opens the file at `path` for writing in place, never through a symlink, if
+/// it is `held` (the same device and inode: the file this process locked and
+/// checked) and still one to trust.
+pub fn open_held_for_write(path: &Path, like: &Beside, held: &File) -> io::Result<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)?;
+    let (m, h) = (file.metadata()?, held.metadata()?);
+    check_ours(&m, like)?;
+    if (m.dev(), m.ino()) != (h.dev(), h.ino()) {
+        return Err(io::Error::other("replaced since it was locked"));
+    }
+    Ok(file)
+}
+
 /// The bytes of the file `path` beside the database, opened as
 /// [`open_beside`] opens it, if it has at most `max_bytes` (a longer one is
 /// an error: never read whole); None if there is none.

@@ -28,7 +28,10 @@
 //! used only if it is a regular file with one link, owned by this user (or,
 //! as root, by the database's owner); a new version is never written in
 //! place but to a temporary file of a random name created O_EXCL|O_NOFOLLOW,
-//! then renamed over it. Anything wrong (a symlink, another owner, a
+//! then renamed over it. The one write in place is a warm open's dirty mark
+//! (5 bytes: the pid and the clean flag), into the file it locked and
+//! checked, opened again O_NOFOLLOW and refused if it is another inode.
+//! Anything wrong (a symlink, another owner, a
 //! directory this user cannot write) means no sidecar: a cold open, one
 //! warning, nothing written, never a refused open. Garbage of our own (bad
 //! checksum, a size the database cannot need) is a cold open with one
@@ -51,12 +54,14 @@
 
 use std::fs::{File, Metadata};
 use std::io::{self, Read};
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::side_file::{create_beside, install, is_at, open_beside, sync_dir_of, write_temp, Beside};
+use crate::side_file::{
+    create_beside, install, is_at, open_beside, open_held_for_write, sync_dir_of, write_temp, Beside,
+};
 use crate::versions::{SavedVersions, MAX_PAGES};
 
 const MAGIC: [u8; 4] = *b"WFSC";
@@ -201,11 +206,14 @@ impl Sidecar {
             if sidecar.lock(libc::LOCK_EX)? {
                 let found = sidecar.read_found();
                 // Dirty (and durable) before anything is served: a crash from here on means a cold
-                // start. A sidecar that already says so (a dirty mark, an empty file just made)
+                // start. A warm one is marked in place; one that no longer applies (or garbage)
+                // is replaced; one that already says so (a dirty mark, an empty file just made)
                 // is left as it is: the next open reads the same, and a cold open (most of the
                 // short ones) pays no sync for it.
-                if !matches!(found, Found::Cold) {
-                    sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
+                match found {
+                    Found::Warm(_) => sidecar.mark_dirty()?,
+                    Found::Stale => sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?,
+                    Found::Cold => {}
                 }
                 sidecar.share(deadline)?;
                 let warm = match found {
@@ -287,6 +295,19 @@ impl Sidecar {
         };
         crate::warn!(key: format!("sidecar {}", self.path.display()), "ignoring the sidecar: {}: {why}; opening cold", self.path.display());
         Found::Stale
+    }
+
+    /// Marks a clean sidecar dirty in place (holding the exclusive lock on the
+    /// file at the path): this process's pid and the clean byte, bytes 8..13,
+    /// which lie in one sector (on the disk whole or not at all), synced. A new
+    /// version by rename would need the directory synced too. The checksum is
+    /// left stale: `decode` reads a cleared clean byte as dirty before it.
+    fn mark_dirty(&mut self) -> io::Result<()> {
+        let file = open_held_for_write(&self.path, &Beside::like(&self.db), &self.file)?;
+        let mut mark = [0u8; 5];
+        mark[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        file.write_all_at(&mark, 8)?;
+        file.sync_data()
     }
 
     /// Puts a new version in place (holding the exclusive lock): written to a
@@ -384,6 +405,9 @@ fn encode(
 fn decode(b: &[u8]) -> Result<Option<(DbIdentity, Warm)>, &'static str> {
     if b.len() < FIXED_BYTES + 8 || b[0..4] != MAGIC {
         return Err("too short or wrong magic");
+    }
+    if b[12] == 0 {
+        return Ok(None); // dirty: marked in place (the sum no longer holds), or written so
     }
     let body = &b[..b.len() - 4];
     if crc32c::crc32c(body) != u32::from_le_bytes(b[b.len() - 4..].try_into().expect("4 bytes")) {
@@ -575,10 +599,14 @@ mod tests {
         let before = std::fs::metadata(&path).unwrap().ino();
         let (s, warm) = acquire(&db);
         assert!(warm.is_some());
-        let m = std::fs::metadata(&path).unwrap();
-        assert_ne!(m.ino(), before, "the dirty mark is a new file renamed over the old one");
-        assert_eq!(m.mode() & 0o777, 0o640, "the database's mode");
+        let marked = std::fs::read(&path).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().ino(), before, "the warm open's dirty mark is in place");
+        assert_eq!(marked[8..13], [&std::process::id().to_le_bytes()[..], &[0]].concat()[..], "pid, dirty");
+        assert_eq!(decode(&marked), Ok(None), "read as dirty, not as garbage");
         assert!(close(s, 8, &db));
+        let m = std::fs::metadata(&path).unwrap();
+        assert_ne!(m.ino(), before, "the clean close's version is a new file renamed over the old one");
+        assert_eq!(m.mode() & 0o777, 0o640, "the database's mode");
         let names: Vec<_> = std::fs::read_dir(db.parent().unwrap()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(names.len(), 2, "the database and its sidecar, no temporary file left: {names:?}");
     }
