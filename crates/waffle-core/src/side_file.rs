@@ -260,6 +260,29 @@ mod tests {
     }
 
     #[test]
+    fn a_write_in_place_goes_only_to_the_file_held() {
+        let dir = temp_dir("held");
+        let path = dir.join("side");
+        std::fs::write(&path, b"held").unwrap();
+        let held = File::open(&path).unwrap();
+        assert!(open_held_for_write(&path, &mine(0o644), &held).is_ok(), "the file held, at its path");
+        // Another file renamed over the path since it was locked: refused, nothing written.
+        std::fs::write(dir.join("other"), b"other").unwrap();
+        std::fs::rename(dir.join("other"), &path).unwrap();
+        let other = fingerprint(&path);
+        assert!(open_held_for_write(&path, &mine(0o644), &held).is_err(), "another inode");
+        // A symlink there to the very file held: never followed.
+        std::fs::remove_file(&path).unwrap();
+        let target = dir.join("target");
+        std::fs::write(&target, b"target").unwrap();
+        let held = File::open(&target).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert!(open_held_for_write(&path, &mine(0o644), &held).is_err(), "a symlink");
+        assert_eq!(std::fs::read(&target).unwrap(), b"target");
+        assert_eq!(other.0, b"other");
+    }
+
+    #[test]
     fn a_replacement_has_the_mode_asked_and_leaves_a_symlink_and_its_target_alone() {
         let dir = temp_dir("replace");
         let path = dir.join("stats.json");
