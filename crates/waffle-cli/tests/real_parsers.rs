@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use waffle_testkit::process::exited_pid;
+
 const PYTHON: &str = "/usr/bin/python3";
 
 /// A stats file with every kind of figure: nodes, a histogram, a label value to escape.
@@ -27,7 +29,7 @@ fn written(name: &str, crashed: bool) -> PathBuf {
     for (k, x) in [
         ("format_version", serde_json::json!(2)),
         ("state", serde_json::json!("running")),
-        ("pid", serde_json::json!(if crashed { dead_pid() } else { std::process::id() })),
+        ("pid", serde_json::json!(if crashed { exited_pid() } else { std::process::id() })),
         ("pid_start_ticks", serde_json::json!(me.start_ticks)),
         ("pid_namespace", serde_json::json!(me.pid_namespace)),
         ("boot_id", serde_json::json!(me.boot_id)),
@@ -42,14 +44,6 @@ fn written(name: &str, crashed: bool) -> PathBuf {
     let path = std::fs::canonicalize(&dir).unwrap().join(name);
     std::fs::write(&path, v.to_string()).unwrap();
     path
-}
-
-/// The pid of a child that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut child = Command::new("true").spawn().unwrap();
-    let pid = child.id();
-    child.wait().unwrap();
-    pid
 }
 
 /// `waffle stats --format FORMAT` of a live file, a crashed writer's and a missing one; and the

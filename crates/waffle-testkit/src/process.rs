@@ -103,3 +103,13 @@ pub fn collect_stderr(mut err: impl std::io::Read + Send + 'static) -> std::sync
     });
     text
 }
+
+/// The pid of a child that has exited and been reaped: a process that is not running (for a
+/// stats file's writer that died). waffle-core's health tests keep a copy (the product does not
+/// depend on the tools).
+pub fn exited_pid() -> u32 {
+    let mut child = Command::new("true").spawn().expect("spawn true");
+    let pid = child.id();
+    child.wait().expect("reap true");
+    pid
+}

@@ -9,6 +9,7 @@ use serde_json::{json, Value};
 use super::prometheus::render as prom;
 use super::sources::Source;
 use super::*;
+use waffle_testkit::process::exited_pid;
 
 fn valid_name(s: &str) -> bool {
     let mut chars = s.chars();
@@ -175,14 +176,6 @@ fn judged(name: &str, v: Value) -> Source {
     Source { name: name.into(), label: name.into(), stats: Ok(sources::Stats::from_json(v).expect("a stats object")) }
 }
 
-/// The pid of a child that has exited and been reaped.
-fn dead_pid() -> u32 {
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let pid = child.id();
-    child.wait().unwrap();
-    pid
-}
-
 #[test]
 fn output_parses_and_has_the_figures() {
     let text = prom(&[source("/var/lib/mysql/waffle-stats.json", known_stats())]);
@@ -307,7 +300,7 @@ fn a_preload_that_turned_off_has_only_its_info() {
 /// Issue 32 item 2: a SIGKILLed writer's file kept `waffle_up 1`, `state="active"`.
 #[test]
 fn a_writer_that_is_not_running_is_down_and_its_last_figures_are_not_exported() {
-    let gone = dead_pid();
+    let gone = exited_pid();
     let mut crashed = live(known_stats());
     crashed["pid"] = json!(gone);
     let mut stopped = crashed.clone();

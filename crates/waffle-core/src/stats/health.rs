@@ -223,7 +223,8 @@ mod tests {
         }
     }
 
-    /// The pid of a child that has exited and been reaped.
+    /// The pid of a child that has exited and been reaped (waffle-testkit's
+    /// `process::exited_pid`, which this product crate does not depend on).
     fn dead_pid() -> u32 {
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
