@@ -90,6 +90,31 @@ fn a_clean_close_is_warm_and_a_crash_is_cold() {
     assert_eq!(r, "ok");
 }
 
+/// A warm open that only reads changes no version: its sidecar stays as the clean close wrote
+/// it (no sync at the open, issue 33), and after its crash the next open is warm, under the same
+/// identity, and reads the grid's copies, every one at the version the clean close saved.
+#[test]
+fn a_crash_of_a_warm_open_that_only_read_leaves_the_next_open_warm() {
+    let Closed { _node, addr, dir: _dir, db, first_id } = closed("crash-reads");
+    let sidecar = Sidecar::path_for(&db);
+    let clean = (std::fs::read(&sidecar).unwrap(), std::fs::metadata(&sidecar).unwrap().ino());
+    assert_eq!(clean.0[12], 1, "the clean close's sidecar");
+    let child_id = crash_child_then(&db, &addr, "reads", |_| {
+        let now = (std::fs::read(&sidecar).unwrap(), std::fs::metadata(&sidecar).unwrap().ino());
+        assert!(now == clean, "an open that only read wrote the sidecar");
+    });
+    assert_eq!(child_id, first_id, "the child's open after a clean close is warm");
+
+    let conn = reopen(&db, &addr);
+    assert_eq!(cache_id(&conn), first_id, "after the crash of an open that only read, the next open is warm");
+    check_rows(&conn, |id| value(id, 1), 200);
+    let s = cache_stats(&conn);
+    assert!(s.l2_hits >= 100, "the reopen should read the grid's copies: {s:?}");
+    assert_eq!(s.l2_rejects_total, 0, "every copy is at a saved version: {s:?}");
+    let r: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(r, "ok");
+}
+
 /// A crash after a crash: the second child's open is cold and writes nothing beside the
 /// database (no sync at a cold open, issue 33); its crash leaves the next open cold too,
 /// reading the second child's commit from the disk and no copy it pushed.

@@ -101,17 +101,17 @@ pub fn open_if(path: &Path, trust: &dyn Fn(&Metadata) -> io::Result<()>) -> io::
 }
 
 /// Opens the file at `path` for writing in place, never through a symlink, if
-/// it is `held` (the same device and inode: the file this process locked and
-/// checked) and still one to trust.
-pub fn open_held_for_write(path: &Path, like: &Beside, held: &File) -> io::Result<File> {
+/// it is the file `held` (its device and inode: the file this process locked
+/// and checked) and still one to trust.
+pub fn open_held_for_write(path: &Path, like: &Beside, held: (u64, u64)) -> io::Result<File> {
     let file = OpenOptions::new()
         .read(true)
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)?;
-    let (m, h) = (file.metadata()?, held.metadata()?);
+    let m = file.metadata()?;
     check_ours(&m, like)?;
-    if (m.dev(), m.ino()) != (h.dev(), h.ino()) {
+    if (m.dev(), m.ino()) != held {
         return Err(io::Error::other("replaced since it was locked"));
     }
     Ok(file)
@@ -264,20 +264,21 @@ mod tests {
         let dir = temp_dir("held");
         let path = dir.join("side");
         std::fs::write(&path, b"held").unwrap();
-        let held = File::open(&path).unwrap();
-        assert!(open_held_for_write(&path, &mine(0o644), &held).is_ok(), "the file held, at its path");
+        let id = |p: &Path| std::fs::metadata(p).map(|m| (m.dev(), m.ino())).unwrap();
+        let held = id(&path);
+        assert!(open_held_for_write(&path, &mine(0o644), held).is_ok(), "the file held, at its path");
         // Another file renamed over the path since it was locked: refused, nothing written.
         std::fs::write(dir.join("other"), b"other").unwrap();
         std::fs::rename(dir.join("other"), &path).unwrap();
         let other = fingerprint(&path);
-        assert!(open_held_for_write(&path, &mine(0o644), &held).is_err(), "another inode");
+        assert!(open_held_for_write(&path, &mine(0o644), held).is_err(), "another inode");
         // A symlink there to the very file held: never followed.
         std::fs::remove_file(&path).unwrap();
         let target = dir.join("target");
         std::fs::write(&target, b"target").unwrap();
-        let held = File::open(&target).unwrap();
+        let held = id(&target);
         std::os::unix::fs::symlink(&target, &path).unwrap();
-        assert!(open_held_for_write(&path, &mine(0o644), &held).is_err(), "a symlink");
+        assert!(open_held_for_write(&path, &mine(0o644), held).is_err(), "a symlink");
         assert_eq!(std::fs::read(&target).unwrap(), b"target");
         assert_eq!(other.0, b"other");
     }

@@ -6,16 +6,19 @@
 //! cache identity; they notice each other's commits as they notice any other
 //! writer's, see the adapter). The sidecar is held with a shared flock by
 //! every process that has the database open. An open that can take the lock
-//! exclusively is alone: it reads what the last clean close saved, then marks
-//! the sidecar dirty (synced) before any page is served, unless it says cold
-//! already, then shares the lock. An open that finds others starts cold and leaves the file alone. A
-//! close that can take the lock exclusively is the last one out and writes
-//! its versions, identity and adapter state back; any other close leaves the
-//! sidecar dirty.
+//! exclusively is alone: it reads what the last clean close saved, then
+//! shares the lock; a warm one marks the sidecar dirty (synced,
+//! [`DirtyMark`]) before its cache first gives a page a new version. An open
+//! that finds others starts cold and leaves the file alone. A close that can
+//! take the lock exclusively is the last one out and writes its versions,
+//! identity and adapter state back; any other close leaves the sidecar as it is.
 //!
-//! Crash safety: a crash leaves a dirty sidecar (or one that another open
-//! made dirty), the next open picks a new random cache identity, and every
-//! grid copy from before the crash is under keys nobody will ask for again.
+//! Crash safety: a crash after a change leaves a dirty sidecar (or one that
+//! another open made dirty), the next open picks a new random cache identity,
+//! and every grid copy from before the crash is under keys nobody will ask
+//! for again. A warm open that changed no version served and pushed only
+//! copies at the saved versions: its crash leaves the sidecar clean, and
+//! those copies as good as the clean close left them.
 //! A warm restart also requires the database file to be exactly as the clean
 //! close left it (device, inode, size, mtime); the adapter checks its own
 //! state again under the database's first lock.
@@ -157,6 +160,32 @@ pub struct Sidecar {
     db: Metadata,
 }
 
+/// A warm open's way to mark its sidecar dirty, from wherever its first
+/// change of a version happens: the sidecar's path and the device and inode
+/// of the file whose lock the open holds.
+pub struct DirtyMark {
+    path: PathBuf,
+    like: Beside,
+    held: (u64, u64),
+}
+
+impl DirtyMark {
+    /// Marks the sidecar dirty in place (the file this open locked, still at
+    /// its path, else an error): this process's pid and the clean byte, bytes
+    /// 8..13, which lie in one sector (on the disk whole or not at all),
+    /// synced. A new version by rename would need the directory synced too.
+    /// The checksum is left stale: `decode` reads a cleared clean byte as
+    /// dirty before it. Another process can neither read nor replace the
+    /// sidecar meanwhile: that takes the lock exclusively, and this open holds it shared.
+    pub fn mark(&self) -> io::Result<()> {
+        let file = open_held_for_write(&self.path, &self.like, self.held)?;
+        let mut mark = [0u8; 5];
+        mark[..4].copy_from_slice(&std::process::id().to_le_bytes());
+        file.write_all_at(&mark, 8)?;
+        file.sync_data()
+    }
+}
+
 /// What the sidecar says to an open that has it alone.
 #[derive(Debug)]
 enum Found {
@@ -205,15 +234,14 @@ impl Sidecar {
         loop {
             if sidecar.lock(libc::LOCK_EX)? {
                 let found = sidecar.read_found();
-                // Dirty (and durable) before anything is served: a crash from here on means a cold
-                // start. A warm one is marked in place; one that no longer applies (or garbage)
-                // is replaced; one that already says so (a dirty mark, an empty file just made)
-                // is left as it is: the next open reads the same, and a cold open (most of the
-                // short ones) pays no sync for it.
-                match found {
-                    Found::Warm(_) => sidecar.mark_dirty()?,
-                    Found::Stale => sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?,
-                    Found::Cold => {}
+                // A warm one stays clean until the open first changes a version (the caller's
+                // `dirty_mark`): an open that only reads serves and pushes the copies the saved
+                // versions name, so a crash of it leaves them as good as the clean close did.
+                // One that no longer applies (or garbage) is replaced by a dirty one; one that
+                // already says cold (a dirty mark, an empty file just made) is left as it is:
+                // the next open reads the same, and a cold open pays no sync for it.
+                if let Found::Stale = found {
+                    sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
                 }
                 sidecar.share(deadline)?;
                 let warm = match found {
@@ -297,17 +325,12 @@ impl Sidecar {
         Found::Stale
     }
 
-    /// Marks a clean sidecar dirty in place (holding the exclusive lock on the
-    /// file at the path): this process's pid and the clean byte, bytes 8..13,
-    /// which lie in one sector (on the disk whole or not at all), synced. A new
-    /// version by rename would need the directory synced too. The checksum is
-    /// left stale: `decode` reads a cleared clean byte as dirty before it.
-    fn mark_dirty(&mut self) -> io::Result<()> {
-        let file = open_held_for_write(&self.path, &Beside::like(&self.db), &self.file)?;
-        let mut mark = [0u8; 5];
-        mark[..4].copy_from_slice(&std::process::id().to_le_bytes());
-        file.write_all_at(&mark, 8)?;
-        file.sync_data()
+    /// How this warm open's sidecar is marked dirty when the open first
+    /// changes a page's version ([`DirtyMark::mark`]); until then it stays as
+    /// the clean close wrote it.
+    pub fn dirty_mark(&self) -> io::Result<DirtyMark> {
+        let held = self.file.metadata()?;
+        Ok(DirtyMark { path: self.path.clone(), like: Beside::like(&self.db), held: (held.dev(), held.ino()) })
     }
 
     /// Puts a new version in place (holding the exclusive lock): written to a
@@ -476,6 +499,11 @@ mod tests {
         db
     }
 
+    /// The warm open `s` changes its first version: the adapter's hook marks the sidecar dirty.
+    fn first_change(s: &Option<Sidecar>) {
+        s.as_ref().expect("a sidecar").dirty_mark().unwrap().mark().unwrap();
+    }
+
     fn saved() -> SavedVersions {
         SavedVersions { default: 2, table: vec![0, 5, 9, 3] }
     }
@@ -505,10 +533,15 @@ mod tests {
         assert_eq!(warm, None);
         assert!(s.unwrap().close_clean(77, 4096, &saved(), b"adapter", &meta(&db)).unwrap());
         let (s, warm) = acquire(&db);
-        assert_eq!(warm, Some(Warm { cache_id: 77, page_bytes: 4096, saved: saved(), extra: b"adapter".to_vec() }));
-        drop(s); // no clean close: a crash as far as the sidecar knows
+        let warm_again = Some(Warm { cache_id: 77, page_bytes: 4096, saved: saved(), extra: b"adapter".to_vec() });
+        assert_eq!(warm, warm_again);
+        drop(s); // a crash of an open that changed no version: the saved ones still hold
+        let (s, warm) = acquire(&db);
+        assert_eq!(warm, warm_again, "an open that only read leaves the sidecar clean");
+        first_change(&s);
+        drop(s); // a crash after a change
         let (_s, warm) = acquire(&db);
-        assert_eq!(warm, None, "after a dirty close the next open is cold");
+        assert_eq!(warm, None, "after a change and a crash the next open is cold");
     }
 
     #[test]
@@ -534,6 +567,7 @@ mod tests {
         let (a, warm) = acquire(&db);
         assert!(warm.is_some());
         let (b, _) = acquire(&db);
+        first_change(&a); // while b has it open too
         drop(a); // a crashes
         drop(b); // b crashes too
         let (_c, warm) = acquire(&db);
@@ -559,9 +593,10 @@ mod tests {
         let path = Sidecar::path_for(&db);
         let (s, warm) = acquire(&db);
         assert!(warm.is_some());
+        first_change(&s);
         drop(s); // a crash: the sidecar stays dirty
         let dirty = fingerprint(&path);
-        assert_eq!(dirty.0[12], 0, "the warm open marked it dirty");
+        assert_eq!(dirty.0[12], 0, "the warm open's first change marked it dirty");
         let (s, warm) = acquire(&db);
         assert_eq!(warm, None, "after a crash: cold");
         assert_eq!(fingerprint(&path), dirty, "already dirty: not written again");
@@ -599,6 +634,8 @@ mod tests {
         let before = std::fs::metadata(&path).unwrap().ino();
         let (s, warm) = acquire(&db);
         assert!(warm.is_some());
+        assert_eq!(std::fs::read(&path).unwrap()[12], 1, "a warm open leaves it clean until its first change");
+        first_change(&s);
         let marked = std::fs::read(&path).unwrap();
         assert_eq!(std::fs::metadata(&path).unwrap().ino(), before, "the warm open's dirty mark is in place");
         assert_eq!(marked[8..13], [&std::process::id().to_le_bytes()[..], &[0]].concat()[..], "pid, dirty");

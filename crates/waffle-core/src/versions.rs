@@ -29,8 +29,8 @@
 //! Pages without a slot have the default name; every page read (touched) or
 //! written has a slot, so a truncation or a reset covers it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use crate::page_table::PageTable;
 
@@ -67,7 +67,13 @@ pub struct Versions {
     /// This open's random key, and how many names it has handed out.
     key: u64,
     issued: AtomicU64,
+    /// Run once before the first page gets a new name (`before_first_change`).
+    first_change: Mutex<Option<FirstChange>>,
+    first_change_pending: AtomicBool,
 }
+
+/// What must happen before a restored table's first change (a warm open's sidecar marked dirty).
+pub type FirstChange = Box<dyn FnOnce() + Send>;
 
 /// What a clean close saves and a warm open restores (segment 0: SQLite).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -109,7 +115,28 @@ impl Versions {
             default: AtomicU64::new(saved.default),
             key,
             issued: AtomicU64::new(0),
+            first_change: Mutex::new(None),
+            first_change_pending: AtomicBool::new(false),
         }
+    }
+
+    /// Runs `hook` once, before the first page gets a new name ([`Versions::bump`],
+    /// [`Versions::bump_from`], [`Versions::reset`]): a change waits for it, in any thread,
+    /// and no new name is handed out before it returns. Reads and [`Versions::touch`] never run it.
+    pub fn before_first_change(&self, hook: FirstChange) {
+        *self.first_change.lock().unwrap_or_else(|e| e.into_inner()) = Some(hook);
+        self.first_change_pending.store(true, Ordering::Release);
+    }
+
+    fn changing(&self) {
+        if !self.first_change_pending.load(Ordering::Acquire) {
+            return;
+        }
+        let mut hook = self.first_change.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(run) = hook.take() {
+            run();
+        }
+        self.first_change_pending.store(false, Ordering::Release);
     }
 
     /// Segment 0 (the only one a SQLite database uses), its pages without a
@@ -161,6 +188,7 @@ impl Versions {
 
     /// The page was rewritten: give it a fresh version and return it.
     pub fn bump(&self, page: u64) -> u64 {
+        self.changing();
         let v = self.fresh();
         let (seg, idx) = split(page);
         {
@@ -179,6 +207,7 @@ impl Versions {
     /// every page of that segment from there on gets a fresh version, so no
     /// copy of the old contents is trusted if it grows again.
     pub fn bump_from(&self, first_page: u64) {
+        self.changing();
         let v = self.fresh();
         let (seg, idx) = split(first_page);
         let segments = self.segments.read().unwrap();
@@ -191,6 +220,7 @@ impl Versions {
 
     /// Every page gets a version no copy was ever made at.
     pub fn reset(&self) {
+        self.changing();
         let v = self.fresh();
         let segments = self.segments.read().unwrap();
         self.default.store(v, Ordering::Release);
@@ -229,6 +259,43 @@ mod tests {
     use super::*;
     use crate::page_table::CHUNK_PAGES;
     use std::collections::HashSet;
+
+    #[test]
+    fn the_first_change_hook_runs_once_before_any_new_name_and_never_for_reads() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        for change in 0..3 {
+            let v = Arc::new(Versions::restore(SavedVersions { default: 7, table: vec![1, 2, 3] }));
+            let runs = Arc::new(AtomicUsize::new(0));
+            let (seen, hook_v) = (Arc::clone(&runs), Arc::clone(&v));
+            v.before_first_change(Box::new(move || {
+                // Every page still has its saved name while the hook runs.
+                assert_eq!((hook_v.current(0), hook_v.current(2), hook_v.current(9)), (1, 3, 7));
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                seen.fetch_add(1, Ordering::SeqCst);
+            }));
+            v.touch(5);
+            assert_eq!((v.current(1), v.current(5)), (2, 7), "reads");
+            assert_eq!(runs.load(Ordering::SeqCst), 0, "no change yet");
+            // Two threads change at once: the second waits for the hook, which runs once.
+            let other = {
+                let (v, runs) = (Arc::clone(&v), Arc::clone(&runs));
+                std::thread::spawn(move || {
+                    v.bump(1);
+                    assert_eq!(runs.load(Ordering::SeqCst), 1, "a change went ahead of the hook");
+                })
+            };
+            match change {
+                0 => drop(v.bump(0)),
+                1 => v.bump_from(1),
+                _ => v.reset(),
+            }
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "change {change}");
+            other.join().unwrap();
+            v.bump(2);
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "once");
+        }
+    }
 
     #[test]
     fn bumps_are_fresh_and_never_repeat() {

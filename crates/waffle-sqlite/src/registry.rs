@@ -121,6 +121,7 @@ pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> 
 fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> OpenDb {
     let _ = read_only;
     let (sidecar, warm) = Sidecar::acquire(path, meta, read_only);
+    let sidecar_warm = warm.is_some();
     let grid = (!config.grid.is_empty()).then(|| grid_for(&config, config.grid.clone()));
     // A warm start is trusted only with the file signature it was saved with;
     // the first lock compares it with the file (Coherence::on_shared).
@@ -141,6 +142,9 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Ope
         codec: config.compress,
         page_check: None,
     });
+    if let Some(sidecar) = sidecar.as_ref().filter(|_| sidecar_warm) {
+        mark_dirty_on_first_change(&cache, sidecar, saved_id.is_some(), path);
+    }
     // The last clean close's hot list: reloaded in the background once registered (attach).
     let warming = Warming::default();
     let progress = warming.hot_list_progress();
@@ -310,6 +314,31 @@ fn close(mut db: OpenDb) {
         if let Err(e) = sidecar.close_clean(cache_id, page_bytes, &saved, &extra, meta) {
             waffle_core::warn!("could not save {} for a warm restart: {e}", db.path.display());
         }
+    }
+}
+
+/// A warm open's sidecar says dirty from the cache's first change of a version on (a write, a
+/// truncation, another writer's change, an epoch; docs/design.md, "Sidecar file"): an open that
+/// only reads serves and pushes the copies the saved versions name, and pays no sync. One this
+/// adapter did not open warm (`used` false: no file signature in it) is marked now.
+fn mark_dirty_on_first_change(cache: &PageCache, sidecar: &Sidecar, used: bool, path: &Path) {
+    let label = path.display().to_string();
+    let mark = match sidecar.dirty_mark() {
+        Ok(mark) => mark,
+        Err(e) => {
+            waffle_core::warn!("cannot mark the sidecar of {label} dirty: {e}; a crash may leave it clean");
+            return;
+        }
+    };
+    let run = move || {
+        if let Err(e) = mark.mark() {
+            waffle_core::warn!("cannot mark the sidecar of {label} dirty: {e}; a crash may leave it clean");
+        }
+    };
+    if used {
+        cache.before_first_change(Box::new(run));
+    } else {
+        run();
     }
 }
 

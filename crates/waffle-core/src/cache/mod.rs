@@ -186,6 +186,13 @@ impl PageCache {
         }
     }
 
+    /// Runs `hook` once, before the first page gets a new version (a write, a
+    /// truncation, another writer's change, an epoch): a warm open's sidecar
+    /// is marked dirty there, not at the open (versions.rs).
+    pub fn before_first_change(&self, hook: crate::versions::FirstChange) {
+        self.versions.before_first_change(hook);
+    }
+
     /// Turns verify mode on (`waffle_verify=on`): every page a tier serves is
     /// compared with the file; `label` names the database in its log lines.
     pub fn enable_verify(&self, label: String, log: Option<std::path::PathBuf>) {

@@ -3,8 +3,9 @@
 //! rewritten, 201..=300 added, generation 2), checks every row and pushes L1 to the grid. With
 //! `in_transaction` it then also rewrites rows 100..=250 (generation 3) in a transaction it never
 //! commits, its pages spilled into the file. With `again` (on what a `committed` child left) the
-//! commit rewrites rows 51..=100 instead (generation 4). Then prints `ready <cache id> <pid>` and
-//! waits to be SIGKILLed by the test.
+//! commit rewrites rows 51..=100 instead (generation 4). With `reads` it commits nothing: it reads
+//! every row (generation 1) and pushes L1. Then prints `ready <cache id> <pid>` and waits to be
+//! SIGKILLed by the test.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,15 +16,24 @@ use waffle_testkit::warm_restart::{after_child_commit, after_second_child_commit
 
 fn main() {
     let [db, grid, mode] =
-        waffle_testkit::child_args("commit-then-hang", ["db", "grid", "committed|in_transaction|again"]);
+        waffle_testkit::child_args("commit-then-hang", ["db", "grid", "committed|in_transaction|again|reads"]);
     let (in_transaction, again) = match mode.as_str() {
         "committed" => (false, false),
         "in_transaction" => (true, false),
         "again" => (false, true),
-        other => panic!("mode {other:?}: committed, in_transaction or again"),
+        "reads" => (false, false),
+        other => panic!("mode {other:?}: committed, in_transaction, again or reads"),
     };
     let conn = open_waffle(&PathBuf::from(db), &params_for(&grid));
     conn.execute_batch("PRAGMA cache_size = 10").unwrap();
+    if mode == "reads" {
+        check_rows(&conn, |id| value(id, 1), 200);
+        flush(&conn);
+        println!("ready {:016x} {}", cache_id(&conn), std::process::id());
+        // Not a wait for a condition: the test kills this process as soon as it reads the line above.
+        std::thread::sleep(Duration::from_secs(60));
+        panic!("the crash test did not kill this child");
+    }
     let tx = conn.unchecked_transaction().unwrap();
     if again {
         for id in 51..=100i64 {
