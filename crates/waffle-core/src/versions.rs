@@ -128,6 +128,21 @@ impl Versions {
         self.first_change_pending.store(true, Ordering::Release);
     }
 
+    /// Runs the first-change hook now if it has not run and no change is
+    /// running it (the cache turned off: what it writes from now on changes
+    /// no version, so the mark cannot wait for one).
+    pub fn first_change_now(&self) {
+        if !self.first_change_pending.load(Ordering::Acquire) {
+            return;
+        }
+        if let Ok(mut hook) = self.first_change.try_lock() {
+            if let Some(run) = hook.take() {
+                run();
+            }
+            self.first_change_pending.store(false, Ordering::Release);
+        }
+    }
+
     fn changing(&self) {
         if !self.first_change_pending.load(Ordering::Acquire) {
             return;

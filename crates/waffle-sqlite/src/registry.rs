@@ -274,6 +274,7 @@ pub fn detach(db: Arc<OpenDb>, warmer: bool) {
 
 fn close(mut db: OpenDb) {
     let cache_id = db.cache.cache_id();
+    let fused = db.cache.is_fused();
     let page_bytes = db.cache.page_bytes() as u64;
     let sig = db.coherence.lock().unwrap_or_else(|e| e.into_inner()).sig();
     // The database as the close leaves it: what the hot list and the sidecar record.
@@ -310,7 +311,10 @@ fn close(mut db: OpenDb) {
             Err(e) => waffle_core::warn!("cannot lock the sidecar of {}: {e}", db.path.display()),
         }
     }
-    if let (Some(sidecar), Some(meta)) = (db.sidecar.take(), &meta) {
+    // A cache that turned off saw writes it gave no version (file.rs): its versions name
+    // nothing the next open could trust, and its sidecar stays dirty (marked at the trip).
+    let sidecar = db.sidecar.take().filter(|_| !fused);
+    if let (Some(sidecar), Some(meta)) = (sidecar, &meta) {
         if let Err(e) = sidecar.close_clean(cache_id, page_bytes, &saved, &extra, meta) {
             waffle_core::warn!("could not save {} for a warm restart: {e}", db.path.display());
         }

@@ -217,6 +217,8 @@ impl PageCache {
         }
         crate::error!("{why}; the cache is off for this database until it is reopened (every read goes to the file)");
         *self.fuse_reason.lock().unwrap_or_else(|e| e.into_inner()) = Some(why.to_string());
+        // Writes from now on change no version: a warm open's sidecar says dirty now.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.versions.first_change_now()));
         // Best effort: L1 and the queue may be what failed.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             self.pool.clear();

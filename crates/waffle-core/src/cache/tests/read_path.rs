@@ -33,6 +33,20 @@ fn a_write_path_panic_trips_the_fuse_and_reads_go_to_the_file() {
     assert_eq!(c.pool.len(), 0);
 }
 
+/// A warm open's first-change hook (its sidecar marked dirty) runs at the
+/// trip: the writes after it change no version, so none would run it.
+#[test]
+fn a_trip_runs_the_first_change_hook_once() {
+    let (_file, _m, c, _buf) = four_pages_of_ones();
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::clone(&runs);
+    c.before_first_change(Box::new(move || drop(seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst))));
+    c.trip("test: the hook at the trip");
+    c.wrote(1, &[5u8; 512]);
+    c.reset();
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
 #[test]
 fn reads_and_writes_count_in_the_working_set_once_per_page() {
     let (_file, m, c, mut buf) = four_pages_of_ones();
