@@ -40,7 +40,9 @@ fn a_trip_runs_the_first_change_hook_once() {
     let (_file, _m, c, _buf) = four_pages_of_ones();
     let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let seen = Arc::clone(&runs);
-    c.before_first_change(Box::new(move || drop(seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst))));
+    c.before_first_change(Box::new(move || {
+        seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }));
     c.trip("test: the hook at the trip");
     c.wrote(1, &[5u8; 512]);
     c.reset();
