@@ -218,6 +218,18 @@ fn found_model_refused_open_beside_a_busy_control() {
     }
 }
 
+/// The explorer's own again, found by session 16's two-hour soak (600 steps, WAL): at step 433
+/// `w0.0` attached the database with a FIFO as its key file; waffle refused it by design (in
+/// xOpen), and the control's plain ATTACH went on to read the schema, which met a lock another
+/// connection held ("database is locked"). As for the open above, the control's busy or locked
+/// answer counts as the refusal's counterpart.
+#[test]
+fn found_model_refused_attach_beside_a_busy_control() {
+    if let Err(why) = explore(7700219, 440) {
+        panic!("{why}");
+    }
+}
+
 /// `WAFFLE_EXPLORE_SEED` (default 0x19_0006, one more DELETE schedule): the replay of a seed a
 /// failure or `scripts/explore` printed.
 #[test]
