@@ -1,5 +1,6 @@
 //! Invariant 4: a clean close keeps the grid's copies usable (warm restart),
-//! a crash makes every copy from before it untrusted.
+//! a crash after a change makes every copy from before it untrusted (a crash
+//! of an open that changed nothing leaves them as good as the clean close did).
 //!
 //! 1. Create, close cleanly, reopen with the same grid: same cache id, reads
 //!    come from the grid (no rejects), data correct.
@@ -26,7 +27,7 @@ use waffle_testkit::warm_restart::{after_child_commit, after_second_child_commit
 /// Starts the child, waits for its "ready <cache id> <pid>" line, SIGKILLs it.
 fn crash_child(db: &Path, grid: &str, mode: &str) -> u64 {
     crash_child_then(db, grid, mode, |pid| {
-        // A warm open marks the sidecar dirty: it names the child while it runs.
+        // A warm open's first write marks the sidecar dirty: it names the child while it runs.
         let side = std::fs::read(Sidecar::path_for(db)).unwrap();
         assert_eq!(u32::from_le_bytes(side[8..12].try_into().unwrap()), pid, "the sidecar should name the child");
     })
