@@ -136,10 +136,7 @@ impl Versions {
             return;
         }
         if let Ok(mut hook) = self.first_change.try_lock() {
-            if let Some(run) = hook.take() {
-                run();
-            }
-            self.first_change_pending.store(false, Ordering::Release);
+            self.run_first_change(&mut hook);
         }
     }
 
@@ -147,7 +144,11 @@ impl Versions {
         if !self.first_change_pending.load(Ordering::Acquire) {
             return;
         }
-        let mut hook = self.first_change.lock().unwrap_or_else(|e| e.into_inner());
+        self.run_first_change(&mut self.first_change.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+
+    /// Runs the hook if it is still there (`hook`: its lock, held), then says none is pending.
+    fn run_first_change(&self, hook: &mut Option<FirstChange>) {
         if let Some(run) = hook.take() {
             run();
         }
