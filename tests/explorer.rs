@@ -230,6 +230,18 @@ fn found_model_refused_attach_beside_a_busy_control() {
     }
 }
 
+/// The explorer's own, found by session 17's soak (600 steps, rollback journal): `w1.1` began a
+/// transaction and read; `w0.1`'s autocommit DELETE matched no row; then `w1.1` deleted a row
+/// and committed. The model counted the empty DELETE as a commit and called the snapshot stale;
+/// SQLite writes no page for a write that changes nothing, and plain connections committed the
+/// same way. A write commits in the model only when it changed a row.
+#[test]
+fn found_model_a_write_that_changed_nothing_commits_nothing() {
+    if let Err(why) = explore(8800032, 590) {
+        panic!("{why}");
+    }
+}
+
 /// `WAFFLE_EXPLORE_SEED` (default 0x19_0006, one more DELETE schedule): the replay of a seed a
 /// failure or `scripts/explore` printed.
 #[test]

@@ -11,7 +11,8 @@
 //! [`DirtyMark`]) before its cache first gives a page a new version. An open
 //! that finds others starts cold and leaves the file alone. A close that can
 //! take the lock exclusively is the last one out and writes its versions,
-//! identity and adapter state back; any other close leaves the sidecar as it is.
+//! identity and adapter state back (nothing, when the file says them already:
+//! a warm open that only read); any other close leaves the sidecar as it is.
 //!
 //! Crash safety: a crash after a change leaves a dirty sidecar (or one that
 //! another open made dirty), the next open picks a new random cache identity,
@@ -383,8 +384,27 @@ impl Sidecar {
             return Ok(false); // the file shrank: the next open would refuse the table anyway
         }
         let ident = DbIdentity::from_metadata(db);
-        self.replace(&encode(true, cache_id, page_bytes, Some(ident), Some(saved), extra), false)?;
+        let bytes = encode(true, cache_id, page_bytes, Some(ident), Some(saved), extra);
+        if !self.already_says(&bytes)? {
+            self.replace(&bytes, false)?;
+        }
         Ok(true)
+    }
+
+    /// Whether the file held (locked, at the path) already says what `bytes` say (the pid of
+    /// the close that wrote it, and so its checksum, may differ): then a close writes nothing
+    /// (a warm open that only read leaves the clean close's file as it found it).
+    fn already_says(&self, bytes: &[u8]) -> io::Result<bool> {
+        let mut now = vec![0u8; bytes.len() + 1];
+        let mut got = 0;
+        while got < now.len() {
+            match self.file.read_at(&mut now[got..], got as u64)? {
+                0 => break,
+                n => got += n,
+            }
+        }
+        let said = decode(&now[..got]);
+        Ok(got == bytes.len() && matches!(said, Ok(Some(_))) && said == decode(bytes))
     }
 }
 
@@ -608,6 +628,55 @@ mod tests {
         assert_eq!(std::fs::read(Sidecar::path_for(&fresh)).unwrap(), b"", "made, nothing written");
         assert!(close(s, 9, &fresh), "the close saves");
         assert_eq!(acquire(&fresh).1.map(|w| w.cache_id), Some(9));
+    }
+
+    #[test]
+    fn a_close_that_would_write_what_the_file_says_writes_nothing() {
+        let db = closed_cleanly("unchanged");
+        let path = Sidecar::path_for(&db);
+        let clean = fingerprint(&path);
+        // Another process's pid in it (and so another checksum): the same state all the same.
+        let (ident, mut warm) = decode(&clean.0).unwrap().unwrap();
+        let mut other = encode(true, warm.cache_id, warm.page_bytes, Some(ident), Some(&warm.saved), &warm.extra);
+        other[8..12].copy_from_slice(&(std::process::id() ^ 1).to_le_bytes());
+        let crc_at = other.len() - 4;
+        let crc = crc32c::crc32c(&other[..crc_at]);
+        other[crc_at..].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, &other).unwrap();
+        let clean = fingerprint(&path);
+        std::thread::sleep(Duration::from_millis(20)); // an mtime a write would change
+        let (s, found) = acquire(&db);
+        assert_eq!(found.as_ref(), Some(&warm), "warm");
+        assert!(close(s, 5, &db), "alone: saved");
+        assert_eq!(fingerprint(&path), clean, "the same state: not written, not renamed");
+        // Each difference is written: the cache id, a version, the adapter's state, the database.
+        let append = |db: &Path| std::fs::OpenOptions::new().append(true).open(db).unwrap().write_all(b"+").unwrap();
+        type Change<'a> = &'a dyn Fn(&mut Warm, &Path);
+        let changes: [Change; 4] = [
+            &|w, _| w.cache_id += 1,
+            &|w, _| w.saved.table[1] += 1,
+            &|w, _| w.extra.push(7),
+            &|_, db| append(db), // written between the open and the close
+        ];
+        for (n, change) in changes.iter().enumerate() {
+            let (s, found) = acquire(&db);
+            assert!(found.is_some(), "change {n}: warm");
+            change(&mut warm, &db);
+            let saved = s.unwrap().close_clean(warm.cache_id, warm.page_bytes, &warm.saved, &warm.extra, &meta(&db));
+            assert!(saved.unwrap(), "change {n}: saved");
+            let said = decode(&std::fs::read(&path).unwrap()).unwrap().unwrap();
+            assert_eq!(
+                said,
+                (DbIdentity::of(&db).unwrap(), warm.clone()),
+                "change {n}: the file says the close's state"
+            );
+        }
+        // A dirty mark with nothing else changed: the close makes it clean again.
+        let (s, _) = acquire(&db);
+        first_change(&s);
+        let saved = s.unwrap().close_clean(warm.cache_id, warm.page_bytes, &warm.saved, &warm.extra, &meta(&db));
+        assert!(saved.unwrap());
+        assert_eq!(acquire(&db).1, Some(warm), "clean again after the mark");
     }
 
     #[test]

@@ -42,7 +42,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 use crate::cache::PageCache;
-use crate::side_file::{install, open_beside, write_temp, Beside};
+use crate::side_file::{install, open_beside, read_beside, write_temp, Beside};
 use crate::sidecar::{DbIdentity, Sidecar};
 use crate::versions::{split, MAX_PAGES, MAX_SEGMENTS};
 
@@ -82,9 +82,10 @@ pub fn path_for(db: &Path) -> PathBuf {
     db.with_file_name(name)
 }
 
-/// Writes the list for the database at `db_path` (`db`: its metadata) by a
-/// rename of a temporary file made as SQLite makes its journals (sidecar.rs,
-/// "Files beside the database"): a reader sees the old list or the new one
+/// Writes the list for the database at `db_path` (`db`: its metadata), unless
+/// the file there says it already, by a rename of a temporary file made as
+/// SQLite makes its journals (sidecar.rs, "Files beside the database"): a
+/// reader sees the old list or the new one
 /// (or, after a crash of the machine, one its checks refuse); a symlink at
 /// the list's name is replaced, never followed.
 pub fn write(db_path: &Path, db: &Metadata, list: &HotList) -> io::Result<()> {
@@ -92,7 +93,12 @@ pub fn write(db_path: &Path, db: &Metadata, list: &HotList) -> io::Result<()> {
     // Not synced: the list is a hint, checked whole when read (length, crc32c), and a sync
     // would add a disk flush to every close (the sidecar's is enough). A machine crash after
     // the rename may leave it short: then it is ignored.
-    let (_file, tmp) = write_temp(&path, &Beside::like(db), &encode(list), false)?;
+    let (like, bytes) = (Beside::like(db), encode(list));
+    // A close that holds what the last one held writes nothing (no temporary file, no rename).
+    if read_beside(&path, &like, bytes.len() as u64).ok().flatten().is_some_and(|now| now == bytes) {
+        return Ok(());
+    }
+    let (_file, tmp) = write_temp(&path, &like, &bytes, false)?;
     install(&tmp, &path)
 }
 
@@ -312,6 +318,24 @@ mod tests {
         assert_eq!(fingerprint(&victim), before, "the symlinks' target is never written");
         assert!(std::fs::symlink_metadata(path_for(&db)).unwrap().file_type().is_file(), "the link was replaced");
         assert_eq!(load(&db, &m(&db), Some((l.cache_id, 4096))).1, Trust::Trusted);
+    }
+
+    #[test]
+    fn a_write_of_the_list_the_file_holds_writes_nothing() {
+        let db = temp_db("unchanged");
+        let l = HotList { ident: DbIdentity::of(&db).unwrap(), ..list() };
+        write(&db, &m(&db), &l).unwrap();
+        let first = fingerprint(&path_for(&db));
+        std::thread::sleep(Duration::from_millis(20)); // an mtime a write would change
+        write(&db, &m(&db), &l).unwrap();
+        assert_eq!(fingerprint(&path_for(&db)), first, "the same list: not written, not renamed");
+        let hotter = HotList { pages: vec![1, 7, 2, 9, (1 << 40) | 3], ..l.clone() };
+        write(&db, &m(&db), &hotter).unwrap();
+        assert_eq!(decode(&std::fs::read(path_for(&db)).unwrap()), Ok(hotter), "another order: written");
+        // A list cut short on the disk (a machine crash after an unsynced rename) is written again.
+        std::fs::OpenOptions::new().write(true).open(path_for(&db)).unwrap().set_len(10).unwrap();
+        write(&db, &m(&db), &l).unwrap();
+        assert_eq!(decode(&std::fs::read(path_for(&db)).unwrap()), Ok(l));
     }
 
     #[test]

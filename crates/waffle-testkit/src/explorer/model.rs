@@ -19,13 +19,18 @@ struct View {
     /// The rows as of its snapshot plus its own writes, and the commit count it was taken at;
     /// None until its first read or write (SQLite takes the snapshot then, not at BEGIN).
     snapshot: Option<(Rows, u64)>,
+    /// A write succeeded in it: it holds the write lock, taken on a snapshot that was current.
     dirty: bool,
+    /// A write in it changed a row: its COMMIT writes the file (one that changed none writes
+    /// nothing, and no other snapshot goes stale by it).
+    changed: bool,
 }
 
 #[derive(Default)]
 pub struct Model {
     committed: Rows,
-    /// Commits so far.
+    /// Commits so far that changed a row (a write that changed none writes no page: SQLite's
+    /// pager commits nothing, and a snapshot taken before it is still the latest).
     commits: u64,
     views: HashMap<ConnId, View>,
     /// Backup files by path, and the rows they hold.
@@ -68,12 +73,15 @@ impl Model {
         if expected != changes {
             return Err(format!("rows changed per statement: expected {expected:?}, got {changes:?}"));
         }
+        let changed = changes.iter().any(|&n| n > 0);
         match self.views.get_mut(&conn) {
             Some(view) => {
                 view.snapshot.as_mut().expect("taken by visible()").0 = rows;
                 view.dirty = true;
+                view.changed |= changed;
             }
-            None => self.commit_rows(rows),
+            None if changed => self.commit_rows(rows),
+            None => {}
         }
         Ok(())
     }
@@ -95,7 +103,9 @@ impl Model {
                             self.commits
                         ));
                     }
-                    self.commit_rows(rows);
+                    if view.changed {
+                        self.commit_rows(rows);
+                    }
                 }
             }
             _ => {}
