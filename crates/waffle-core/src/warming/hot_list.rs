@@ -85,9 +85,9 @@ pub fn path_for(db: &Path) -> PathBuf {
 /// Writes the list for the database at `db_path` (`db`: its metadata), unless
 /// the file there says it already, by a rename of a temporary file made as
 /// SQLite makes its journals (sidecar.rs, "Files beside the database"): a
-/// reader sees the old list or the new one
-/// (or, after a crash of the machine, one its checks refuse); a symlink at
-/// the list's name is replaced, never followed.
+/// reader sees the old list or the new one (or, after a crash of the machine,
+/// one its checks refuse); a symlink at the list's name is replaced, never
+/// followed.
 pub fn write(db_path: &Path, db: &Metadata, list: &HotList) -> io::Result<()> {
     let path = path_for(db_path);
     // Not synced: the list is a hint, checked whole when read (length, crc32c), and a sync
