@@ -32,9 +32,10 @@
 //! used only if it is a regular file with one link, owned by this user (or,
 //! as root, by the database's owner); a new version is never written in
 //! place but to a temporary file of a random name created O_EXCL|O_NOFOLLOW,
-//! then renamed over it. The one write in place is a warm open's dirty mark
-//! (5 bytes: the pid and the clean flag), into the file it locked and
-//! checked, opened again O_NOFOLLOW and refused if it is another inode.
+//! then renamed over it. The one write in place is the dirty mark (5 bytes:
+//! the pid and the clean flag; a warm open's at its first change, a cold
+//! open's over a clean close's sidecar that no longer applies), into the file
+//! it locked and checked, opened again O_NOFOLLOW and refused if it is another inode.
 //! Anything wrong (a symlink, another owner, a
 //! directory this user cannot write) means no sidecar: a cold open, one
 //! warning, nothing written, never a refused open. Garbage of our own (bad
@@ -194,9 +195,12 @@ enum Found {
     Warm(Warm),
     /// A cold open already: a dirty mark, or a file just made.
     Cold,
-    /// A clean close's for the database as it was then, or garbage: a cold
-    /// open, once marked dirty.
+    /// A clean close's for the database as it was then: a cold open, once
+    /// marked dirty in place.
     Stale,
+    /// Not one of ours to read (a bad checksum, a length the database cannot
+    /// need, unreadable): a cold open, once replaced by a dirty one.
+    Garbage,
 }
 
 impl Sidecar {
@@ -238,16 +242,19 @@ impl Sidecar {
                 // A warm one stays clean until the open first changes a version (the caller's
                 // `dirty_mark`): an open that only reads serves and pushes the copies the saved
                 // versions name, so a crash of it leaves them as good as the clean close did.
-                // One that no longer applies (or garbage) is replaced by a dirty one; one that
-                // already says cold (a dirty mark, an empty file just made) is left as it is:
-                // the next open reads the same, and a cold open pays no sync for it.
-                if let Found::Stale = found {
-                    sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?;
+                // One that no longer applies is marked dirty in place (one sync), garbage is
+                // replaced by a dirty one; one that already says cold (a dirty mark, an empty
+                // file just made) is left as it is: the next open reads the same, and a cold
+                // open pays no sync for it.
+                match found {
+                    Found::Stale => sidecar.dirty_mark()?.mark()?,
+                    Found::Garbage => sidecar.replace(&encode(false, 0, 0, None, None, &[]), true)?,
+                    Found::Warm(_) | Found::Cold => {}
                 }
                 sidecar.share(deadline)?;
                 let warm = match found {
                     Found::Warm(warm) => Some(warm),
-                    Found::Cold | Found::Stale => None,
+                    Found::Cold | Found::Stale | Found::Garbage => None,
                 };
                 return Ok((sidecar, warm));
             }
@@ -305,7 +312,7 @@ impl Sidecar {
 
     /// What the sidecar says to an open that is alone: what a clean close
     /// saved, if it applies to the database as opened; a garbage sidecar is
-    /// said once and read as a stale one.
+    /// said once.
     fn read_found(&self) -> Found {
         let limit = max_sidecar_bytes(self.db.size());
         let mut bytes = Vec::new();
@@ -323,7 +330,7 @@ impl Sidecar {
             }
         };
         crate::warn!(key: format!("sidecar {}", self.path.display()), "ignoring the sidecar: {}: {why}; opening cold", self.path.display());
-        Found::Stale
+        Found::Garbage
     }
 
     /// How this warm open's sidecar is marked dirty when the open first
@@ -597,12 +604,19 @@ mod tests {
     #[test]
     fn a_write_between_sessions_makes_the_open_cold() {
         let db = closed_cleanly("modified");
+        let path = Sidecar::path_for(&db);
+        let clean = fingerprint(&path);
         std::fs::OpenOptions::new().append(true).open(&db).unwrap().write_all(b"more").unwrap();
         let (s, warm) = acquire(&db);
         assert_eq!(warm, None);
         // The clean close's sidecar no longer applies; it is marked dirty all the same, so that
-        // nothing after a crash of this open can take it for a clean close.
-        assert_eq!(std::fs::read(Sidecar::path_for(&db)).unwrap()[12], 0, "marked dirty");
+        // nothing after a crash of this open can take it for a clean close: in place (one sync,
+        // no rename), the pid and the clean byte, nothing else.
+        let marked = fingerprint(&path);
+        assert_eq!(marked.1, clean.1, "the same file");
+        assert_eq!(marked.0[8..13], [&std::process::id().to_le_bytes()[..], &[0]].concat()[..], "pid, dirty");
+        assert_eq!((&marked.0[..8], &marked.0[13..]), (&clean.0[..8], &clean.0[13..]), "nothing else");
+        assert_eq!(decode(&marked.0), Ok(None), "read as dirty, not as garbage");
         drop(s);
         assert_eq!(acquire(&db).1, None);
     }
