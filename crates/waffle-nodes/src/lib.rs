@@ -27,8 +27,10 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-/// How long a node may take to accept connections after it is started.
-const START_TIMEOUT_MS: u64 = 5_000;
+/// How long a node may take to accept connections after it is started (a soak's explorer at
+/// autogroup nice 10 beside a CI-like run once saw a restarted memcached not answer in 5 s,
+/// seed 9000013 step 0; a start is not what any test checks, and one that fails says so).
+const START_TIMEOUT_MS: u64 = 20_000;
 /// Attempts at finding a port that is free and stays free until memcached binds it.
 const START_ATTEMPTS: u32 = 8;
 /// `waffle nodes --memory`: memcached hands memory to a slab class 1 MiB at a time and a
