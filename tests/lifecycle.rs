@@ -2,7 +2,7 @@
 //! connection's open and close do to the other connections of the database.
 //!
 //! 1. A waffle connection's close keeps the POSIX locks other connections of
-//!    the process hold on the database (/proc/locks), rollback and WAL modes.
+//!    the process hold on the database (their fdinfo), rollback and WAL modes.
 //! 2. A WAL-mode close while another process has the database open (and
 //!    checkpointed under our SHARED lock) leaves the next open cold: it reads
 //!    the other process's commit, and a write through waffle keeps it.
@@ -18,7 +18,6 @@
 //! waffle's place), which must give the same answers.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::fs::MetadataExt;
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -27,6 +26,7 @@ use std::time::{Duration, Instant};
 use rusqlite::Connection;
 use waffle_testkit::db::{cache_id, open_plain, open_waffle};
 use waffle_testkit::nodes::{grid_of, start_node};
+use waffle_testkit::posix_locks::posix_locks;
 use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::writers::sqlite3_shell;
@@ -53,16 +53,9 @@ fn rows_with(c: &Connection, prefix: &str) -> i64 {
     c.query_row("SELECT count(*) FROM t WHERE v = ?1 || '-' || id", [prefix], |r| r.get(0)).unwrap()
 }
 
-/// POSIX locks this process holds on the file's inode, as /proc/locks lists them.
+/// POSIX locks this process holds on the file (fdinfo: /proc/locks can skip a held lock, `posix_locks`).
 fn my_posix_locks(path: &Path) -> usize {
-    let ino = std::fs::metadata(path).unwrap().ino().to_string();
-    let me = std::process::id().to_string();
-    let text = std::fs::read_to_string("/proc/locks").expect("/proc/locks");
-    text.lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|w| w.len() >= 6 && w[1] == "POSIX" && w[4] == me)
-        .filter(|w| w[5].rsplit(':').next() == Some(ino.as_str()))
-        .count()
+    posix_locks(std::process::id(), path).len()
 }
 
 fn grid_params(grid: &str) -> Vec<(&str, &str)> {

@@ -3,37 +3,26 @@
 //! drops every POSIX lock a process holds on a file when the process closes
 //! any descriptor of it: a descriptor the preload opened and closed on its
 //! own (the hot list's reload, a warm) would release the server's locks.
-//! Checked in /proc/locks: after the hot list's reload at a restart, and
+//! Checked in /proc/<pid>/fdinfo (`posix_locks`): after the hot list's reload at a restart, and
 //! after a warm, mariadbd still holds the locks it held before (the control:
 //! the same server before any reload or warm holds them).
 
 #[path = "mysql_support.rs"]
 mod mysql_support;
 
-use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
 use mysql_support::*;
+use waffle_testkit::posix_locks::posix_locks;
 use waffle_testkit::wait::wait_for;
 
 const ROWS: u64 = 2000;
 
-/// Inodes `pid` holds a POSIX lock on (/proc/locks: `1: POSIX ADVISORY WRITE <pid> <maj>:<min>:<inode> 0 EOF`).
-fn posix_locked_inodes(pid: u32) -> BTreeSet<u64> {
-    let text = std::fs::read_to_string("/proc/locks").expect("/proc/locks");
-    let held = text.lines().map(|l| l.split_whitespace().collect::<Vec<_>>());
-    // A waiter's line has "->" after the number: not a lock held.
-    let held = held.filter(|f| f.len() >= 6 && f[1] == "POSIX" && f[4] == pid.to_string());
-    held.filter_map(|f| f[5].rsplit(':').next()?.parse().ok()).collect()
-}
-
-/// The database files (of `files`, relative to `data`) that `pid` holds a POSIX lock on.
+/// The database files (of `files`, relative to `data`) that `pid` holds a POSIX lock on
+/// (fdinfo, read whole per descriptor: /proc/locks can skip a held lock, `posix_locks`).
 fn locked_files(pid: u32, data: &Path, files: &[&str]) -> Vec<String> {
-    let locked = posix_locked_inodes(pid);
-    let inode = |f: &&str| std::fs::metadata(data.join(f)).map(|m| m.ino()).ok();
-    files.iter().filter(|f| inode(f).is_some_and(|i| locked.contains(&i))).map(|f| f.to_string()).collect()
+    files.iter().filter(|f| !posix_locks(pid, &data.join(f)).is_empty()).map(|f| f.to_string()).collect()
 }
 
 /// Lines of the hot list that name tablespace `name`.
@@ -55,8 +44,13 @@ fn hot_list_options(grid: &str) -> ServerOptions {
 /// The files `s` holds locks on once it has read w.t: the control, before any reload or warm.
 fn locks_before(s: &Server, data: &Path) -> Vec<String> {
     assert_eq!(s.sql("SELECT id FROM w.t WHERE id = 7").unwrap().trim(), "7");
-    let held = locked_files(s.pid().unwrap(), data, &FILES);
-    assert!(held.contains(&"ibdata1".to_string()), "control: mariadbd locks ibdata1: {held:?}\n{}", proc_locks());
+    let pid = s.pid().unwrap();
+    let held = locked_files(pid, data, &FILES);
+    assert!(
+        held.contains(&"ibdata1".to_string()),
+        "control: mariadbd (pid {pid}) locks ibdata1: {held:?}\n{}",
+        proc_locks()
+    );
     held
 }
 

@@ -21,7 +21,8 @@
 //! runs again under `libwaffle_slowdisk.so` ([`slow_disk`]). And the plumbing: [`artefact`]
 //! finds a built binary or library of the profile the tests run under, [`wait_for`] polls a
 //! condition with a deadline instead of sleeping, [`stall`] measures how late the machine wakes
-//! this process's threads (the part of a timed wait that is not the code's), [`soak`] scales fault tests under
+//! this process's threads (the part of a timed wait that is not the code's), [`posix_locks`]
+//! reads the locks a process holds on a file without /proc/locks' torn reads, [`soak`] scales fault tests under
 //! `scripts/soak`, [`pattern`] makes bytes a wrong page cannot hold by accident, and
 //! [`test_cases!`] writes one `#[test]` per case of a matrix.
 //!
@@ -40,6 +41,7 @@ pub mod mariadb;
 pub mod mem_file;
 pub mod nodes;
 mod pattern;
+pub mod posix_locks;
 pub mod process;
 pub mod raw_client;
 pub mod slow_disk;
