@@ -11,6 +11,9 @@ use waffle_nodes::Node;
 
 const IDLE_MS: u64 = 200;
 
+/// The prober stops once no grid has been enrolled for its linger: two ticks of it, and room.
+const LINGER_BOUND: Duration = Duration::from_secs(5);
+
 /// One test at a time: the thread count of the last one is the process's.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
@@ -98,15 +101,21 @@ fn a_hung_node_nobody_asks_is_down_after_three_missed_probes() {
 }
 
 #[test]
-fn probes_are_bounded_skip_busy_nodes_and_stop_with_the_grid() {
+fn probes_are_bounded_skip_busy_nodes_and_stop_after_the_last_grid() {
     let _serial = serial();
     let busy = Node::start(16).expect("memcached must be installed");
     let idle = Node::start(16).expect("memcached must be installed");
-    let before = threads_named("waffle-probe");
+    // No grid alive (the tests run one at a time): a thread left by an earlier test stops.
+    within(LINGER_BOUND, "no prober without a grid", || threads_named("waffle-probe") == 0);
     let grid = grid_of(&[&busy, &idle], opts());
     let made = Instant::now();
     // The thread names itself once it runs.
-    within(Duration::from_secs(5), "one thread per grid", || threads_named("waffle-probe") == before + 1);
+    within(Duration::from_secs(5), "the process's prober", || threads_named("waffle-probe") == 1);
+    // A second grid (another database's) is probed by the same thread.
+    let other = grid_of(&[&idle], opts());
+    within(Duration::from_secs(5), "an idle probe of the second grid", || status(&other, 0).idle_probes > 0);
+    assert_eq!(threads_named("waffle-probe"), 1, "one prober for every grid of the process");
+    drop(other);
     // Keys of the busy node, asked every 50 ms for 2 s; the other node is asked nothing.
     let key = (0..1000).map(|i| format!("k{i}")).find(|k| grid.node_index(k.as_bytes()) == Some(0)).unwrap();
     let t0 = Instant::now();
@@ -133,8 +142,68 @@ fn probes_are_bounded_skip_busy_nodes_and_stop_with_the_grid() {
     assert!((3..=most).contains(&i.idle_probes), "{} probes of the idle node in 2 s: {i:?}", i.idle_probes);
     assert!(i.up && i.requests == 0, "{i:?}");
     drop(grid);
-    assert_eq!(threads_named("waffle-probe"), before, "the prober stopped with its grid");
+    let took = within(LINGER_BOUND, "the prober stopped after the last grid", || threads_named("waffle-probe") == 0);
+    assert!(took >= waffle_core::grid::PROBER_LINGER / 2, "it lingers for the next open: stopped after {took:?}");
     let off = grid_of(&[&idle], GridOptions { idle_probe_ms: 0, ..opts() });
-    assert_eq!(threads_named("waffle-probe"), before, "idle_probe_ms 0: no thread");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(threads_named("waffle-probe"), 0, "idle_probe_ms 0: no thread");
     drop(off);
+    // A grid after the thread stopped starts it again.
+    let again = grid_of(&[&idle], opts());
+    within(Duration::from_secs(5), "an idle probe after a restart of the thread", || status(&again, 0).idle_probes > 0);
+    drop(again);
+}
+
+/// A forked child's first grid starts a prober of its own (the parent's thread is not in the
+/// child), and the parent's keeps running.
+#[test]
+fn a_forked_child_starts_its_own_prober() {
+    let _serial = serial();
+    let node = Node::start(16).expect("memcached must be installed");
+    let grid = grid_of(&[&node], opts());
+    within(Duration::from_secs(5), "the parent's prober", || threads_named("waffle-probe") == 1);
+    let (mut fds, pipe) = ([0i32; 2], |fd: i32, byte: u8| {
+        // SAFETY: a valid descriptor and a one-byte buffer.
+        unsafe { libc::write(fd, [byte].as_ptr() as *const libc::c_void, 1) }
+    });
+    // SAFETY: fds has room for two descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: the child only makes a grid, polls /proc and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let child = grid_of(&[&node], opts());
+        let t0 = Instant::now();
+        let mut ok = false;
+        while t0.elapsed() < Duration::from_secs(5) {
+            if status(&child, 0).idle_probes > 0 && threads_named("waffle-probe") == 1 {
+                ok = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        pipe(fds[1], ok as u8);
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    assert!(pid > 0, "fork");
+    let mut byte = [9u8];
+    let mut ready = libc::pollfd { fd: fds[0], events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd. The child answers within its 5 s; 20 s bounds a child that hung.
+    let n = if unsafe { libc::poll(&mut ready, 1, 20_000) } == 1 {
+        // SAFETY: a valid descriptor and a one-byte buffer.
+        unsafe { libc::read(fds[0], byte.as_mut_ptr() as *mut libc::c_void, 1) }
+    } else {
+        // SAFETY: our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        0
+    };
+    // SAFETY: reaps the child; closes the pipe.
+    unsafe {
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+        libc::close(fds[0]);
+        libc::close(fds[1]);
+    }
+    assert_eq!((n, byte[0]), (1, 1), "the child's grid was probed by a thread of its own");
+    assert_eq!(threads_named("waffle-probe"), 1, "the parent's prober runs on");
+    drop(grid);
 }

@@ -5,10 +5,10 @@
 //! slowest node rather than the sum of them. A down node is never remapped:
 //! its keys are misses until it is back (the disk has every page).
 //!
-//! One thread per grid ([`Prober`]) sends an `mn` to each node that has seen
-//! no request for [`GridOptions::idle_probe_ms`] (node.rs,
+//! The process's prober thread (prober.rs) sends an `mn` to each node that
+//! has seen no request for [`GridOptions::idle_probe_ms`] (node.rs,
 //! `probe_if_idle`): without it a node nobody asks stays "up" after it died.
-//! It talks to the configured nodes only, and stops when the grid drops.
+//! A grid is enrolled while it lives; the prober talks to its configured nodes only.
 
 use super::clock::{Clock, SystemClock};
 use super::disk_cost::DiskCost;
@@ -18,10 +18,10 @@ use super::memory::GridMemory;
 use super::node::{Exchange, Node};
 use super::options::GridOptions;
 use super::outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
+use super::prober::Enrolment;
 use super::protocol::{self, Reply, MAX_VALUE_BYTES};
 use super::spec::NodeSpec;
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The L2 client. `Send + Sync`: share one `Grid` between threads.
@@ -29,14 +29,14 @@ use std::time::{Duration, Instant};
 /// `C` is the clock of the nodes' up/down decisions ([`Grid::with_clock`]):
 /// the real one but in tests.
 pub struct Grid<C: Clock = SystemClock> {
-    /// Shared with the prober thread.
+    /// Shared with the prober thread (which holds them only during a probe).
     nodes: Arc<Vec<Node<C>>>,
     continuum: Continuum,
     opts: GridOptions,
     /// The single-page disk reads of the cache this grid serves: what a hit saves.
     disk: DiskCost,
-    /// Probes the nodes nobody asks ([`Grid::new`] only: a test clock has none).
-    prober: Option<Prober>,
+    /// Probed when nobody asks them ([`Grid::new`] only: a test clock has none).
+    prober: Option<Enrolment>,
 }
 
 /// How a pipeline's replies ended.
@@ -49,71 +49,11 @@ impl Grid {
     /// Never connects and never fails. A host that does not resolve makes a node
     /// that is always down (one warning line on stderr); it keeps its place on
     /// the ketama ring, so other nodes keep their keys.
-    /// Starts the grid's prober thread unless `opts.idle_probe_ms` is 0.
+    /// Enrols its nodes with the process's prober unless `opts.idle_probe_ms` is 0.
     pub fn new(nodes: Vec<NodeSpec>, opts: GridOptions) -> Grid {
         let mut grid = Grid::with_clock(nodes, opts, SystemClock);
-        grid.prober = Prober::start(&grid.nodes, grid.opts.idle_probe_ms);
+        grid.prober = super::prober::enrol(&grid.nodes, grid.opts.idle_probe_ms);
         grid
-    }
-}
-
-/// The prober thread of one grid: every tick (a third of the idle time, at
-/// most 1 s) it probes each node idle that long, and has the log say what it
-/// held back ([`crate::log::flush_held`]). Stopped and joined when the
-/// grid drops; a probe in flight ends by its deadline.
-struct Prober {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Prober {
-    fn start(nodes: &Arc<Vec<Node>>, idle_ms: u64) -> Option<Prober> {
-        if idle_ms == 0 || nodes.is_empty() {
-            return None;
-        }
-        let idle = Duration::from_millis(idle_ms);
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let (nodes, told) = (Arc::clone(nodes), Arc::clone(&stop));
-        let spawned =
-            std::thread::Builder::new().name("waffle-probe".into()).spawn(move || probe_loop(&nodes, idle, &told));
-        match spawned {
-            Ok(thread) => Some(Prober { stop, thread: Some(thread) }),
-            Err(e) => {
-                crate::warn!("cannot start the grid's prober thread: {e}; idle nodes are not probed");
-                None
-            }
-        }
-    }
-}
-
-fn probe_loop(nodes: &[Node], idle: Duration, stop: &(Mutex<bool>, Condvar)) {
-    let tick = (idle / 3).clamp(Duration::from_millis(10), Duration::from_secs(1));
-    let stopped = || *stop.0.lock().unwrap_or_else(|e| e.into_inner());
-    loop {
-        let guard = stop.0.lock().unwrap_or_else(|e| e.into_inner());
-        let (guard, _) = stop.1.wait_timeout_while(guard, tick, |s| !*s).unwrap_or_else(|e| e.into_inner());
-        if *guard {
-            return;
-        }
-        drop(guard);
-        for node in nodes {
-            if stopped() {
-                return;
-            }
-            node.probe_if_idle(idle);
-        }
-        // Summaries of lines held back (a node that flapped) need no later line to be said.
-        crate::log::flush_held();
-    }
-}
-
-impl Drop for Prober {
-    fn drop(&mut self) {
-        *self.stop.0.lock().unwrap_or_else(|e| e.into_inner()) = true;
-        self.stop.1.notify_all();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -15,7 +15,8 @@
 //! - `disk_cost`: what the cache's single-page disk reads take, for `cost`;
 //!   `median`: the median of a trial's latest push exchanges, for `cost`.
 //! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
-//! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`].
+//! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`];
+//!   `prober`: the process's one thread that probes idle nodes of every grid.
 //!
 //! The grid never fails the database: a fault, a timeout or a down node is a
 //! miss for the caller (see [`Fetch`]), and every request has a deadline.
@@ -33,6 +34,7 @@ pub mod memory;
 mod node;
 pub mod options;
 pub mod outcome;
+mod prober;
 pub mod protocol;
 pub mod spec;
 
@@ -43,4 +45,5 @@ pub use health::MISSES_TO_DOWN;
 pub use memory::GridMemory;
 pub use options::GridOptions;
 pub use outcome::{FaultKind, Fetch, ItemFate, NodeStatus, StoreReport};
+pub use prober::LINGER as PROBER_LINGER;
 pub use spec::{NodeSpec, SpecError};
