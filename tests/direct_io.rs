@@ -59,13 +59,14 @@ fn a_small_database_stays_in_the_page_cache_by_default_and_leaves_it_with_on() {
         let (resident, total) = resident_pages(&path);
         let in_effect = snapshot(&conn).sqlite.map(|s| s.config.direct_io);
         // `auto` and `off` issue no POSIX_FADV_DONTNEED: every page stays (the file was just read).
-        // `on` drops each range read; a kernel with large folios keeps a folio that straddles two
-        // read-ahead windows (about 80% of a scanned file stayed here), so only "fewer" is asserted.
+        // `on` drops each range read, and its advice of no read-ahead comes before the pager's
+        // header read (the one page that read leaves). Given after it, the kernel read ahead
+        // through the whole scan and about 80% of the file stayed (docs/benchmarks.md).
         if kept {
             assert!(resident * 100 >= total * 99, "{param:?}: {resident} of {total} pages cached after the read");
             assert_eq!(in_effect, Some(false), "{param:?}");
         } else {
-            assert!(resident * 100 < total * 99, "{param:?}: {resident} of {total} pages cached after the read");
+            assert!(resident <= 2, "{param:?}: {resident} of {total} pages cached after the read");
             assert_eq!(in_effect, Some(true), "{param:?}");
         }
     }

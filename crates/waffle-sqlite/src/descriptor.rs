@@ -75,7 +75,7 @@ pub enum DescriptorError {
 /// # Safety
 /// `real` is a file `base` opened (its xOpen succeeded), at least
 /// `(*base).szOsFile` bytes, not yet closed.
-pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<RawFd, DescriptorError> {
+pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<(RawFd, u64), DescriptorError> {
     // SAFETY: base is the live base VFS (the caller's promise); zName is its NUL-terminated name.
     let (name, size) = unsafe { (CStr::from_ptr((*base).zName), (*base).szOsFile) };
     if !name.to_bytes().starts_with(b"unix") {
@@ -98,7 +98,7 @@ pub unsafe fn of(real: *mut sqlite3_file, base: *const sqlite3_vfs) -> Result<Ra
         // SAFETY: real is open (the caller's promise), so its methods are the base VFS's.
         let sqlite_size = unsafe { file_size(real) }.ok_or(DescriptorError::NoSize)?;
         if meta.len() == sqlite_size {
-            return Ok(head.fd);
+            return Ok((head.fd, sqlite_size));
         }
     }
     Err(DescriptorError::NotTheFile)
@@ -237,9 +237,23 @@ impl Backing for SqliteFd {
 /// `waffle_direct_io=on`: the kernel reads no more than is asked through this
 /// descriptor (POSIX_FADV_RANDOM: no read-ahead into its page cache), so that
 /// with POSIX_FADV_DONTNEED after each read nothing waffle read stays cached.
+///
+/// Given before the descriptor's first read (xOpen, before the pager reads the
+/// header): a read made before it starts a read-ahead window whose marked page,
+/// read later, starts the next window whatever the advice, and so on through a
+/// scan (Linux's async read-ahead does not look at it). One 100-byte header read
+/// before the advice left 8,001 of a file's 8,020 pages cached after a scan with
+/// every range dropped; given first, 1 (docs/benchmarks.md, "Device profiles").
 pub fn no_read_ahead(fd: RawFd) {
     // SAFETY: advice on an open descriptor; it changes no data.
     unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_RANDOM) };
+}
+
+/// The kernel's read-ahead back on the descriptor (an xOpen's early [`no_read_ahead`]
+/// that its opener's settings, known later, do not want).
+pub fn read_ahead_again(fd: RawFd) {
+    // SAFETY: advice on an open descriptor; it changes no data.
+    unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_NORMAL) };
 }
 
 /// A backing for work that must not read the file (the hot list's grid-only reload).

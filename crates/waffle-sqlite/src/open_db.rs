@@ -90,6 +90,8 @@ pub struct Pending {
     pub read_only: bool,
     /// SQLite's own descriptor of the file (descriptor.rs).
     pub fd: RawFd,
+    /// Whether xOpen advised no read-ahead on it (`config` drops the page cache).
+    pub no_read_ahead: bool,
 }
 
 /// The wal-index mapping while handles of ours hold it: the address stays

@@ -84,12 +84,17 @@ pub unsafe fn resolve(f: *mut sqlite3_file, who: Opener) {
     }
     // SAFETY: as above.
     let pending = unsafe { Box::from_raw(p) };
-    let fd = pending.fd;
+    let (fd, advised) = (pending.fd, pending.no_read_ahead);
     let result = std::panic::catch_unwind(AssertUnwindSafe(|| attach(*pending, who)));
     match result {
         Ok(Ok(db)) => {
-            if descriptor::drops_page_cache(&db.config, db.len_seen.load(std::sync::atomic::Ordering::Relaxed)) {
-                descriptor::no_read_ahead(fd);
+            // xOpen advised by its own settings; the opener's (an ATTACH's main) decide.
+            let drops =
+                descriptor::drops_page_cache(&db.config, db.len_seen.load(std::sync::atomic::Ordering::Relaxed));
+            match (advised, drops) {
+                (false, true) => descriptor::no_read_ahead(fd),
+                (true, false) => descriptor::read_ahead_again(fd),
+                _ => {}
             }
             // SAFETY: f is ours; main_close gives the Arc back.
             unsafe {

@@ -212,7 +212,7 @@ unsafe fn open(
     let fd = if is_main && (warming || config.is_some()) {
         // SAFETY: real was just opened by the base VFS b.
         match unsafe { descriptor::of(real, b) } {
-            Ok(fd) => Some(fd),
+            Ok(found) => Some(found),
             Err(why) => {
                 // SAFETY: a main database's name is not null.
                 let path = unsafe { CStr::from_ptr(name) }.to_string_lossy();
@@ -227,6 +227,7 @@ unsafe fn open(
     if warming {
         if let Some(db) = crate::warm::take_joining() {
             // The warm's connection must have opened the very file it warms (not one renamed over it).
+            let fd = fd.map(|(fd, _)| fd);
             let same = fd.and_then(|fd| descriptor::metadata(fd).ok()).is_some_and(|m| key_of(&m) == db.key);
             if !same {
                 registry::detach(db, true);
@@ -270,14 +271,20 @@ unsafe fn open(
     };
     // SAFETY: a main database's name is not null (is_main), so NUL-terminated.
     let path_text = unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned();
-    let fd = fd.expect("config is kept only with a descriptor");
+    let (fd, len) = fd.expect("config is kept only with a descriptor");
     // SAFETY: name is xOpen's filename for a main database; out_flags is null or what the base VFS set.
     let read_only = unsafe { opened_read_only(name, flags, out_flags) };
     // SAFETY: as above.
     let stats_uri = unsafe { crate::stats_file::path_of(name) };
     let (config, uri_params) = config;
+    // Before the pager reads the header: a read before the advice defeats it (descriptor.rs).
+    // An ATTACH's settings are its main database's, known at the attach: corrected there.
+    let no_read_ahead = descriptor::drops_page_cache(&config, len);
+    if no_read_ahead {
+        descriptor::no_read_ahead(fd);
+    }
     // Whose file this is, SQLite says next (opener.rs): the cache is attached then.
-    let pending = Pending { config, uri_params, stats_uri, path: path_text.into(), read_only, fd };
+    let pending = Pending { config, uri_params, stats_uri, path: path_text.into(), read_only, fd, no_read_ahead };
     // SAFETY: f is ours to fill; the pending state is taken by opener::resolve or main_close.
     unsafe {
         (*wf).pending = Box::into_raw(Box::new(pending));

@@ -10,10 +10,11 @@
 //! FADV_DONTNEED after each read, as strace shows) 4,045 pages of the file were
 //! cached for 2,663 read, and a whole 123.5 MiB file after a full scan, so the
 //! EMULATED hdd-10k slowed 991 of 420,000 reads of a measured run (issue 34
-//! item 4). The product's drop holds alone (a full scan in the `sqlite3` shell,
-//! with and without the shim, leaves 1 page cached; dirty pages, which no
-//! advice drops, stay: docs/benchmarks.md), so what keeps the file cached is in
-//! the bench, not found yet. Until it is, the bench drops the whole file every
+//! item 4). The cause was the product's: its advice of no read-ahead came
+//! after the pager's first read of the header, whose read-ahead window marked
+//! a page that kept the kernel reading ahead through any scan (fixed: xOpen
+//! advises first, docs/benchmarks.md "Configurations"). The bench still drops
+//! the whole file every
 //! [`INTERVAL_MS`], for every configuration on a device alike.
 
 use std::os::fd::AsRawFd;
