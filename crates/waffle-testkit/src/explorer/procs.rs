@@ -11,8 +11,9 @@ use super::protocol::Answer;
 use crate::process::KillOnDrop;
 
 /// How long one answer may take (a checked build's VACUUM of a small table takes well under it):
-/// a worker that takes longer is hung, and the schedule fails.
-pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(30);
+/// a worker that takes longer is hung, and the schedule fails. Beyond a starved soak's stalls
+/// (settings.rs, STATEMENT_BOUND).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What every worker of a run is started with.
 #[derive(Clone)]
