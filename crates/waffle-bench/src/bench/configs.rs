@@ -37,6 +37,8 @@
 //! `+flash-uncached[=SIZE]`: the same, the flash files kept out of the kernel's
 //! page cache while the configuration runs (`bench::uncached`), so that flash
 //! reads reach this machine's disk, as on a node whose flash is many times its memory.
+//! `all-local+flash[=SIZE]`: L1 as large as a `grid+flash`'s L1 + RAM + flash
+//! (the same amount): the ceiling of the flash configuration.
 //! Waffle configurations open with `waffle_direct_io=on`, so that the budget
 //! is all the memory the pages use and an emulated device sees every miss;
 //! `+auto` opens with the library's default instead (`auto`: a file the
@@ -168,8 +170,14 @@ impl ConfigSpec {
         if codec.is_some() && matches!(kind, Kind::Stock | Kind::Plain) {
             return Err(format!("'{given}': stock SQLite has no waffle to compress"));
         }
-        if flash.is_some() && !matches!(kind, Kind::Grid { .. }) {
-            return Err(format!("'{given}': only a grid configuration's nodes have flash (grid+flash, grid:N+flash)"));
+        if flash.is_some() && !matches!(kind, Kind::Grid { .. } | Kind::AllLocal) {
+            return Err(format!(
+                "'{given}': only a grid configuration's nodes have flash (grid+flash, grid:N+flash), \
+                 and all-local+flash is their ceiling"
+            ));
+        }
+        if flash_uncached && kind == Kind::AllLocal {
+            return Err(format!("'{given}': all-local has no flash files to keep uncached (all-local+flash)"));
         }
         Ok(ConfigSpec {
             kind,
@@ -303,8 +311,11 @@ impl Plan {
                     ((bytes / nodes as u64) >> 20).max(u64::from(MIN_FLASH_MIB)) as u32
                 });
             }
-            // The ceiling: L1 as large as the grid configurations' L1 + L2.
-            Kind::AllLocal => p.l1_bytes = budget - s + grid_bytes,
+            // The ceiling: L1 as large as the grid configurations' L1 + L2 (+ their flash).
+            Kind::AllLocal => {
+                let flash = spec.flash.map_or(0, |f| f.unwrap_or(DEFAULT_FLASH).of(budget));
+                p.l1_bytes = budget - s + grid_bytes + flash;
+            }
             Kind::Stock => {
                 p.waffle = false;
                 p.sqlite_cache_bytes = budget;
@@ -399,9 +410,15 @@ mod tests {
         let small = ConfigSpec::parse("grid:4+flash=50%").unwrap();
         assert_eq!(Plan::new("f", &small, b, s, b, 16, None, None).flash_mib_per_node, MIN_FLASH_MIB);
         assert_eq!(grid.flash_mib_per_node, 0, "no flash unless asked");
-        for bad in ["local+flash", "all-local+flash=1GiB", "stock+flash"] {
+        for bad in ["local+flash", "stock+flash"] {
             assert!(ConfigSpec::parse(bad).unwrap_err().contains("only a grid"), "{bad}");
         }
+        // all-local+flash: the ceiling of grid+flash, L1 = B - S + L2 + the same flash; no nodes.
+        let ceiling = Plan::new("c", &ConfigSpec::parse("all-local+flash").unwrap(), b, s, b, 16, None, None);
+        assert_eq!((ceiling.l1_bytes, ceiling.flash_mib_per_node, ceiling.nodes), (b - s + b + 4 * b, 0, 0));
+        let sized = Plan::new("c", &ConfigSpec::parse("all-local+flash=1GiB").unwrap(), b, s, b, 16, None, None);
+        assert_eq!(sized.l1_bytes, b - s + b + (1 << 30));
+        assert!(ConfigSpec::parse("all-local+flash-uncached").unwrap_err().contains("no flash files"));
         assert!(ConfigSpec::parse("grid+flash=lots").unwrap_err().contains("+flash=lots"));
         assert!(ConfigSpec::parse("grid+flashy").unwrap_err().contains("=SIZE"));
         let u = ConfigSpec::parse("grid+flash-uncached=128MiB").unwrap();
