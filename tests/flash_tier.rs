@@ -323,7 +323,22 @@ fn a_flash_file_corrupted_or_truncated_under_a_running_node_serves_no_wrong_page
     }
     f.sync_all().unwrap();
 
+    // The garbled values, asked for by another client: each a miss that memcached counts as a bad
+    // CRC (and unlinks). Asked here rather than left to the cache's reads below, which need not
+    // ask for every page (one in L1, or skipped by the presence guess): a run under load once
+    // saw 2 of the 3 there, while asked here every one of them was bad in every run.
     let names = ["get_extstore", "badcrc_from_extstore", "miss_from_extstore"];
+    let g0 = counters(&addr, &names);
+    let mut raw = RawClient::connect(&addr);
+    for (_, it) in &garbled {
+        // The item: header, key, one byte, value, "\r\n" (item_at).
+        let k_at = it.current_at + ITEM_HEADER_BYTES;
+        let k = std::str::from_utf8(&data[k_at..it.current_at + it.len - 2 - it.value_len - 1]).unwrap();
+        assert_eq!(raw.peek(k).map(|v| v.len()), None, "memcached served the garbled value of {k}");
+    }
+    let g1 = counters(&addr, &names);
+    assert_eq!(g1[1] - g0[1], garbled.len() as u64, "memcached did not find the garbled values bad: {g0:?} -> {g1:?}");
+
     let before = cache_stats(&conn);
     let n0 = counters(&addr, &names);
     check(&conn, 1, "with the flash file corrupted");
@@ -332,8 +347,7 @@ fn a_flash_file_corrupted_or_truncated_under_a_running_node_serves_no_wrong_page
     assert_verified(&after);
     let refused = after.l2_rejects.version - before.l2_rejects.version;
     assert_refused(refused, replayed.len(), &after);
-    assert_eq!(n1[1] - n0[1], garbled.len() as u64, "memcached did not find the garbled values bad: {n0:?} -> {n1:?}");
-    assert!(n1[0] - n0[0] >= refused + garbled.len() as u64, "the copies did not come from extstore");
+    assert!(n1[0] - n0[0] >= refused, "the copies did not come from extstore: {n0:?} -> {n1:?}");
 
     // The file cut to nothing under the node: every flash read is a miss, every page still right.
     rewrite(&conn, 2);
