@@ -96,6 +96,15 @@ pub fn run_config(
         (None, true) => dataset::working_copy(ds)?,
         (None, false) => ds.path.clone(),
     };
+    // On the real disk too, a waffle configuration that drops what it reads starts with none of
+    // the file cached: what the bench's own plain reads left (the dataset's tag, the last
+    // configuration's dbstat count) sits in large folios a dropped range only partly covers, and
+    // a read-ahead mark among them keeps the kernel reading ahead on waffle's descriptors
+    // (docs/benchmarks.md, "Configurations"). Before any connection opens (the drop's own
+    // descriptor, closed, would release their locks).
+    if plan.device.is_none() && plan.waffle && !plan.direct_io_auto {
+        emulation::drop_cached_pages(&path)?;
+    }
     // Every configuration starts cold: what an earlier one's clean close saved
     // (a sidecar naming nodes that are gone, a hot list) would preload it.
     let _ = std::fs::remove_file(waffle_core::sidecar::Sidecar::path_for(&path));
