@@ -70,7 +70,8 @@ pub enum DescriptorError {
     NotTheFile,
 }
 
-/// The descriptor SQLite's unix VFS opened as `real`, checked.
+/// The descriptor SQLite's unix VFS opened as `real`, checked, and the file's length (its fstat and
+/// SQLite agree on it).
 ///
 /// # Safety
 /// `real` is a file `base` opened (its xOpen succeeded), at least
