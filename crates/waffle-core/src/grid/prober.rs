@@ -16,6 +16,12 @@
 //! holds weak references only; during a tick it holds the nodes it probes,
 //! at most until the probe's deadline (a grid dropped meanwhile closes its
 //! connections when that probe ends).
+//!
+//! Fork: the state names the process whose thread runs, so a child's first
+//! grid starts its own. The state's lock is held to copy the list and to
+//! enrol, never across a probe or a wait; a fork in those microseconds would
+//! leave the child's first grid waiting on a lock no thread of the child
+//! holds (as for any lock of a multithreaded parent: the log's is the same).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
