@@ -128,11 +128,18 @@ fn crash_rounds(journal: &str, seed: u64) {
 
     let mut last_committed = 0u64;
     let (mut hot_journals, mut wal_left, mut in_flight_committed, mut hits_after_recovery) = (0, 0, 0, 0);
+    let mut warm_after_crash = 0;
     for round in 0..rounds() {
         let r = mix(soak_seed(seed) ^ round);
         let commits = 2 + (r % 8) as usize;
         let extra_ms = (r >> 8) % 25;
+        let file_before = std::fs::read(&db).unwrap();
         let child_id = crash_child(&db, &grid, &report, last_committed + 1, commits, extra_ms);
+        // A crashed incarnation that never changed the main file (WAL mode, killed before its
+        // first checkpoint) left the sidecar clean: its saved versions still name exactly the
+        // file's pages, and the next open is warm under the same id (docs/design.md, "Sidecar
+        // file"). Any change to the file must make it cold.
+        let file_unchanged = std::fs::read(&db).unwrap() == file_before;
         let tag = format!("[{journal} round {round} seed {:#x}]", soak_seed(seed));
         assert_eq!(child_id, parent_id, "{tag} after a clean close the child's open should be warm (same cache id)");
         if dir.join("c.db-journal").exists() {
@@ -152,20 +159,31 @@ fn crash_rounds(journal: &str, seed: u64) {
         // The hot list's reload off: its own connection reads page 1 again, a copy this
         // incarnation pushed, which the strict check below would count (tests/hot_list.rs
         // covers the reload after a crash).
-        let conn = open_waffle(&db, &[params_for(&grid), vec![("waffle_hot_list", "off")]].concat());
+        // Verify mode: every page served, from L1 or the grid, is compared with the file.
+        let reopen = [params_for(&grid), vec![("waffle_hot_list", "off"), ("waffle_verify", "on")]].concat();
+        let conn = open_waffle(&db, &reopen);
         let id = cache_id(&conn);
-        assert!(ids_used.insert(id), "{tag} the reopen after a crash must take a cache id never used before");
+        let warm = id == child_id;
+        if warm {
+            assert!(file_unchanged, "{tag} the child changed the main file, and the reopen after its crash was warm");
+            warm_after_crash += 1;
+        } else {
+            assert!(ids_used.insert(id), "{tag} the reopen after a crash must take a cache id never used before");
+        }
         let (rows, m) = contents(&conn);
         let s = cache_stats(&conn);
         // The scan reads every page once. A hit can only be a copy this new
         // incarnation pushed itself: pages the hot-journal rollback (or WAL
         // recovery) wrote through the cache, evicted from the tiny L1 and
         // read back. Without such writes there is no hit at all.
-        if s.disk_writes == 0 {
+        // Cold: a hit can only be a copy this new incarnation pushed itself. Warm: the file's own
+        // pages at the saved versions (verify mode compares each with the file).
+        if s.disk_writes == 0 && !warm {
             assert_eq!(s.l2_hits, 0, "{tag} a scan right after the crash must not hit the grid: {s:?}");
         }
-        assert!(s.l2_hits <= s.l2_pushes, "{tag} {s:?}");
+        assert!(warm || s.l2_hits <= s.l2_pushes, "{tag} {s:?}");
         assert_eq!(s.l2_rejects_total, 0, "{tag} copies from before the crash are not even asked for: {s:?}");
+        assert_eq!(s.verify_mismatches, 0, "{tag} a page served differed from the file: {s:?}");
         hits_after_recovery += s.l2_hits;
         assert!(m >= max_reported, "{tag} transaction {max_reported} was reported committed, the database ends at {m}");
         assert!(m <= max_reported + 1, "{tag} the database is at {m}, but only {max_reported} were reported");
@@ -179,14 +197,18 @@ fn crash_rounds(journal: &str, seed: u64) {
         assert_eq!(ok, "ok", "{tag}");
         let still = present(&addrs, child_id, pages);
         let evicted_meanwhile = evictions(&addrs) > evictions_before;
-        assert!(child_copies.is_subset(&still) || evicted_meanwhile, "{tag} a copy made before the crash was fetched");
+        assert!(
+            warm || child_copies.is_subset(&still) || evicted_meanwhile,
+            "{tag} a copy made before the crash was fetched"
+        );
         // Housekeeping: the old incarnation's copies go, so that a long soak
         // does not fill the nodes (and make memcached evict what we watch).
         forget(&addrs, child_id, pages);
         eprintln!(
-            "{tag} killed after {} commits (+{extra_ms} ms); reopened cold at transaction {m} (last reported \
+            "{tag} killed after {} commits (+{extra_ms} ms); reopened {} at transaction {m} (last reported \
              {max_reported}), {} rows ok, {} pre-crash copies left untouched",
             reports.len() - last_committed as usize,
+            if warm { "warm (the file unchanged)" } else { "cold" },
             rows.len(),
             child_copies.len()
         );
@@ -212,7 +234,8 @@ fn crash_rounds(journal: &str, seed: u64) {
     eprintln!(
         "[{journal}] {} crash rounds, {hot_journals} hot journals rolled back, {wal_left} WALs recovered, \
          {in_flight_committed} kills landed after COMMIT and before the report, {hits_after_recovery} grid hits on copies \
-         pushed after a recovery; warm reopen: l2_hits {} of {pages} pages; {:.1}s",
+         pushed after a recovery, {warm_after_crash} reopens warm after a crash that left the file unchanged; warm \
+         reopen: l2_hits {} of {pages} pages; {:.1}s",
         rounds(),
         s.l2_hits,
         started.elapsed().as_secs_f64()
