@@ -135,10 +135,12 @@ fn crash_rounds(journal: &str, seed: u64) {
         let extra_ms = (r >> 8) % 25;
         let file_before = std::fs::read(&db).unwrap();
         let child_id = crash_child(&db, &grid, &report, last_committed + 1, commits, extra_ms);
-        // A crashed incarnation that never changed the main file (WAL mode, killed before its
-        // first checkpoint) left the sidecar clean: its saved versions still name exactly the
-        // file's pages, and the next open is warm under the same id (docs/design.md, "Sidecar
-        // file"). Any change to the file must make it cold.
+        // A crashed incarnation that gave no page a new version left the sidecar clean (the
+        // dirty mark comes before the first new version: docs/design.md, "Sidecar file"). In WAL
+        // mode a child killed right after its first commit can be that: its frames are in the
+        // WAL, the main file is byte for byte as the clean close left it, its saved versions
+        // still name the file's pages, and the next open is rightly warm under the same id.
+        // Any change to the main file must make it cold.
         let file_unchanged = std::fs::read(&db).unwrap() == file_before;
         let tag = format!("[{journal} round {round} seed {:#x}]", soak_seed(seed));
         assert_eq!(child_id, parent_id, "{tag} after a clean close the child's open should be warm (same cache id)");
