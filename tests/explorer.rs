@@ -242,6 +242,19 @@ fn found_model_a_write_that_changed_nothing_commits_nothing() {
     }
 }
 
+/// The explorer's own, found by session 18's soak (rollback journal, 3 processes): a WAL-mode
+/// backup restored over the file; then on `w1.0` an ATTACH that waffle refuses by design (a FIFO
+/// as its key file), then an unqualified checkpoint. The refused ATTACH failed and reset the
+/// connection's schemas, so the checkpoint read the main database again and found it in WAL
+/// mode ("0|0|0"); the control's ATTACH had succeeded, and its checkpoint still saw the old
+/// mode ("0|-1|-1"). The control now fails its ATTACH too (a file that cannot be opened).
+#[test]
+fn found_control_a_refused_attach_resets_the_connections_schemas() {
+    if let Err(why) = explore(9300186, 160) {
+        panic!("{why}");
+    }
+}
+
 /// `WAFFLE_EXPLORE_SEED` (default 0x19_0006, one more DELETE schedule): the replay of a seed a
 /// failure or `scripts/explore` printed.
 #[test]

@@ -4,10 +4,10 @@
 //! model does not know (the scratch directory is listed after each), and a statement returns
 //! within `STATEMENT_BOUND`.
 //!
-//! Where waffle refuses by design, both runs record `refused` (the control, plain SQLite,
-//! must have read the rows, or met SQLite's own busy or locked answer: a lock another
-//! connection held, which the refused open never reached): an ATTACH naming a key file that is a FIFO (checked in xOpen,
-//! before SQLite says the open is an ATTACH), and an open asking for weaker settings (another
+//! Where waffle refuses by design, both runs record `refused`: an ATTACH naming a key file that
+//! is a FIFO (checked in xOpen, before SQLite says the open is an ATTACH; the control attaches
+//! a file that cannot be opened instead, so that its connection too goes through a failed
+//! ATTACH, which resets its schemas), and an open asking for weaker settings (another
 //! grid, a seal key, verify on over off) while another waffle connection of its process has the
 //! database open. Anything else refused, or a weaker open joined, fails the step.
 
@@ -73,6 +73,14 @@ impl Run<'_> {
             AttachTarget::Other => self.dir.join(OTHER_DB),
         };
         let op = write.as_ref().filter(|_| !by_design && !read_only);
+        // Where waffle refuses by design, the ATTACH fails on the slot's connection, and a failed
+        // ATTACH resets the connection's schemas: its next statement reads the main database
+        // again, and notices what changed under it (a WAL-mode backup restored over the file:
+        // an unqualified checkpoint then answered "0|0|0" under waffle and "0|-1|-1" in a control
+        // whose ATTACH had succeeded; seed 9300186, step 156). So the control's ATTACH fails too,
+        // on a file that cannot be opened: both connections have the same history.
+        let fails_here = by_design && !self.waffle;
+        let file = if fails_here { self.dir.join("no-such-directory").join(OTHER_DB) } else { file };
         let command = format!(
             "attach {k} {} {} file:{}{} {}",
             if *read_only { "ro" } else { "rw" },
@@ -85,20 +93,23 @@ impl Run<'_> {
         self.check_stderr(w)?;
         self.tally.attaches += 1;
         let ok = answer.is_ok();
-        let record = if by_design && self.waffle {
-            if ok || stage(&answer) != "attach" || code(&answer).map(|c| c & 0xff) != Some(14) {
-                if ok {
-                    return Err(format!("an ATTACH naming a FIFO as its key file was not refused: {answer:?}"));
-                }
-                Record { class: answer.class.clone(), compared: stage(&answer).into(), detail: answer.payload.clone() }
-            } else {
-                self.tally.refusals += 1;
-                Record::of("refused")
+        let record = if by_design {
+            // Both runs' ATTACH fails to open (14): waffle's in xOpen, the control's on a missing
+            // file. Not tried at all (inside a transaction, the slot closed): the same answer in both.
+            if ok {
+                let which = if self.waffle {
+                    "an ATTACH naming a FIFO as its key file"
+                } else {
+                    "the control's ATTACH of a missing file"
+                };
+                return Err(format!("{which} did not fail to open: {answer:?}"));
             }
-        } else if by_design && (ok || matches!(code(&answer).map(|c| c & 0xff), Some(5 | 6))) {
-            // The control attaches and reads the schema past the xOpen waffle refuses in: a lock
-            // held elsewhere may answer busy (5) or locked (6), SQLite's own outcome, not the ATTACH's.
-            Record::of("refused")
+            if stage(&answer) == "attach" && code(&answer).map(|c| c & 0xff) == Some(14) {
+                self.tally.refusals += u64::from(self.waffle);
+                Record::of("refused")
+            } else {
+                Record { class: answer.class.clone(), compared: stage(&answer).into(), detail: answer.payload.clone() }
+            }
         } else if ok {
             Record { class: answer.class.clone(), compared: answer.payload.clone(), ..Record::default() }
         } else {
