@@ -368,3 +368,86 @@ fn a_flash_file_corrupted_or_truncated_under_a_running_node_serves_no_wrong_page
     assert_eq!(after.l2_rejects.version, before.l2_rejects.version, "a truncated file served an old copy");
     assert!(n1[2] > n0[2], "no flash read missed after the truncation: {n0:?} -> {n1:?}");
 }
+
+/// Item 2: which tier served this client's own hits, labelled from a sample of the node's log
+/// taken at the stats asks (grid/tier_sample.rs), agrees with the node's own counters over the
+/// same reads; the watcher that took the sample is gone once its window is over. Here every
+/// value is on flash (or in its write buffer, which memcached counts as flash too).
+#[test]
+fn hits_from_flash_are_sampled_as_flash_hits() {
+    let dir = TempDir::new("flash-tiers");
+    let (node, file) = flash_node(&dir);
+    let conn = open(&dir.join("f.db"), &node);
+    fill(&conn, &file, 600);
+    let (t, node_ram, node_flash) = first_labelled_sample(&conn, &node.addr());
+    assert!(node_flash > 0, "control: the reads came from flash");
+    assert!(t.flash_hits > 0 && t.flash_median_us.is_some(), "{t:?}");
+    assert_eq!(node_ram, 0, "control: nothing came from RAM");
+}
+
+/// The same with a node whose flash is idle: the data fits its RAM, and memcached writes a value
+/// to flash only when RAM runs short (no `ext_item_age`). Every hit is labelled RAM.
+#[test]
+fn hits_from_ram_on_a_node_with_flash_are_sampled_as_ram_hits() {
+    let dir = TempDir::new("flash-tiers-ram");
+    let opts = format!(
+        "ext_page_size=2,ext_wbuf_size=2,ext_threads=2,ext_item_size=512,ext_path={}:{FLASH_MIB}m",
+        dir.join("flash").display()
+    );
+    let node = Node::start_with_args(NODE_MIB, &["-o".into(), opts])
+        .unwrap_or_else(|e| panic!("cannot start memcached with extstore ({e}); memcached 1.6 is needed"));
+    let conn = open(&dir.join("f.db"), &node);
+    create_blob_table(&conn, 10, 1..=ROWS, |id| value(0, id));
+    flush(&conn);
+    let (t, node_ram, node_flash) = first_labelled_sample(&conn, &node.addr());
+    assert_eq!(node_flash, 0, "control: nothing came from flash");
+    assert!(node_ram > 0, "control: the reads came from RAM");
+    assert!(t.ram_hits > 0 && t.ram_median_us.is_some(), "{t:?}");
+}
+
+/// Reads the table through the grid, once per stats ask, until a sample labels a hit: that
+/// sample, and the node's RAM and flash hits over its read. Each round checks that the labels
+/// agree with the node's counters, and that memcached dropped the watcher after the window.
+fn first_labelled_sample(conn: &Connection, addr: &str) -> (waffle_core::grid::tier_sample::TierLatency, u64, u64) {
+    use waffle_core::grid::memory::REFRESH;
+    let names = ["get_hits", "get_extstore", "miss_from_extstore"];
+    // An ask of the node's stats (at most every REFRESH, retried a second after one that got no
+    // answer) opens a watcher; each later ask ends the sample under way and opens the next.
+    let ask_until_a_watcher_opens = |what: &str| {
+        let mut seen = None;
+        wait_for(WAIT, what, || {
+            seen = cache_stats(conn).nodes[0].flash.clone().expect("the node has flash").tier_latency;
+            node_stat(addr, "log_watchers") == 1
+        });
+        seen
+    };
+    ask_until_a_watcher_opens("an ask of the node's stats to open a watcher");
+    // A sample covers the hits of its window only; a host that stalls through one window gives
+    // none, so a few are taken.
+    for round in 0..3 {
+        let asked_at = std::time::Instant::now();
+        let sent_before = node_stat(addr, "log_watcher_sent");
+        let before = counters(addr, &names);
+        check(conn, round, "a read through the grid");
+        let after = counters(addr, &names);
+        let delta = |i: usize| after[i] - before[i];
+        let (node_flash, node_ram) = (delta(1) - delta(2), delta(0) - delta(1));
+        // The node logged to a watcher, and stops: memcached drops it once the sample's intake ended.
+        assert!(node_stat(addr, "log_watcher_sent") > sent_before, "round {round}: no log reached a watcher");
+        wait_for(WAIT, "memcached to drop the sample's watcher", || node_stat(addr, "log_watchers") == 0);
+        rewrite(conn, round + 1);
+        std::thread::sleep(REFRESH.saturating_sub(asked_at.elapsed()));
+        let t = ask_until_a_watcher_opens("the next ask to end the sample").expect("the ask ended a sample");
+        eprintln!(
+            "round {round}: sampled {t:?}; the node's hits in the read: {node_ram} from RAM, {node_flash} from flash"
+        );
+        assert!(t.flash_hits <= node_flash, "more hits labelled flash than the node served from flash: {t:?}");
+        assert!(t.ram_hits <= node_ram, "more hits labelled RAM than the node served from RAM: {t:?}");
+        assert_eq!(t.ram_median_us.is_some(), t.ram_hits > 0, "{t:?}");
+        assert_eq!(t.flash_median_us.is_some(), t.flash_hits > 0, "{t:?}");
+        if t.ram_hits + t.flash_hits > 0 {
+            return (t, node_ram, node_flash);
+        }
+    }
+    panic!("three samples labelled no hit");
+}

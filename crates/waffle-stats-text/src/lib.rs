@@ -310,6 +310,17 @@ fn nodes(o: &mut String, c: &CacheSnapshot) {
                 f.node_flash_bad_crc,
                 f.recent_flash_share.map(|x| format!("; recently {:.1}% from flash", 100.0 * x)).unwrap_or_default()
             );
+            if let Some(t) = &f.tier_latency {
+                let median = |m: Option<u64>| m.map(|us| format!(", median {us} us")).unwrap_or_default();
+                let _ = writeln!(
+                    o,
+                    "         this client's hits in the last sample of the node's log: {} from RAM{}, {} from flash{}",
+                    t.ram_hits,
+                    median(t.ram_median_us),
+                    t.flash_hits,
+                    median(t.flash_median_us)
+                );
+            }
         }
         if !n.cost.reason.is_empty() {
             let _ = writeln!(o, "         cost: {}", n.cost.reason);
@@ -453,7 +464,9 @@ mod tests {
             "l1_hits": 1, "l1_misses": 0,
             "nodes": [{"addr": "a:1", "up": true, "memory_bytes": 16 << 20,
                        "flash": {"bytes": 64u64 << 20, "items": 8835, "node_ram_hits": 1752, "node_flash_hits": 6449,
-                                 "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.801}},
+                                 "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.801,
+                                 "tier_latency": {"ram_hits": 120, "flash_hits": 380, "ram_median_us": 45,
+                                                  "flash_median_us": 210}}},
                       {"addr": "b:2", "up": true}]
         });
         let text = render_json(&v, "f");
@@ -466,6 +479,14 @@ mod tests {
         );
         let node_a = text.lines().position(|l| l.starts_with("node     a:1")).expect("node a");
         assert!(text.lines().nth(node_a + 1).is_some_and(|l| l.contains("flash 64.0 MiB")), "under its node: {text}");
+        assert_eq!(
+            text.lines().nth(node_a + 2),
+            Some(
+                "         this client's hits in the last sample of the node's log: 120 from RAM, median 45 us, \
+                 380 from flash, median 210 us"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -434,6 +434,24 @@ impl Exposition {
             let help = "Of the node's hits between its last two stats asks (about 10 s apart), the share from flash.";
             self.gauge("waffle_node_recent_flash_share", help, labels(), share);
         }
+        if let Some(t) = &f.tier_latency {
+            for (tier, hits, median) in
+                [("ram", t.ram_hits, t.ram_median_us), ("flash", t.flash_hits, t.flash_median_us)]
+            {
+                let tiered = || {
+                    let mut l = labels();
+                    l.push(label("tier", tier));
+                    l
+                };
+                let help =
+                    "This client's hits on the node in the last sample of its log, by the tier that served them.";
+                self.gauge("waffle_node_sampled_hits", help, tiered(), hits as f64);
+                if let Some(us) = median {
+                    let help = "The median round trip of those hits, by tier, in seconds.";
+                    self.gauge("waffle_node_sampled_hit_median_seconds", help, tiered(), us as f64 / 1e6);
+                }
+            }
+        }
     }
 
     fn add_node_cost(&mut self, cost: &CostStatus, labels: impl Fn() -> Labels) {

@@ -143,7 +143,9 @@ fn known_stats() -> Value {
                    "cost": {"state": "backed_off", "lookup_us": 250.0, "hit_ratio": 0.85, "disk_us": 100.0,
                             "saved_us": 85.0, "declined_lookups": 7, "declined_pushes": 3, "reason": "r"},
                    "flash": {"bytes": 67108864, "items": 8835, "node_ram_hits": 1752, "node_flash_hits": 6449,
-                             "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.75}},
+                             "node_flash_misses": 3, "node_flash_bad_crc": 1, "recent_flash_share": 0.75,
+                             "tier_latency": {"ram_hits": 120, "flash_hits": 380, "ram_median_us": 45,
+                                              "flash_median_us": 210}}},
                   {"addr": "10.0.0.3:11211", "up": false, "requests": 3}],
         "preload": {"page_reads": 8},
         "tablespaces": {"shop/\"odd\"\\name": {"l1_hits": 5, "l2_hits": 1, "disk_reads": 2, "page_writes": 4}}
@@ -233,8 +235,13 @@ fn a_nodes_flash_tier_is_exported_per_node_and_only_for_a_node_with_flash() {
     assert_eq!(get(format!("waffle_node_flash_bad_crc_total{{{n2}}}")), 1.0);
     assert_eq!(get(format!("waffle_node_recent_flash_share{{{n2}}}")), 0.75);
     assert!(text.contains("# TYPE waffle_node_flash_hits counter\n"), "{text}");
-    let flash_series: Vec<&String> = s.keys().filter(|k| k.contains("flash") || k.contains("ram_hits")).collect();
-    assert_eq!(flash_series.len(), 7, "the first node's 7, none of the second's: {flash_series:?}");
+    assert_eq!(get(format!("waffle_node_sampled_hits{{{n2},tier=\"ram\"}}")), 120.0);
+    assert_eq!(get(format!("waffle_node_sampled_hits{{{n2},tier=\"flash\"}}")), 380.0);
+    assert_eq!(get(format!("waffle_node_sampled_hit_median_seconds{{{n2},tier=\"ram\"}}")), 45e-6);
+    assert_eq!(get(format!("waffle_node_sampled_hit_median_seconds{{{n2},tier=\"flash\"}}")), 210e-6);
+    let flash_series: Vec<&String> =
+        s.keys().filter(|k| k.contains("flash") || k.contains("ram_hits") || k.contains("sampled")).collect();
+    assert_eq!(flash_series.len(), 11, "the first node's 11, none of the second's: {flash_series:?}");
     // The classic format has them too, each counter's family named as its samples.
     let classic = render(&[source("f", known_stats())], Format::Prometheus);
     assert!(classic.contains("# TYPE waffle_node_flash_hits_total counter\n"), "{classic}");

@@ -105,6 +105,9 @@ impl<C: Clock> Grid<C> {
     pub fn note_lookup(&self, key: &[u8], took: std::time::Duration, hit: bool) {
         if let Some(i) = self.node_index(key) {
             self.nodes[i].note_lookup(took, hit, &self.disk);
+            if hit {
+                self.nodes[i].note_hit(key, took);
+            }
         }
     }
 

@@ -10,8 +10,10 @@
 //!
 //! The same reply tells a node's flash tier (memcached's extstore), if it has
 //! one: [`FlashStatus`]. memcached's `mg` has no flag that says a value came
-//! from flash (protocol.txt, 1.6.18), so which tier answered is known per node
-//! and from memcached's own counters, over all its clients, not per request.
+//! from flash (protocol.txt, 1.6.18): the counters here are memcached's own,
+//! over all its clients; which tier served this client's own hits, and what
+//! they took, comes from a sample of the node's log (tier_sample.rs), taken
+//! at the same asks.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -20,6 +22,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
+
+use super::tier_sample::{TierLatency, TierSampler};
 
 /// A node is asked again after this long.
 pub const REFRESH: Duration = Duration::from_secs(10);
@@ -72,6 +76,10 @@ pub struct FlashStatus {
     /// Of the node's hits between the last two asks, the share served from flash (None until
     /// two asks with hits between them).
     pub recent_flash_share: Option<f64>,
+    /// This client's own hits in the last sample that ended (the window after an ask), by the
+    /// tier the node's log says served them, with their median round trips (None until a sample
+    /// ended; see tier_sample.rs).
+    pub tier_latency: Option<TierLatency>,
 }
 
 impl FlashStatus {
@@ -89,6 +97,7 @@ impl FlashStatus {
             node_flash_misses: get("miss_from_extstore"),
             node_flash_bad_crc: get("badcrc_from_extstore"),
             recent_flash_share: None,
+            tier_latency: None,
         };
         f.recent_flash_share = last.and_then(|l| f.share_since(l));
         Some(f)
@@ -104,6 +113,8 @@ impl FlashStatus {
 #[derive(Default)]
 pub struct NodeMemory {
     state: Mutex<State>,
+    /// Which tier served this client's hits: sampled at the asks of a node with flash.
+    tiers: TierSampler,
 }
 
 impl NodeMemory {
@@ -115,6 +126,16 @@ impl NodeMemory {
     /// The node's flash tier as last asked (None: no extstore, or not asked yet).
     pub fn flash(&self) -> Option<FlashStatus> {
         self.lock().flash.clone()
+    }
+
+    /// A hit of this client on the node, for the tier sample under way (if any).
+    pub fn note_hit(&self, key: &[u8], took: Duration) {
+        self.tiers.note_hit(key, took);
+    }
+
+    /// Ends a tier sample whose window is over (a client that stopped reading ends it too).
+    pub fn end_overdue_sample(&self) {
+        self.tiers.end_if_overdue();
     }
 
     /// The node's memory, asked first when the last ask is older than
@@ -132,11 +153,19 @@ impl NodeMemory {
             s.next_ask_at = Some(Instant::now() + REFRESH); // this caller asks; others meanwhile get the last figure
         }
         let asked = ask(addr, Instant::now() + ASK_DEADLINE);
+        // Only a node with flash is sampled: without it every hit is from RAM.
+        let has_flash = asked.as_ref().is_some_and(|r| r.contains_key("extstore_limit_maxbytes"));
+        let tiers = has_flash.then(|| self.tiers.rotate(addr, Instant::now() + ASK_DEADLINE)).flatten();
         let mut s = self.lock();
         match asked {
             Some(reply) => {
                 s.limit_bytes = reply.get("limit_maxbytes").copied();
+                let last_tiers = s.flash.as_ref().and_then(|f| f.tier_latency.clone());
                 s.flash = FlashStatus::of(&reply, s.flash.as_ref());
+                if let Some(f) = &mut s.flash {
+                    // No sample ended at this ask (the last watcher did not open): the last one stands.
+                    f.tier_latency = tiers.or(last_tiers);
+                }
             }
             None => s.next_ask_at = Some(Instant::now() + RETRY),
         }

@@ -14,7 +14,8 @@
 //!   `cost_verdict`: the arithmetic of one window's verdict, for `cost`.
 //! - `disk_cost`: what the cache's single-page disk reads take, for `cost`;
 //!   `median`: the median of a trial's latest push exchanges, for `cost`.
-//! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats.
+//! - `memory`: how much memory a node has (memcached's `limit_maxbytes`), for the stats;
+//!   `tier_sample`: which tier (RAM, flash) served this client's hits, for `memory`.
 //! - `node`: a node's pool, health, cost and counters; `client`: [`Grid`];
 //!   `prober`: the process's one thread that probes idle nodes of every grid.
 //!
@@ -37,6 +38,7 @@ pub mod outcome;
 mod prober;
 pub mod protocol;
 pub mod spec;
+pub mod tier_sample;
 
 pub use client::Grid;
 pub use clock::{Clock, SystemClock};

@@ -231,6 +231,16 @@ impl<C: Clock> Node<C> {
         self.say_cost(line);
     }
 
+    /// A hit on `key` that took `took`, for the node's tier sample (memory.rs).
+    pub fn note_hit(&self, key: &[u8], took: Duration) {
+        self.memory.note_hit(key, took);
+    }
+
+    /// Ends the node's tier sample if its window is over: the prober's tick.
+    pub fn end_overdue_sample(&self) {
+        self.memory.end_overdue_sample();
+    }
+
     /// `pages` stored on this node in one pipelined exchange of `took`.
     pub fn note_push(&self, pages: u64, took: Duration, disk: &DiskCost) {
         let line = self.cost.record_push(pages, took, disk, self.clock.now());

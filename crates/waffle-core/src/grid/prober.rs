@@ -1,7 +1,9 @@
 //! The prober: one thread for the whole process sends an `mn` to each node,
 //! of every live grid, that has seen no request for its grid's
 //! `idle_probe_ms` (node.rs, `probe_if_idle`): without it a node nobody asks
-//! stays "up" after it died.
+//! stays "up" after it died. Each tick also ends a node's tier sample whose
+//! window is over (tier_sample.rs), so a client that went idle does not keep
+//! a node logging its fetches.
 //!
 //! Why one per process and not one per grid: a grid lives as long as one
 //! database is open, and a process that opens and closes databases (a CLI
@@ -120,6 +122,7 @@ fn run() {
         for (nodes, idle) in &due {
             for node in nodes.iter() {
                 node.probe_if_idle(*idle);
+                node.end_overdue_sample();
             }
         }
         drop(due);
