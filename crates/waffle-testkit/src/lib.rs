@@ -22,7 +22,8 @@
 //! finds a built binary or library of the profile the tests run under, [`wait_for`] polls a
 //! condition with a deadline instead of sleeping, [`stall`] measures how late the machine wakes
 //! this process's threads (the part of a timed wait that is not the code's), [`posix_locks`]
-//! reads the locks a process holds on a file without /proc/locks' torn reads, [`soak`] scales fault tests under
+//! reads the locks a process holds on a file without /proc/locks' torn reads, through the
+//! [`descriptors`] it has open on the file, [`soak`] scales fault tests under
 //! `scripts/soak`, [`pattern`] makes bytes a wrong page cannot hold by accident, and
 //! [`test_cases!`] writes one `#[test]` per case of a matrix.
 //!
@@ -34,6 +35,7 @@ pub mod config_cases;
 pub mod crash_workload;
 pub mod db;
 pub mod db_file;
+pub mod descriptors;
 pub mod explorer;
 pub mod fake_node;
 pub mod innodb_page;

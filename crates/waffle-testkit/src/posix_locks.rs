@@ -8,8 +8,9 @@
 //! suite's SQLite processes lock and unlock all the time). One descriptor's
 //! fdinfo is a few lines, read whole in one call.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+
+use crate::descriptors::{descriptors_on, file_id};
 
 /// One lock `pid` holds on the file (`lock:` lines of fdinfo: `1: POSIX ADVISORY WRITE <pid> <dev>:<ino> <start> <end>`).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,16 +25,10 @@ pub struct HeldLock {
 /// The POSIX locks `pid` holds on the file at `path`, through every descriptor it has of it.
 /// Empty when the process has no descriptor of the file (or has exited).
 pub fn posix_locks(pid: u32, path: &Path) -> Vec<HeldLock> {
-    let want = std::fs::metadata(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return Vec::new() };
+    let want = file_id(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut held = Vec::new();
-    for entry in fds.flatten() {
-        let Some(fd) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        // Follows the link: the descriptor's file (a descriptor closed meanwhile is skipped).
-        let same = std::fs::metadata(entry.path()).is_ok_and(|m| m.dev() == want.dev() && m.ino() == want.ino());
-        if !same {
-            continue;
-        }
+    for fd in descriptors_on(pid, want) {
+        // A descriptor closed meanwhile has no fdinfo: it holds nothing now.
         let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
         held.extend(info.lines().filter_map(|l| parse_lock_line(fd, l)));
     }

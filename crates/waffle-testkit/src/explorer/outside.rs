@@ -12,6 +12,7 @@ use super::protocol::{rows_sql, WriteOp, BUSY_TIMEOUT_MS};
 use super::schedule::Step;
 use crate::artefact;
 use crate::db::{open_plain, waffle_uri};
+use crate::descriptors::{descriptors_on, file_id, FileId};
 use crate::writers::{shell, ShellOpen, ShellRun};
 
 /// The model's name for the shells (never inside a transaction between steps).
@@ -146,9 +147,9 @@ impl Run<'_> {
         std::fs::copy(&backup, &tmp).map_err(|e| format!("copy: {e}"))?;
         let expected = rows_text(self.model.committed(), None);
         let sidecar = hold_sidecar(&self.db)?;
-        let file = file_id(&self.db)?;
+        let file = file_id(&self.db).map_err(|e| format!("stat {}: {e}", self.db.display()))?;
         let pid = self.workers[w].pid();
-        let before = descriptors_on(pid, file);
+        let before = descriptors_on(pid, file).len();
         let open = self.command(&Step::Open { w, k, hot_list: "off" });
         self.workers[w].send(&open)?;
         // The open has the file once its descriptor is there (waffle's then waits in the sidecar's
@@ -211,25 +212,11 @@ impl Run<'_> {
     }
 }
 
-/// waffle's sidecar of `db`, flocked exclusively: a waffle open waits for it.
-/// The (device, inode) of the file at `path`.
-fn file_id(path: &std::path::Path) -> Result<(u64, u64), String> {
-    use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(path).map_err(|e| format!("stat {}: {e}", path.display()))?;
-    Ok((m.dev(), m.ino()))
-}
-
-/// How many of process `pid`'s descriptors are open on `file` (device, inode).
-fn descriptors_on(pid: u32, file: (u64, u64)) -> usize {
-    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else { return 0 };
-    fds.flatten().filter(|fd| file_id(&fd.path()).is_ok_and(|id| id == file)).count()
-}
-
 /// Waits (`OPEN_REACHED_MS` at most) until process `pid` has more descriptors on `file` than
 /// `before`.
-fn wait_for_descriptor(pid: u32, file: (u64, u64), before: usize) -> Result<(), String> {
+fn wait_for_descriptor(pid: u32, file: FileId, before: usize) -> Result<(), String> {
     let deadline = std::time::Instant::now() + Duration::from_millis(OPEN_REACHED_MS);
-    while descriptors_on(pid, file) <= before {
+    while descriptors_on(pid, file).len() <= before {
         if std::time::Instant::now() >= deadline {
             return Err(format!("the worker's open did not reach the database file in {OPEN_REACHED_MS} ms"));
         }
@@ -238,6 +225,7 @@ fn wait_for_descriptor(pid: u32, file: (u64, u64), before: usize) -> Result<(), 
     Ok(())
 }
 
+/// waffle's sidecar of `db`, flocked exclusively: a waffle open waits for it.
 fn hold_sidecar(db: &std::path::Path) -> Result<std::fs::File, String> {
     use std::os::unix::io::AsRawFd;
     let path = waffle_core::sidecar::Sidecar::path_for(db);
