@@ -13,7 +13,7 @@
 //! reading its stats, a table of blobs ([`db`]), the page of the file that holds a row
 //! ([`db_file`]), an in-memory backing for tests of `PageCache` alone ([`mem_file`]), the shared
 //! differential [`workload`] (a seeded statement stream run on a plain and a `waffle` database,
-//! compared), and the [`writers`] outside the test's own connections (the `sqlite3` shell, a
+//! compared statement by statement, then the closed files by [`same_files`]), and the [`writers`] outside the test's own connections (the `sqlite3` shell, a
 //! Python apsw peer).
 //! What a child program shares with its test: the crash workload, the warm-restart rows, the
 //! configuration cases, InnoDB pages. Throwaway MariaDB servers and sysbench ([`mariadb`]), for
@@ -46,6 +46,7 @@ mod pattern;
 pub mod posix_locks;
 pub mod process;
 pub mod raw_client;
+pub mod same_files;
 pub mod slow_disk;
 pub mod soak;
 pub mod stall;

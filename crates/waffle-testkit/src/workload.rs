@@ -8,7 +8,7 @@
 //! `differential.rs` (the matrix of journal modes and page sizes) and by the
 //! `faults_*.rs` tests (the same check while a fault is injected).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rand::rngs::SmallRng;
@@ -81,6 +81,11 @@ impl Workload {
             t2_exists: false,
             in_txn: false,
         }
+    }
+
+    /// The caller committed the open transaction: the next statements start outside one.
+    pub fn committed(&mut self) {
+        self.in_txn = false;
     }
 
     /// Whether the last statement left a transaction open.
@@ -484,7 +489,7 @@ impl Differential {
     pub fn commit(&mut self) {
         if self.work.in_txn {
             self.step(&Op::Exec("COMMIT".into(), vec![]));
-            self.work.in_txn = false;
+            self.work.committed();
         }
     }
 
@@ -528,33 +533,9 @@ impl Differential {
     }
 }
 
-/// Closed, both files hold the same bytes: the same statements on the same
-/// SQLite, and every page the cache served was the page on disk. Both sides
-/// run with `secure_delete` (setup): without it SQLite leaves whatever its
-/// page buffers held in unused space, and two plain databases given one
-/// workload differ there (tests/differential_control.rs). In WAL mode
-/// the header's change counter (24..28, copied to 92..96) depends on how often
-/// SQLite re-read page 1, which is not deterministic even between two plain
-/// databases: those 8 bytes are left out there.
-pub fn assert_same_files(plain: &Path, waffle: &Path, journal: &str, page_size: usize, tag: &str) {
-    let mut a = std::fs::read(plain).unwrap();
-    let mut b = std::fs::read(waffle).unwrap();
-    assert_eq!(a.len(), b.len(), "{tag} file sizes differ");
-    if journal == "wal" {
-        for f in [&mut a, &mut b] {
-            f[24..28].fill(0);
-            f[92..96].fill(0);
-        }
-    }
-    if let Some(at) = a.iter().zip(&b).position(|(x, y)| x != y) {
-        panic!(
-            "{tag} the files differ first at byte {at} (page {})\nplain:  {:?}\nwaffle: {:?}",
-            at / page_size + 1,
-            &a[at.saturating_sub(8)..(at + 16).min(a.len())],
-            &b[at.saturating_sub(8)..(at + 16).min(b.len())]
-        );
-    }
-}
+/// Closed, both files hold the same bytes wherever SQLite can read them (free pages' bytes
+/// apart, which two plain databases in one process need not share: [`crate::same_files`]).
+pub use crate::same_files::assert_same_files;
 
 /// What a finished differential run did.
 pub struct FinalReport {
