@@ -358,7 +358,13 @@ fn warm_a_database_and_a_bench_configuration() {
     let w = &configs[1]["warm"];
     let g = |k: &str| w[k].as_u64().unwrap_or_else(|| panic!("no {k} in {w}"));
     assert!(g("planned_pages") > 100, "{w}");
-    assert_eq!(g("l1_pages") + g("pushed_pages") + g("skipped_pages") + g("dropped_pages"), g("planned_pages"), "{w}");
+    // Every planned page is accounted for once: kept in L1, queued for the grid, skipped, or
+    // dropped for lack of room; a queued page was stored, not stored (a push that missed its
+    // deadline on a loaded host is `lost`: 13 of 471 in session 19's second run, which a sum of
+    // the stored ones alone failed), or is unsettled.
+    assert_eq!(g("l1_pages") + g("queued_pages") + g("skipped_pages") + g("dropped_pages"), g("planned_pages"), "{w}");
+    assert_eq!(g("pushed_pages") + g("not_stored_pages") + g("unsettled_pages"), g("queued_pages"), "{w}");
+    assert!(g("pushed_pages") > 0, "the grid stored pages: {w}");
     assert!(configs[0]["ratio_to_local"].as_f64().is_some(), "local+warm is still the local baseline");
 
     // `waffle warm` on the bench's database file without a grid: refused, since what its own process
