@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
 use waffle_testkit::db::{cache_id, open_plain, open_waffle};
+use waffle_testkit::descriptors::{descriptors_on, file_id};
 use waffle_testkit::nodes::{grid_of, start_node};
 use waffle_testkit::posix_locks::posix_locks;
 use waffle_testkit::slow_disk;
 use waffle_testkit::temp_dir::TempDir;
+use waffle_testkit::wait::wait_for;
 use waffle_testkit::writers::sqlite3_shell;
 
 const ROWS: i64 = 200;
@@ -208,23 +210,29 @@ fn a_path_renamed_over_during_the_open_reads_the_file_sqlite_opened() {
         // SAFETY: flock on a descriptor this test owns.
         assert_eq!(unsafe { libc::flock(side.as_raw_fd(), libc::LOCK_EX) }, 0);
         let (renamed_tx, renamed) = std::sync::mpsc::channel::<()>();
+        let x_file = file_id(&path).unwrap();
         let opener = {
             let path = path.clone();
             std::thread::spawn(move || {
-                let t0 = Instant::now();
                 let c = if through_waffle { open_waffle(&path, &[]) } else { open_plain(&path) };
-                let took = t0.elapsed();
+                let opened_at = Instant::now();
                 renamed.recv_timeout(Duration::from_secs(10)).expect("the rename");
-                (rows_with(&c, "x"), rows_with(&c, "y"), took, c)
+                (rows_with(&c, "x"), rows_with(&c, "y"), opened_at, c)
             })
         };
-        std::thread::sleep(Duration::from_millis(300));
+        // The rename comes once the open has the file (its descriptor is there; waffle's open then
+        // waits in the sidecar's lock held above). A sleep instead was too short when the machine
+        // started the opener's thread late (session 19: the open measured 118 ms of a 300 ms sleep).
+        wait_for(Duration::from_secs(10), "the open to have the database file", || {
+            !descriptors_on(std::process::id(), x_file).is_empty()
+        });
         std::fs::rename(&other, &path).unwrap();
         renamed_tx.send(()).unwrap();
+        let released_at = Instant::now();
         drop(side); // the waffle open goes on
-        let (x, y, took, c) = opener.join().unwrap();
+        let (x, y, opened_at, c) = opener.join().unwrap();
         if through_waffle {
-            assert!(took >= Duration::from_millis(250), "the open waited in the sidecar's lock ({took:?})");
+            assert!(opened_at >= released_at, "the open waited in the sidecar's lock until it was released");
         }
         assert_eq!((x, y), (ROWS, 0), "waffle {through_waffle}: the rows of the file SQLite opened");
         drop(c);
