@@ -20,12 +20,17 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 const HDR_WORDS: usize = 12;
 const HDR_BYTES: usize = HDR_WORDS * 4;
 const N_BACKFILL_OFFSET: usize = 2 * HDR_BYTES;
-/// Tries to read a whole header before giving up (a writer updates it in a few instructions).
-const HEADER_TRIES: u32 = 1_000;
+/// How long a torn header is read again before giving up: a writer updates it in a few
+/// instructions, unless descheduled between the two copies. A bound in time, not in tries:
+/// 1,000 tries with a yield between took seconds beside busy processes (a yield gives the
+/// core away for a time slice), and an uninitialised header, which no retry mends, was
+/// retried as often (SQLite's `superlock` tests: 67,000 yields, 16 s under load, 0.2 s idle).
+const TORN_WAIT: Duration = Duration::from_millis(2);
 const WAL_HEADER_BYTES: u64 = 32;
 const FRAME_HEADER_BYTES: u64 = 24;
 /// Most frames one catch-up reads page numbers from; past this, forgetting everything is cheaper.
@@ -43,50 +48,84 @@ pub struct WalView {
     pub page_bytes: u32,
 }
 
+/// One read of the wal-index header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HeaderRead {
+    Whole(WalView),
+    /// Both copies equal and not initialised (a new `-shm`, or one zeroed before
+    /// recovery): stays so until a connection runs recovery, which no retry waits for.
+    Uninitialised,
+    /// A writer was in the middle: worth reading again.
+    Torn,
+}
+
 /// Reads the wal-index header and nBackfill from `shm0`, the mapping of the
 /// `-shm` file's first region. None when no whole, initialised header could
-/// be read (the caller must then trust nothing it cached).
+/// be read (the caller must then trust nothing it cached): at once for an
+/// uninitialised one, after [`TORN_WAIT`] for one that stays torn.
 ///
 /// # Safety
 /// `shm0` points to at least 136 readable, 4-byte aligned bytes that other
 /// processes may be writing (SQLite's region 0 is 32 KiB).
 pub unsafe fn read_view(shm0: *const u8) -> Option<WalView> {
+    let mut deadline = None;
+    loop {
+        // SAFETY: the caller's promise, passed on.
+        match unsafe { read_once(shm0) } {
+            HeaderRead::Whole(view) => return Some(view),
+            HeaderRead::Uninitialised => return None,
+            HeaderRead::Torn => {}
+        }
+        let until = *deadline.get_or_insert_with(|| Instant::now() + TORN_WAIT);
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// # Safety
+/// As [`read_view`].
+unsafe fn read_once(shm0: *const u8) -> HeaderRead {
     let word = |i: usize| -> u32 {
         // SAFETY: in bounds of region 0 and aligned (the caller's promise); atomic
         // loads because other processes write the same memory.
         unsafe { (*(shm0.add(i * 4) as *const AtomicU32)).load(Ordering::Relaxed) }
     };
-    for _ in 0..HEADER_TRIES {
-        let mut first = [0u32; HDR_WORDS];
-        let mut second = [0u32; HDR_WORDS];
-        for (i, w) in first.iter_mut().enumerate() {
-            *w = word(i);
-        }
-        fence(Ordering::Acquire);
-        for (i, w) in second.iter_mut().enumerate() {
-            *w = word(HDR_WORDS + i);
-        }
-        fence(Ordering::Acquire);
-        // Read after the header: a restart writes the header (new salt, mxFrame 0)
-        // before it sets nBackfill to 0, so an nBackfill above mxFrame is a torn view.
-        let backfilled = word(N_BACKFILL_OFFSET / 4);
-        let is_init = first[3].to_ne_bytes()[0];
-        if first == second && is_init == 1 && backfilled <= first[4] {
-            let sz = u32::from(u16::from_ne_bytes([first[3].to_ne_bytes()[2], first[3].to_ne_bytes()[3]]));
-            let mut salt = [0u8; 8];
-            salt[..4].copy_from_slice(&first[8].to_ne_bytes());
-            salt[4..].copy_from_slice(&first[9].to_ne_bytes());
-            return Some(WalView {
-                salt,
-                mx_frame: first[4],
-                backfilled,
-                // SQLite stores 65536 as 1 (src/wal.c: szPage decoding).
-                page_bytes: (sz & 0xfe00) + ((sz & 0x0001) << 16),
-            });
-        }
-        std::thread::yield_now();
+    let mut first = [0u32; HDR_WORDS];
+    let mut second = [0u32; HDR_WORDS];
+    for (i, w) in first.iter_mut().enumerate() {
+        *w = word(i);
     }
-    None
+    fence(Ordering::Acquire);
+    for (i, w) in second.iter_mut().enumerate() {
+        *w = word(HDR_WORDS + i);
+    }
+    fence(Ordering::Acquire);
+    // Read after the header: a restart writes the header (new salt, mxFrame 0)
+    // before it sets nBackfill to 0, so an nBackfill above mxFrame is a torn view.
+    let backfilled = word(N_BACKFILL_OFFSET / 4);
+    let is_init = first[3].to_ne_bytes()[0];
+    if first != second {
+        return HeaderRead::Torn;
+    }
+    if is_init != 1 {
+        return HeaderRead::Uninitialised;
+    }
+    if backfilled > first[4] {
+        return HeaderRead::Torn;
+    }
+    let sz = u32::from(u16::from_ne_bytes([first[3].to_ne_bytes()[2], first[3].to_ne_bytes()[3]]));
+    let mut salt = [0u8; 8];
+    salt[..4].copy_from_slice(&first[8].to_ne_bytes());
+    salt[4..].copy_from_slice(&first[9].to_ne_bytes());
+    HeaderRead::Whole(WalView {
+        salt,
+        mx_frame: first[4],
+        backfilled,
+        // SQLite stores 65536 as 1 (src/wal.c: szPage decoding).
+        page_bytes: (sz & 0xfe00) + ((sz & 0x0001) << 16),
+    })
 }
 
 /// The `-wal` file's header as SQLite's recovery reads it (walIndexRecover).
@@ -204,6 +243,26 @@ mod tests {
         assert_eq!(v.salt, salt);
         let big = region([1, 2], 1, 0, 1);
         assert_eq!(view_of(&big).unwrap().page_bytes, 65536);
+    }
+
+    fn read_of(r: &[u32]) -> HeaderRead {
+        // SAFETY: as view_of.
+        unsafe { read_once(r.as_ptr() as *const u8) }
+    }
+
+    /// Only a torn header is worth another read: an uninitialised one is refused at once.
+    #[test]
+    fn a_read_tells_a_torn_header_from_an_uninitialised_one() {
+        let whole = region([1, 2], 40, 12, 4096);
+        assert!(matches!(read_of(&whole), HeaderRead::Whole(_)));
+        let mut torn = whole.clone();
+        torn[HDR_WORDS + 4] = 41;
+        assert_eq!(read_of(&torn), HeaderRead::Torn);
+        assert_eq!(read_of(&region([1, 2], 0, 12, 4096)), HeaderRead::Torn, "nBackfill above mxFrame");
+        assert_eq!(read_of(&vec![0u32; 64]), HeaderRead::Uninitialised, "a new -shm");
+        let began = Instant::now();
+        assert_eq!(view_of(&torn), None);
+        assert!(began.elapsed() >= TORN_WAIT, "a torn header is read again for TORN_WAIT");
     }
 
     #[test]
