@@ -24,8 +24,13 @@ use crate::stats::{Counter, HotListSnapshot};
 use crate::versions::split;
 
 /// Pages of the list one step of the reload takes: captured, asked of the
-/// grid, the rest read from the disk in page order.
-const CHUNK_PAGES: usize = 256;
+/// grid, the rest read from the disk in page order. The budget is looked at
+/// between steps, so a step is what a piece (a read transaction, which this
+/// process's writers wait for: at most 2 s) may run past its time: a list of
+/// scattered pages is one disk read a page, and 256 of them on a 10K RPM disk
+/// took 1.3 to 2.6 s, past the writers' wait (session 19: a writer without a
+/// busy timeout met SQLITE_BUSY). 32 such reads: about 0.3 s.
+const CHUNK_PAGES: usize = 32;
 /// Keys in one pipelined grid request.
 const GRID_BATCH: usize = 128;
 /// A disk read spans gaps of at most this many unlisted pages rather than split.
