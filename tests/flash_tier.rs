@@ -39,9 +39,15 @@ const WAIT: Duration = Duration::from_secs(20);
 
 /// A node whose items all go to `dir/flash` at once.
 fn flash_node(dir: &TempDir) -> (Node, PathBuf) {
+    flash_node_with(dir, "ext_item_age=0,")
+}
+
+/// A node with `dir/flash` and the settings of [`flash_node`] but `ext_item_age` (`age`: that
+/// setting and its comma, or nothing: memcached then writes to flash only when RAM runs short).
+fn flash_node_with(dir: &TempDir, age: &str) -> (Node, PathBuf) {
     let file = dir.join("flash");
     let opts = format!(
-        "ext_page_size=2,ext_wbuf_size=2,ext_threads=2,ext_item_size=512,ext_item_age=0,ext_path={}:{FLASH_MIB}m",
+        "ext_page_size=2,ext_wbuf_size=2,ext_threads=2,ext_item_size=512,{age}ext_path={}:{FLASH_MIB}m",
         file.display()
     );
     let node = Node::start_with_args(NODE_MIB, &["-o".into(), opts])
@@ -390,12 +396,7 @@ fn hits_from_flash_are_sampled_as_flash_hits() {
 #[test]
 fn hits_from_ram_on_a_node_with_flash_are_sampled_as_ram_hits() {
     let dir = TempDir::new("flash-tiers-ram");
-    let opts = format!(
-        "ext_page_size=2,ext_wbuf_size=2,ext_threads=2,ext_item_size=512,ext_path={}:{FLASH_MIB}m",
-        dir.join("flash").display()
-    );
-    let node = Node::start_with_args(NODE_MIB, &["-o".into(), opts])
-        .unwrap_or_else(|e| panic!("cannot start memcached with extstore ({e}); memcached 1.6 is needed"));
+    let (node, _) = flash_node_with(&dir, "");
     let conn = open(&dir.join("f.db"), &node);
     create_blob_table(&conn, 10, 1..=ROWS, |id| value(0, id));
     flush(&conn);
