@@ -22,11 +22,11 @@ use waffle_testkit::temp_dir::TempDir;
 use waffle_testkit::workload::{apply, dump, setup, Op, Workload};
 
 const OPS: usize = 3000;
+const PAGE_BYTES: usize = 4096;
 /// Held by each test: the page cache is the process's, so a test running beside another
 /// would see that one's connections recycle its pages, and the fixed sequence below, which
 /// differs when alone, does not then (measured: no page differed with both tests running).
 static ALONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-const PAGE_BYTES: usize = 4096;
 
 #[test]
 fn two_plain_databases_given_one_workload_end_byte_equal() {
