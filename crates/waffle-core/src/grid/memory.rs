@@ -183,10 +183,20 @@ fn ask(addr: SocketAddr, deadline: Instant) -> Option<HashMap<&'static str, u64>
     let mut stream = TcpStream::connect_timeout(&addr, left()?).ok()?;
     stream.set_write_timeout(Some(left()?)).ok()?;
     stream.write_all(b"stats\r\n").ok()?;
+    let reply = read_reply(&mut stream, MAX_REPLY_BYTES, deadline)?;
+    parse_limit(&reply)?;
+    Some(parse_figures(&reply))
+}
+
+/// A text-protocol reply up to its `END` (or `ERROR`) line, at most `max` bytes, every wait
+/// bounded by `deadline`; None on a fault or the deadline. Read in chunks: nothing follows the
+/// reply until the next command is sent. Also tier_sample's `stats slabs`.
+pub(super) fn read_reply(stream: &mut TcpStream, max: usize, deadline: Instant) -> Option<Vec<u8>> {
+    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
     let mut reply = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
     // Bounded: each pass reads at least one byte before the deadline, and the reply is capped.
-    while reply.len() < MAX_REPLY_BYTES {
+    while reply.len() < max {
         stream.set_read_timeout(Some(left()?)).ok()?;
         let n = stream.read(&mut chunk).ok()?;
         if n == 0 {
@@ -197,8 +207,7 @@ fn ask(addr: SocketAddr, deadline: Instant) -> Option<HashMap<&'static str, u64>
             break;
         }
     }
-    parse_limit(&reply)?;
-    Some(parse_figures(&reply))
+    Some(reply)
 }
 
 /// The figures of a `stats` reply this module reads, by name.

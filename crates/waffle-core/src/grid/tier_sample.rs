@@ -159,30 +159,12 @@ fn open_watch(addr: SocketAddr, deadline: Instant) -> Option<Watch> {
     let mut stream = TcpStream::connect_timeout(&addr, left()?).ok()?;
     stream.set_write_timeout(Some(left()?)).ok()?;
     stream.write_all(b"stats slabs\r\n").ok()?;
-    let slabs = read_reply(&mut stream, MAX_SLABS_BYTES, deadline)?;
+    let slabs =
+        super::memory::read_reply(&mut stream, MAX_SLABS_BYTES, deadline).filter(|r| r.ends_with(b"END\r\n"))?;
     let chunk_bytes = parse_chunk_sizes(&slabs);
     stream.write_all(b"watch fetchers\r\n").ok()?;
     let ok = read_until(&mut stream, b"\r\n", 64, deadline)?;
     (ok == b"OK\r\n").then(|| Watch { stream, opened_at: Instant::now(), chunk_bytes })
-}
-
-/// A whole `stats slabs` reply (up to its `END`), at most `max` bytes, before `deadline`. Read
-/// in chunks: nothing follows the reply until the next command is sent.
-fn read_reply(stream: &mut TcpStream, max: usize, deadline: Instant) -> Option<Vec<u8>> {
-    let mut got = Vec::new();
-    let mut chunk = [0u8; 16 << 10];
-    while got.len() < max {
-        let left = deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero())?;
-        stream.set_read_timeout(Some(left)).ok()?;
-        match stream.read(&mut chunk) {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => got.extend_from_slice(&chunk[..n]),
-        }
-        if got.ends_with(b"END\r\n") {
-            return Some(got);
-        }
-    }
-    None
 }
 
 /// Bytes up to and including the first `end`, at most `max` of them, before `deadline`.
