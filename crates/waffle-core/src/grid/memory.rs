@@ -16,13 +16,14 @@
 //! at the same asks.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
+use super::text_reply::read_reply;
 use super::tier_sample::{TierLatency, TierSampler};
 
 /// A node is asked again after this long.
@@ -188,28 +189,6 @@ fn ask(addr: SocketAddr, deadline: Instant) -> Option<HashMap<&'static str, u64>
     Some(parse_figures(&reply))
 }
 
-/// A text-protocol reply up to its `END` (or `ERROR`) line, at most `max` bytes, every wait
-/// bounded by `deadline`; None on a fault or the deadline. Read in chunks: nothing follows the
-/// reply until the next command is sent. Also tier_sample's `stats slabs`.
-pub(super) fn read_reply(stream: &mut TcpStream, max: usize, deadline: Instant) -> Option<Vec<u8>> {
-    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
-    let mut reply = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    // Bounded: each pass reads at least one byte before the deadline, and the reply is capped.
-    while reply.len() < max {
-        stream.set_read_timeout(Some(left()?)).ok()?;
-        let n = stream.read(&mut chunk).ok()?;
-        if n == 0 {
-            break;
-        }
-        reply.extend_from_slice(&chunk[..n]);
-        if reply.ends_with(b"END\r\n") || reply.ends_with(b"ERROR\r\n") {
-            break;
-        }
-    }
-    Some(reply)
-}
-
 /// The figures of a `stats` reply this module reads, by name.
 fn parse_figures(reply: &[u8]) -> HashMap<&'static str, u64> {
     const NAMES: [&str; 7] = [
@@ -255,6 +234,7 @@ pub fn parse_limit(reply: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
 
     #[test]
     fn parses_the_limit_from_a_whole_reply_only() {

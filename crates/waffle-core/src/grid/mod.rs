@@ -38,6 +38,7 @@ pub mod outcome;
 mod prober;
 pub mod protocol;
 pub mod spec;
+mod text_reply;
 pub mod tier_sample;
 
 pub use client::Grid;

@@ -160,7 +160,7 @@ fn open_watch(addr: SocketAddr, deadline: Instant) -> Option<Watch> {
     stream.set_write_timeout(Some(left()?)).ok()?;
     stream.write_all(b"stats slabs\r\n").ok()?;
     let slabs =
-        super::memory::read_reply(&mut stream, MAX_SLABS_BYTES, deadline).filter(|r| r.ends_with(b"END\r\n"))?;
+        super::text_reply::read_reply(&mut stream, MAX_SLABS_BYTES, deadline).filter(|r| r.ends_with(b"END\r\n"))?;
     let chunk_bytes = parse_chunk_sizes(&slabs);
     stream.write_all(b"watch fetchers\r\n").ok()?;
     let ok = read_until(&mut stream, b"\r\n", 64, deadline)?;
