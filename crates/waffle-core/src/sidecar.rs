@@ -366,6 +366,19 @@ impl Sidecar {
         &self.path
     }
 
+    /// In a forked child, closes the child's copy of the descriptor its lock is held on: a flock
+    /// belongs to the open file description, which the copy would keep locked after the parent
+    /// let go, so that a later open waits out `LOCK_WAIT_MS` and starts cold. The parent's
+    /// descriptor and lock are untouched.
+    ///
+    /// # Safety
+    /// Only in a forked child, for a sidecar of its parent's, which the caller then forgets: never
+    /// used or dropped again (its descriptor number may be reused).
+    pub unsafe fn close_copy_in_child(&self) {
+        // SAFETY: the child's own copy of a descriptor this struct holds (the caller's promise).
+        unsafe { libc::close(self.file.as_raw_fd()) };
+    }
+
     /// Takes the lock exclusively if this is the last process with the
     /// database open (then [`Sidecar::close_clean`] saves); false otherwise.
     /// What is written meanwhile (the hot list) no open can read half-done.

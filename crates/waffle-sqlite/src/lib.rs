@@ -61,6 +61,7 @@ mod connection;
 mod descriptor;
 mod ffi;
 mod file;
+mod fork;
 mod host_log;
 mod hot_reload;
 mod job;

@@ -63,7 +63,10 @@ pub unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
     // SAFETY: f is ours (the caller's promise).
     let p = unsafe { (*(f as *mut WaffleFile)).db };
     // SAFETY: a non-null db is xOpen's Arc::into_raw, alive until main_close takes it back.
-    (!p.is_null()).then(|| unsafe { &*p })
+    let db = (!p.is_null()).then(|| unsafe { &*p })?;
+    // A connection its parent opened, used in a forked child: the parent's cache is not the
+    // child's, and plain SQLite's I/O is what the child gets (fork.rs).
+    db.is_ours().then_some(db)
 }
 
 pub static PASS_METHODS: sqlite3_io_methods = sqlite3_io_methods {

@@ -7,6 +7,10 @@
 //! and notices the others' commits through [`Coherence`]); the last close
 //! pushes L1 to the grid and, if no other process has the database open,
 //! saves the versions for a warm restart.
+//!
+//! A forked child starts with an empty registry: the parent's caches are
+//! forgotten at the fork (fork.rs), never closed by the child, and the child's
+//! opens make caches of their own.
 
 use std::collections::HashMap;
 use std::fs::Metadata;
@@ -40,6 +44,36 @@ static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 /// reopen waits for the close to save the sidecar), and nothing else.
 static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
 
+/// Forgets the parent's caches in a forked child (fork.rs calls it once the child runs, on its
+/// only thread): the maps are taken out and leaked, so that no close, flush or sidecar save of
+/// the parent's runs here; only the child's copies of the sidecars' locked descriptors are
+/// closed. A map another thread held at the fork (its lock copied locked) is left: the child's
+/// opens would wait on it, as they would on SQLite's own mutexes held at a fork.
+fn forget_parents() {
+    let taken = match OPEN.try_lock() {
+        Ok(mut open) => open.take(),
+        Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().take(),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    if let Some(open) = taken {
+        for e in open.values() {
+            if let Some(sidecar) = &e.db.sidecar {
+                // SAFETY: a forked child, and the parent's sidecar, leaked below with its map.
+                unsafe { sidecar.close_copy_in_child() };
+            }
+        }
+        std::mem::forget(open);
+    }
+    if let Ok(mut gates) = GATES.try_lock() {
+        std::mem::forget(gates.take());
+    }
+}
+
+/// Has fork.rs call [`forget_parents`] in every forked child from now on (idempotent).
+pub fn watch_forks() {
+    crate::fork::watch(forget_parents);
+}
+
 fn gate(key: Key) -> Arc<Mutex<()>> {
     let mut gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
     Arc::clone(gates.get_or_insert_with(HashMap::new).entry(key).or_default())
@@ -50,7 +84,12 @@ fn gate(key: Key) -> Arc<Mutex<()>> {
 /// key, verify; Config::refuses_to_join): the open is refused, not joined.
 fn join(key: Key, path: &Path, config: &Config) -> Result<Option<Arc<OpenDb>>, String> {
     let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    let Some(e) = open.get_or_insert_with(HashMap::new).get_mut(&key) else { return Ok(None) };
+    let open = open.get_or_insert_with(HashMap::new);
+    if open.get(&key).is_some_and(|e| !e.db.is_ours()) {
+        // The parent's, left by a fork the handler could not clean up after: never joined, never closed.
+        std::mem::forget(open.remove(&key));
+    }
+    let Some(e) = open.get_mut(&key) else { return Ok(None) };
     if let Some(why) = config.refuses_to_join(&e.db.config) {
         return Err(format!(
             "{} is already open in this process with other settings; {why} (open it with the same settings, or close the other first)",
@@ -75,7 +114,7 @@ pub fn wal_writes_of(wal: &Path) -> Option<Arc<AtomicU64>> {
     let main = wal.to_str()?.strip_suffix("-wal")?;
     let key = key_of(&std::fs::metadata(main).ok()?);
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    open.as_ref()?.get(&key).map(|e| Arc::clone(&e.db.wal_writes))
+    open.as_ref()?.get(&key).filter(|e| e.db.is_ours()).map(|e| Arc::clone(&e.db.wal_writes))
 }
 
 /// What a job is handed to count its connection as a warmer (open_db.rs).
@@ -96,6 +135,7 @@ fn reserve_warmer(db: &OpenDb) -> Option<Arc<OpenDb>> {
 /// at `path` as descriptor `fd` (`meta`: its fstat). `read_only`: SQLite
 /// opened it read-only (nothing is written beside it). Err: refused (see [`join`]).
 pub fn attach(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Result<Arc<OpenDb>, String> {
+    watch_forks();
     let key = key_of(meta);
     if let Some(db) = join(key, path, &config)? {
         return Ok(db);
@@ -200,6 +240,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Ope
         warm: Arc::default(),
         hot: Mutex::new(hot),
         sidecar,
+        generation: crate::fork::generation(),
     }
 }
 
@@ -221,6 +262,12 @@ fn release_warmer(db: Arc<OpenDb>) {
 /// the last other connection leaves, the warm is stopped and waited for
 /// (bounded): its connection's close is then the last one, on its thread.
 pub fn detach(db: Arc<OpenDb>, warmer: bool) {
+    if !db.is_ours() {
+        // A forked child closing a connection its parent opened: the cache is the parent's (its
+        // threads are not here, its sidecar lock is the parent's); nothing of it runs here.
+        std::mem::forget(db);
+        return;
+    }
     let find = |open: &HashMap<Key, Entry>| open.iter().find(|(_, e)| Arc::ptr_eq(&e.db, &db)).map(|(k, _)| *k);
     let key = {
         let mut guard = OPEN.lock().unwrap_or_else(|e| e.into_inner());
