@@ -179,6 +179,20 @@ fn moves_stall_in_wal_recovery() {
     focused(0x31_0405, Move::StallRecovery, 60);
 }
 
+/// A worker forks with its connections open (their transactions too); the child opens the
+/// database anew through waffle (or plainly, for a plain slot), reads, writes half the time,
+/// closes: the model's rows, the model's changes, a cache of its own (not one its parent has
+/// open), no verify mismatch, nothing on stderr. DELETE and WAL.
+#[test]
+fn moves_fork_delete() {
+    focused(0x31_0406, Move::Fork, 100);
+}
+
+#[test]
+fn moves_fork_wal() {
+    focused(0x31_0407, Move::Fork, 100);
+}
+
 /// A schedule of `steps` drawing move `m` in a quarter of them; at least 5 must have run.
 fn focused(seed: u64, m: Move, steps: usize) {
     match explore_moves(seed, steps, Moves::Focus(m)) {
@@ -187,6 +201,7 @@ fn focused(seed: u64, m: Move, steps: usize) {
                 Move::Attach => t.attaches,
                 Move::OpenOther => t.other_opens,
                 Move::StallRecovery => t.recovery_stalls,
+                Move::Fork => t.forks,
             };
             assert!(drawn >= 5, "{m:?} ran {drawn} times: {t}");
         }

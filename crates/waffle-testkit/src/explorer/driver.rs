@@ -60,7 +60,7 @@ pub struct Run<'a> {
     pub(super) open: Vec<Vec<bool>>,
     pub(super) model: Model,
     pub(super) tally: Tally,
-    cache_ids: HashSet<String>,
+    pub(super) cache_ids: HashSet<String>,
     /// The rows of the scratch directory's other database (written only through ATTACHes).
     pub(super) other_rows: Rows,
 }
@@ -134,6 +134,7 @@ impl<'a> Run<'a> {
             Step::Attach { .. } => self.attach(step),
             Step::OpenOther { w, k, other } => self.open_other(*w, *k, *other),
             Step::StallRecovery { .. } => self.stall_recovery(step),
+            Step::Fork { w, k, write } => self.fork(*w, *k, write.as_ref()),
             Step::Reopen { w, k, hot_list } => {
                 let closed = self.conn_step(&Step::Close { w: *w, k: *k })?;
                 let opened = self.conn_step(&Step::Open { w: *w, k: *k, hot_list })?;

@@ -14,6 +14,7 @@
 //! [`model`], [`driver`] (one run), `outside` (the driver's own steps), [`tally`].
 
 pub mod driver;
+mod forks;
 pub mod model;
 pub mod moves;
 mod outside;

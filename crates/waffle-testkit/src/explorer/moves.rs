@@ -78,4 +78,5 @@ pub enum Move {
     Attach,
     OpenOther,
     StallRecovery,
+    Fork,
 }

@@ -163,6 +163,13 @@ pub enum Step {
         ops: Vec<WriteOp>,
         mode: &'static str,
     },
+    /// Worker w forks; the child opens the database anew (through waffle if slot k is a waffle
+    /// slot), reads every row, runs `write` if any, closes and exits (forks.rs).
+    Fork {
+        w: usize,
+        k: usize,
+        write: Option<WriteOp>,
+    },
 }
 
 impl Step {
@@ -179,7 +186,9 @@ impl Step {
             Vacuum { w, k } | Journal { w, k, .. } | Check { w, k } | Backup { w, k, .. } | Restore { w, k, .. } => {
                 Some((w, k))
             }
-            Attach { w, k, .. } | OpenOther { w, k, .. } | StallRecovery { w, k, .. } => Some((w, k)),
+            Attach { w, k, .. } | OpenOther { w, k, .. } | StallRecovery { w, k, .. } | Fork { w, k, .. } => {
+                Some((w, k))
+            }
             _ => None,
         }
     }
@@ -209,6 +218,7 @@ impl fmt::Display for Step {
                 write!(f, " {}{target:?} {param:?}{op}", if *read_only { "ro " } else { "" })
             }
             Step::OpenOther { other, .. } => write!(f, " {other:?}"),
+            Step::Fork { write: Some(op), .. } => write!(f, " then write {op}"),
             Step::StallRecovery { hot_list, ops: o, mode, .. } => {
                 write!(f, " hot_list={hot_list} then shell write {} checkpoint {mode}", ops(o))
             }
@@ -337,7 +347,7 @@ impl Generator {
             Moves::All => {
                 let r = self.rng.gen_range(0..100);
                 let stall = if self.wal { Move::StallRecovery } else { Move::Attach };
-                [(0..4, Move::Attach), (4..6, Move::OpenOther), (6..7, stall)]
+                [(0..4, Move::Attach), (4..6, Move::OpenOther), (6..7, stall), (7..9, Move::Fork)]
                     .into_iter()
                     .find(|(range, _)| range.contains(&r))
                     .map(|(_, m)| m)
@@ -460,7 +470,7 @@ impl Generator {
         self.push(step)
     }
 
-    /// One of the opener's moves (Attach, OpenOther, StallRecovery) on a connection drawn.
+    /// One of the opener's moves (Attach, OpenOther, StallRecovery) or a fork, on a connection drawn.
     fn new_move(&mut self, m: Move) {
         let (w, k) = self.any_conn();
         let step = match m {
@@ -475,6 +485,10 @@ impl Generator {
                 Step::Attach { w, k, read_only, target, param, write }
             }
             Move::OpenOther => Step::OpenOther { w, k, other: self.pick(&OTHER_SETTINGS) },
+            Move::Fork => {
+                let write = self.rng.gen_bool(0.5).then(|| self.op(0));
+                Step::Fork { w, k, write }
+            }
             Move::StallRecovery => {
                 // A write transaction held across the stall would keep the shell (and the
                 // reader's recovery) busy: the open ones end first.

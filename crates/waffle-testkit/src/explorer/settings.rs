@@ -52,7 +52,7 @@ impl Run<'_> {
     }
 
     /// A command to worker `w`, timed: Err if it took longer than STATEMENT_BOUND.
-    fn bounded(&mut self, w: usize, command: &str) -> Result<Answer, String> {
+    pub(super) fn bounded(&mut self, w: usize, command: &str) -> Result<Answer, String> {
         let started = Instant::now();
         let answer = self.workers[w].request(command)?;
         let took = started.elapsed();

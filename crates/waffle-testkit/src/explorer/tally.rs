@@ -25,6 +25,8 @@ pub struct Tally {
     pub refusals: u64,
     /// Reads that waited on another process's wal-index recovery.
     pub recovery_stalls: u64,
+    /// Forks whose child opened the database anew.
+    pub forks: u64,
 }
 
 impl Tally {
@@ -49,6 +51,7 @@ impl Tally {
             (&mut self.other_opens, o.other_opens),
             (&mut self.refusals, o.refusals),
             (&mut self.recovery_stalls, o.recovery_stalls),
+            (&mut self.forks, o.forks),
         ];
         for (mine, theirs) in pairs {
             *mine += theirs;
@@ -63,7 +66,7 @@ impl fmt::Display for Tally {
             f,
             "schedules={} steps={} processes={} kills={} opens_warm={} opens_cold={} checkpoints={} \
              node_restarts={} node_flushes={} shells={} renames={} backups={} restores={} busy={} verify_checked={} \
-             attaches={} other_opens={} refusals={} recovery_stalls={}",
+             attaches={} other_opens={} refusals={} recovery_stalls={} forks={}",
             self.schedules,
             self.steps,
             self.processes,
@@ -82,7 +85,8 @@ impl fmt::Display for Tally {
             self.attaches,
             self.other_opens,
             self.refusals,
-            self.recovery_stalls
+            self.recovery_stalls,
+            self.forks
         )
     }
 }

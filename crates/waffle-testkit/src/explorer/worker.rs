@@ -5,7 +5,7 @@
 //! `close`, `begin SLOT deferred|immediate`, `commit`, `rollback`, `write SLOT OP...`, `read`,
 //! `get SLOT ID,ID,...`, `checkpoint SLOT MODE`, `vacuum`, `journal SLOT MODE`, `check`,
 //! `backup SLOT PATH`, `restore SLOT PATH`, and the opener's moves (worker_moves.rs: `attach`,
-//! `try_open`, `stall`, `go`); `quit` closes everything and exits. Every
+//! `try_open`, `stall`, `go`, `fork`); `quit` closes everything and exits. Every
 //! connection has the explorer's busy timeout (BUSY_TIMEOUT_MS), so an outcome depends only on the order of steps.
 
 use std::io::{BufRead, Write};
@@ -26,6 +26,9 @@ const SQLITE_CACHE_PAGES: u32 = 8;
 /// Runs the worker until `quit` or the end of stdin.
 pub fn serve(setup: Setup) {
     let slots: Vec<_> = (0..SLOTS).map(|_| spawn_slot(setup.clone())).collect();
+    // Each slot's cache id while it is open through waffle (its open's answer): a fork's child
+    // must not be in one of these caches.
+    let mut cache_ids: Vec<Option<String>> = vec![None; SLOTS];
     println!("ready {}", std::process::id());
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -37,7 +40,26 @@ pub fn serve(setup: Setup) {
         let answer = match slot {
             Some(k) if words[0] == "stall" => worker_moves::stall(&slots[k], words),
             Some(k) if words[0] == "go" => worker_moves::go(&slots[k]),
-            Some(k) => ask_slot(&slots[k], words),
+            Some(_) if words[0] == "fork" => {
+                let op = words.get(3).and_then(|t| WriteOp::parse(t));
+                let mut answer = worker_moves::forked(&setup, words.get(2).map(String::as_str) == Some("waffle"), op);
+                if answer.is_ok() {
+                    let mut open: Vec<&str> = cache_ids.iter().flatten().map(String::as_str).collect();
+                    open.dedup();
+                    answer.payload.push_str(&format!(" parents={}", open.join(",")));
+                }
+                answer
+            }
+            Some(k) => {
+                let verb = words[0].clone();
+                let answer = ask_slot(&slots[k], words);
+                match verb.as_str() {
+                    "open" if answer.is_ok() && answer.payload != "-" => cache_ids[k] = Some(answer.payload.clone()),
+                    "close" => cache_ids[k] = None, // closed, or dropped after a failed close
+                    _ => {}
+                }
+                answer
+            }
             None => Answer { class: "err:protocol".into(), in_txn: false, payload: line.clone() },
         };
         let mut out = std::io::stdout().lock();

@@ -1,12 +1,15 @@
 //! The worker's side of the opener's moves (issue 31): an ATTACH from SQL with its read, write
 //! and DETACH; an open with settings other than the run's on a connection of its own; a read
 //! whose busy handler holds it (the `stall`/`go` pair) while another process recovers the
-//! wal-index and the driver's shell checkpoints.
+//! wal-index and the driver's shell checkpoints; a fork whose child opens the database anew.
 //!
 //! Commands: `attach SLOT ro|rw waffle|plain URI [OP]`, `try_open SLOT waffle|plain PARAMS`
 //! (`k=v&k=v`, or `-`), `stall SLOT` (answers `waiting` once the read's busy handler is first
-//! called, or the read's own answer if it never waits), `go SLOT` (the read's answer).
+//! called, or the read's own answer if it never waits), `go SLOT` (the read's answer),
+//! `fork SLOT waffle|plain [OP]` (on the main thread: the child's answer).
 
+use std::io::Read;
+use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,6 +21,8 @@ use crate::db::{try_open_waffle, waffle_uri};
 
 /// How long a stalled read waits for the driver's `go` before it gives up (busy).
 const STALL_MAX: Duration = Duration::from_secs(20);
+/// How long a forked child may take to answer before it is killed (the driver's bound is 60 s).
+const CHILD_MAX: Duration = Duration::from_secs(50);
 
 /// Calls of the stalled read's busy handler, and the driver's word to retry (one stall at a
 /// time per worker: the handler is a plain fn).
@@ -192,5 +197,105 @@ pub(super) fn go(slot: &Slot) -> Answer {
     match slot.1.recv_timeout(STALL_MAX + Duration::from_secs(5)) {
         Ok(answer) => answer,
         Err(e) => Answer { class: "err:go-hung".into(), in_txn: false, payload: e.to_string() },
+    }
+}
+
+/// On the worker's main thread, its slots idle (steps run one at a time): forks; the child opens
+/// the database anew on a connection of its own (`waffle`: the run's settings), reads every row,
+/// runs `op` (autocommit), reads its cache's identity and verify figures, closes and `_exit`s
+/// without touching what it inherited. Payload: `ROWS changes=N cache=ID|- mismatches=M`.
+pub(super) fn forked(setup: &Setup, waffle: bool, op: Option<WriteOp>) -> Answer {
+    let failed = |what: &str| Answer { class: "err:fork".into(), in_txn: false, payload: what.into() };
+    let mut fds = [0i32; 2];
+    // SAFETY: fds has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return failed("pipe");
+    }
+    // SAFETY: the child runs on this one thread, uses only the database and the pipe, and ends
+    // with _exit (no destructor of the parent's runs there).
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let answer = std::panic::catch_unwind(|| in_child(setup, waffle, op.as_ref()))
+            .unwrap_or_else(|_| failed("the child panicked"));
+        let line = format!("{}\n", answer.line());
+        // SAFETY: the pipe's write end, this line's bytes; then the child ends.
+        unsafe {
+            libc::write(fds[1], line.as_ptr() as *const libc::c_void, line.len());
+            libc::_exit(0);
+        }
+    }
+    // SAFETY: the write end is the child's now; closing ours lets the read see its end.
+    unsafe { libc::close(fds[1]) };
+    // SAFETY: the read end, ours alone from here.
+    let mut pipe = unsafe { std::fs::File::from_raw_fd(fds[0]) };
+    if pid < 0 {
+        return failed("fork");
+    }
+    let reaped = reap_within(pid, CHILD_MAX);
+    let mut line = String::new();
+    let _ = pipe.read_to_string(&mut line);
+    match (reaped, Answer::parse(line.trim_end())) {
+        (true, Some(answer)) => answer,
+        (true, None) => failed(&format!("the child answered {line:?}")),
+        (false, _) => failed("the child did not end in time (killed)"),
+    }
+}
+
+/// Waits for the child `pid` to end, at most `max`; kills it past that. Whether it ended itself.
+fn reap_within(pid: libc::pid_t, max: Duration) -> bool {
+    let deadline = Instant::now() + max;
+    loop {
+        // SAFETY: our own child; no status wanted.
+        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
+        if r == pid || r < 0 {
+            return r == pid;
+        }
+        if Instant::now() > deadline {
+            // SAFETY: our own child, then reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+            }
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// The child's work (see [`forked`]).
+fn in_child(setup: &Setup, waffle: bool, op: Option<&WriteOp>) -> Answer {
+    let opened = if waffle {
+        try_open_waffle(&setup.db, &waffle_params(setup, &[]))
+    } else {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        Connection::open_with_flags(&setup.db, flags)
+    };
+    let c = match timed(opened) {
+        Ok(c) => c,
+        Err(e) => return failed_at("open", None, &e),
+    };
+    let body = || -> Result<String, (&'static str, rusqlite::Error)> {
+        let read = rows(&c, &rows_sql("")).map_err(|e| ("read", e))?;
+        let changes = match op {
+            Some(op) => c.execute(&op.sql(), []).map_err(|e| ("write", e))?.to_string(),
+            None => "-".into(),
+        };
+        Ok(format!("{read} changes={changes}"))
+    };
+    let answer = match body() {
+        Ok(payload) => {
+            let (cache, mismatches) = if waffle {
+                let s = crate::db::stats(&c);
+                (s["cache_id"].as_str().unwrap_or("?").to_string(), s["verify_mismatches"].as_u64().unwrap_or(0))
+            } else {
+                ("-".to_string(), 0)
+            };
+            Answer::ok(false, format!("{payload} cache={cache} mismatches={mismatches}"))
+        }
+        Err((stage, e)) => failed_at(stage, Some(&c), &e),
+    };
+    match c.close() {
+        Err((_, e)) if answer.is_ok() => failed_at("close", None, &e),
+        _ => answer,
     }
 }
