@@ -11,7 +11,7 @@
 //! Each test checks its SQL results against the same script without `waffle` (the control), and
 //! the run's stderr (the host's) must be empty.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use serde_json::Value;
@@ -73,28 +73,30 @@ def fill(c, n):
     cur.execute("COMMIT")
 "#;
 
-/// The extension, and the URI of `db` through it on `grid` (16 KiB L1, verify mode, no hot
-/// list, no cost back-off: every read below L1 asks the grid).
-fn waffle_of(db: &Path, grid: &str) -> (String, String) {
-    let so = artefact("libwaffle.so");
+/// Runs `script` twice, each on a new database in a temp dir of its own: as the control, plainly
+/// (no extension loaded), then through waffle (`libwaffle.so`, one node, 16 KiB L1, verify
+/// mode, no hot list, no cost back-off: every read below L1 asks the grid). Their JSON lines.
+fn control_then_waffle(name: &str, script: &str) -> (Vec<Value>, Vec<Value>) {
+    let (control_dir, waffle_dir) = (TempDir::new(&format!("{name}-control")), TempDir::new(name));
+    let control_db = control_dir.join("forked.db");
+    let control = python("", &format!("file:{}", utf8(&control_db)), &control_db, script);
+    let node = start_node(64);
+    let grid = node.addr();
     let params = [
-        ("waffle_grid", grid),
+        ("waffle_grid", grid.as_str()),
         ("waffle_local", "16KiB"),
         ("waffle_verify", "on"),
         ("waffle_hot_list", "off"),
         ("waffle_grid_backoff", "off"),
     ];
-    (so.to_str().expect("UTF-8 path").to_owned(), waffle_uri(db, &params))
+    let db = waffle_dir.join("forked.db");
+    let so = artefact("libwaffle.so");
+    let lines = python(utf8(&so), &waffle_uri(&db, &params), &db, script);
+    (control, lines)
 }
 
-fn plain_uri(db: &Path) -> String {
-    format!("file:{}", db.to_str().expect("UTF-8 path"))
-}
-
-fn new_db(name: &str) -> (TempDir, PathBuf) {
-    let dir = TempDir::new(name);
-    let db = dir.join("forked.db");
-    (dir, db)
+fn utf8(p: &Path) -> &str {
+    p.to_str().expect("UTF-8 path")
 }
 
 /// Parent and child, each on a connection opened after the fork, take turns committing 200
@@ -142,10 +144,7 @@ fn by_who<'a>(lines: &'a [Value], who: &str) -> &'a Value {
 }
 
 fn turns(journal_mode: &str) {
-    let node = start_node(64);
-    let script = turns_script(journal_mode);
-    let (_control_dir, control_db) = new_db("fork-turns-control");
-    let control = python("", &plain_uri(&control_db), &control_db, &script);
+    let (control, lines) = control_then_waffle("fork-turns", &turns_script(journal_mode));
     for who in ["parent", "child"] {
         let l = by_who(&control, who);
         assert_eq!(
@@ -155,9 +154,6 @@ fn turns(journal_mode: &str) {
         );
     }
 
-    let (_dir, db) = new_db("fork-turns");
-    let (so, uri) = waffle_of(&db, &node.addr());
-    let lines = python(&so, &uri, &db, &script);
     let (parent, child) = (by_who(&lines, "parent"), by_who(&lines, "child"));
     for l in [parent, child] {
         assert_eq!(l["wrong"], Value::from(Vec::<u32>::new()), "turns whose read differed from the writer's: {l}");
@@ -208,13 +204,7 @@ out(who="parent", status=status, digest=digest(c), sidecar_clean=len(data) > 12 
     before=before, cache=cache(c), integrity=list(c.cursor().execute("PRAGMA integrity_check"))[0][0])
 c.close()
 "#;
-    let node = start_node(64);
-    let (_control_dir, control_db) = new_db("fork-close-control");
-    let control = python("", &plain_uri(&control_db), &control_db, script);
-
-    let (_dir, db) = new_db("fork-close");
-    let (so, uri) = waffle_of(&db, &node.addr());
-    let lines = python(&so, &uri, &db, script);
+    let (control, lines) = control_then_waffle("fork-close", script);
     for who in ["parent", "child"] {
         assert_eq!(by_who(&lines, who)["digest"], by_who(&control, who)["digest"], "{who}: {lines:?}");
     }
@@ -256,13 +246,7 @@ os.write(w, b"x")
 os.waitpid(pid, 0)
 out(who="parent", warm=warm, again=again, digest=seen)
 "#;
-    let node = start_node(64);
-    let (_control_dir, control_db) = new_db("fork-lock-control");
-    let control = python("", &plain_uri(&control_db), &control_db, script);
-
-    let (_dir, db) = new_db("fork-lock");
-    let (so, uri) = waffle_of(&db, &node.addr());
-    let lines = python(&so, &uri, &db, script);
+    let (control, lines) = control_then_waffle("fork-lock", script);
     let parent = by_who(&lines, "parent");
     assert_eq!(parent["digest"], by_who(&control, "parent")["digest"], "{parent}");
     assert_eq!(

@@ -120,18 +120,24 @@ pub(super) fn attach(setup: &Setup, conn: Option<&Connection>, words: &[String])
     answer
 }
 
+/// A read-write connection of its own to the database (`waffle`: the run's settings with `extra`
+/// over them), with the explorer's busy timeout.
+fn open_own(setup: &Setup, waffle: bool, extra: &[(&str, &str)]) -> rusqlite::Result<Connection> {
+    let opened = if waffle {
+        try_open_waffle(&setup.db, &waffle_params(setup, extra))
+    } else {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        Connection::open_with_flags(&setup.db, flags)
+    };
+    timed(opened)
+}
+
 /// An open of the database on a connection of its own (`waffle`: the run's settings with
 /// `params` over them), a read of every row, a close. Payload: the rows.
 pub(super) fn try_open(setup: &Setup, waffle: bool, params: &str) -> Answer {
     let extra: Vec<(&str, &str)> =
         params.split('&').filter(|p| !p.is_empty() && *p != "-").filter_map(|p| p.split_once('=')).collect();
-    let opened = if waffle {
-        try_open_waffle(&setup.db, &waffle_params(setup, &extra))
-    } else {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        Connection::open_with_flags(&setup.db, flags)
-    };
-    let c = match timed(opened) {
+    let c = match open_own(setup, waffle, &extra) {
         Ok(c) => c,
         Err(e) => return failed_at("open", None, &e),
     };
@@ -264,13 +270,7 @@ fn reap_within(pid: libc::pid_t, max: Duration) -> bool {
 
 /// The child's work (see [`forked`]).
 fn in_child(setup: &Setup, waffle: bool, op: Option<&WriteOp>) -> Answer {
-    let opened = if waffle {
-        try_open_waffle(&setup.db, &waffle_params(setup, &[]))
-    } else {
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_URI | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        Connection::open_with_flags(&setup.db, flags)
-    };
-    let c = match timed(opened) {
+    let c = match open_own(setup, waffle, &[]) {
         Ok(c) => c,
         Err(e) => return failed_at("open", None, &e),
     };
