@@ -224,47 +224,58 @@ pub(super) fn forked(setup: &Setup, waffle: bool, op: Option<WriteOp>) -> Answer
         let answer = std::panic::catch_unwind(|| in_child(setup, waffle, op.as_ref()))
             .unwrap_or_else(|_| failed("the child panicked"));
         let line = format!("{}\n", answer.line());
-        // SAFETY: the pipe's write end, this line's bytes; then the child ends.
-        unsafe {
-            libc::write(fds[1], line.as_ptr() as *const libc::c_void, line.len());
-            libc::_exit(0);
+        let mut left = line.as_bytes();
+        while !left.is_empty() {
+            // SAFETY: the pipe's write end and the unwritten rest of this line's bytes.
+            let n = unsafe { libc::write(fds[1], left.as_ptr() as *const libc::c_void, left.len()) };
+            if n <= 0 {
+                break;
+            }
+            left = &left[n as usize..];
         }
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(0) };
     }
     // SAFETY: the write end is the child's now; closing ours lets the read see its end.
     unsafe { libc::close(fds[1]) };
-    // SAFETY: the read end, ours alone from here.
+    // SAFETY: the read end, ours alone from here (closed when `pipe` drops).
     let mut pipe = unsafe { std::fs::File::from_raw_fd(fds[0]) };
     if pid < 0 {
         return failed("fork");
     }
-    let reaped = reap_within(pid, CHILD_MAX);
-    let mut line = String::new();
-    let _ = pipe.read_to_string(&mut line);
-    match (reaped, Answer::parse(line.trim_end())) {
-        (true, Some(answer)) => answer,
-        (true, None) => failed(&format!("the child answered {line:?}")),
-        (false, _) => failed("the child did not end in time (killed)"),
+    // Read while the child writes (a long answer fills the pipe before the child can end).
+    let line = read_to_end_within(&mut pipe, Instant::now() + CHILD_MAX);
+    if line.is_none() {
+        // SAFETY: our own child, which did not answer in time.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    // SAFETY: our own child, ended (its write end closed at its exit) or killed just above.
+    unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+    match line {
+        Some(line) => Answer::parse(line.trim_end()).unwrap_or_else(|| failed(&format!("the child answered {line:?}"))),
+        None => failed("the child did not answer in time (killed)"),
     }
 }
 
-/// Waits for the child `pid` to end, at most `max`; kills it past that. Whether it ended itself.
-fn reap_within(pid: libc::pid_t, max: Duration) -> bool {
-    let deadline = Instant::now() + max;
+/// Everything `pipe` gives until its writer closes it, or None at `deadline`.
+fn read_to_end_within(pipe: &mut std::fs::File, deadline: Instant) -> Option<String> {
+    let mut got = Vec::new();
+    let mut chunk = [0u8; 64 << 10];
     loop {
-        // SAFETY: our own child; no status wanted.
-        let r = unsafe { libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG) };
-        if r == pid || r < 0 {
-            return r == pid;
+        let left_ms = deadline.checked_duration_since(Instant::now())?.as_millis().min(i32::MAX as u128) as i32;
+        let mut ready = libc::pollfd { fd: std::os::fd::AsRawFd::as_raw_fd(pipe), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one valid pollfd.
+        match unsafe { libc::poll(&mut ready, 1, left_ms) } {
+            0 => return None,
+            r if r < 0 => continue, // interrupted: poll again with what is left
+            _ => {}
         }
-        if Instant::now() > deadline {
-            // SAFETY: our own child, then reaped.
-            unsafe {
-                libc::kill(pid, libc::SIGKILL);
-                libc::waitpid(pid, std::ptr::null_mut(), 0);
-            }
-            return false;
+        match pipe.read(&mut chunk) {
+            Ok(0) => return Some(String::from_utf8_lossy(&got).into_owned()),
+            Ok(n) => got.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return Some(String::from_utf8_lossy(&got).into_owned()),
         }
-        std::thread::sleep(Duration::from_millis(2));
     }
 }
 
