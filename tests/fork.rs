@@ -29,7 +29,7 @@ const ROUNDS: u32 = 16;
 /// `db` is the file's path. Returns the JSON lines of stdout; the run must succeed with nothing
 /// on stderr.
 fn python(so: &str, uri: &str, db: &Path, body: &str) -> Vec<Value> {
-    let script = format!("{APSW_PRELUDE}\nimport os, signal\ndb = sys.argv[3]\n{HELPERS}\n{body}");
+    let script = format!("{APSW_PRELUDE}\nimport os\ndb = sys.argv[3]\n{HELPERS}\n{body}");
     let mut cmd = Command::new(python_with_apsw());
     cmd.arg("-c").arg(script).arg(so).arg(uri).arg(db);
     let out = run_with_input(&mut cmd, "", CHILD_TIMEOUT);
