@@ -104,9 +104,14 @@ fn child() {
     flush(&conn);
     read_some(&conn, &mut rng, READS);
     let s = stats(&conn);
-    for node in s["nodes"].as_array().unwrap() {
-        assert!(node["up"] == true && node["requests"].as_u64().unwrap() > 0, "a healthy node asked: {s}");
-    }
+    // Every node up, and the grid asked. Not every node: with the back-off on and this machine's
+    // page cache as the disk, only the cost trial's sample of pages goes to the grid, and which
+    // node holds each is the open's random keys' doing (session 20's run 7: 4 pushes and 4 hits,
+    // all on one node of two).
+    let seen = s["nodes"].as_array().unwrap();
+    assert!(seen.iter().all(|n| n["up"] == true), "every node up: {s}");
+    let asked: u64 = seen.iter().map(|n| n["requests"].as_u64().unwrap()).sum();
+    assert!(asked > 0, "the grid was asked: {s}");
     mark("kill");
     nodes[1].kill();
     read_some(&conn, &mut rng, READS);
