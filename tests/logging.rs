@@ -117,7 +117,17 @@ fn child() {
     read_some(&conn, &mut rng, READS);
     flush(&conn);
     read_some(&conn, &mut rng, READS);
-    let s = stats(&conn);
+    // The reads find it down if the back-off's sample sends them there; else the idle prober
+    // does within its 3 s (the sample's pages may all live on the other node), so this waits.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let s = loop {
+        let s = stats(&conn);
+        let dead = s["nodes"].as_array().unwrap().iter().find(|n| n["addr"] == victim.as_str()).unwrap().clone();
+        if (dead["up"] == false && dead["marked_down"] == 1) || std::time::Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
     let dead = s["nodes"].as_array().unwrap().iter().find(|n| n["addr"] == victim.as_str()).unwrap();
     assert!(dead["up"] == false && dead["marked_down"] == 1, "the killed node is down: {s}");
     println!("victim {victim}");
