@@ -42,6 +42,7 @@ pub mod codec;
 pub mod config;
 pub mod config_file;
 pub mod envelope;
+pub mod fork;
 pub mod grid;
 pub mod log;
 pub mod page_table;

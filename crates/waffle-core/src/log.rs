@@ -162,7 +162,15 @@ impl Sink for Stderr {
 /// 0: not read from the environment yet.
 static LEVEL: AtomicU8 = AtomicU8::new(0);
 static SINK: RwLock<Option<&'static dyn Sink>> = RwLock::new(None);
+/// Held only to admit or flush lines, never while one is written (fork.rs takes it around a fork).
 static LIMITER: Mutex<Option<Limiter>> = Mutex::new(None);
+
+/// The limiter's lock, held across a fork (crate::fork).
+pub(crate) struct ForkHold(#[allow(dead_code)] std::sync::MutexGuard<'static, Option<Limiter>>);
+
+pub(crate) fn hold_for_fork() -> ForkHold {
+    ForkHold(LIMITER.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
 /// The level now: the last [`set_level`], else `WAFFLE_LOG`, else warn
 /// (a bad `WAFFLE_LOG` is refused by the next open, naming it).

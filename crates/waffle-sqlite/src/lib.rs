@@ -20,9 +20,10 @@
 //!                     the last clean close's hot list is reloaded by hot_reload.rs
 //!                     (a thread as the warm's, L1's free room hottest first)
 //!  every other file and method ──> pass_through.rs ──> the default VFS's file
-//!  fork() ──> fork.rs (pthread_atfork, in the child) ──> registry.rs forgets the
-//!                     parent's caches: the child's opens get their own, and a
-//!                     parent's connection used in the child passes through
+//!  fork() ──> waffle_core::fork (pthread_atfork: the core's locks held across
+//!                     it; in the child) ──> registry.rs forgets the parent's
+//!                     caches: the child's opens get their own, and a parent's
+//!                     connection used in the child passes through
 //! ```
 //!
 //! The files go one way: each names only files listed before it here
@@ -31,7 +32,7 @@
 //! rather than calling back into the registry that starts them:
 //!
 //! ```text
-//!  ffi, api, host_log, fork, connection, btree, descriptor, wal_index, coherence, vfs_name
+//!  ffi, api, host_log, connection, btree, descriptor, wal_index, coherence, vfs_name
 //!  job.rs            a database's background job (one at a time) and its PieceGate
 //!  open_db.rs        OpenDb, one open database's state; Warmers (the registry's, handed in)
 //!  stats_map.rs      the stats snapshot (pragma.rs, stats_file.rs)
@@ -64,7 +65,6 @@ mod connection;
 mod descriptor;
 mod ffi;
 mod file;
-mod fork;
 mod host_log;
 mod hot_reload;
 mod job;

@@ -61,7 +61,7 @@ pub struct OpenDb {
     /// None: a read-only open, or a sidecar that cannot be used (a cold open,
     /// nothing saved). The registry's: acquired at open, saved at the last close.
     pub(crate) sidecar: Option<Sidecar>,
-    /// The fork generation it was opened in (fork.rs): in a forked child, the parent's.
+    /// The fork generation it was opened in (waffle_core::fork): in a forked child, the parent's.
     pub generation: u64,
 }
 
@@ -69,7 +69,7 @@ impl OpenDb {
     /// Whether this process opened it: false in a forked child for its parent's caches, which the
     /// child's connections pass by (pass_through.rs's `db`) and never close (registry.rs).
     pub fn is_ours(&self) -> bool {
-        self.generation == crate::fork::generation()
+        self.generation == waffle_core::fork::generation()
     }
 
     /// Calls `read` with what the cache reads from: the file through SQLite's

@@ -65,7 +65,7 @@ pub unsafe fn db<'a>(f: *mut sqlite3_file) -> Option<&'a OpenDb> {
     // SAFETY: a non-null db is xOpen's Arc::into_raw, alive until main_close takes it back.
     let db = (!p.is_null()).then(|| unsafe { &*p })?;
     // A connection its parent opened, used in a forked child: the parent's cache is not the
-    // child's, and plain SQLite's I/O is what the child gets (fork.rs).
+    // child's, and plain SQLite's I/O is what the child gets (waffle_core::fork).
     db.is_ours().then_some(db)
 }
 

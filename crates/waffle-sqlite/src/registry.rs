@@ -12,6 +12,7 @@
 //! forgotten at the fork (fork.rs), never closed by the child, and the child's
 //! opens make caches of their own.
 
+use std::any::Any;
 use std::collections::HashMap;
 use std::fs::Metadata;
 use std::path::{Path, PathBuf};
@@ -38,21 +39,32 @@ struct Entry {
 }
 
 /// The process's open databases. Held only for map operations: never across
-/// the sidecar's lock wait, name resolution or a closing database's flush.
+/// the sidecar's lock wait, name resolution, a closing database's flush or a
+/// log line (a fork waits for it: [`hold_for_fork`]).
 static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 /// One gate per database file: serializes that file's open and close (a
-/// reopen waits for the close to save the sidecar), and nothing else.
+/// reopen waits for the close to save the sidecar), and nothing else. The map's
+/// lock is held to find a gate, never while one is held.
 static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
 
-/// Forgets the parent's caches in a forked child (fork.rs calls it once the child runs, on its
-/// only thread): the maps are taken out and leaked, so that no close, flush or sidecar save of
-/// the parent's runs here; only the child's copies of the sidecars' locked descriptors are
-/// closed. A map another thread held at the fork (its lock copied locked) is left: the child's
-/// opens would wait on it, as they would on SQLite's own mutexes held at a fork.
+/// The maps' locks (gates, then open databases), held across a fork by waffle_core::fork: in
+/// the child they are free. Another thread of the host may hold one at the fork (an open or a
+/// close beside it); neither is held across anything that could wait on the forking thread.
+fn hold_for_fork() -> Box<dyn Any> {
+    let gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+    let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+    Box::new((gates, open))
+}
+
+/// Forgets the parent's caches in a forked child (waffle_core::fork calls it once the child
+/// runs, on its only thread, with the maps' locks free): the maps are taken out and leaked, so
+/// that no close, flush or sidecar save of the parent's runs here; only the child's copies of
+/// the sidecars' locked descriptors are closed.
 fn forget_parents() {
     let taken = match OPEN.try_lock() {
         Ok(mut open) => open.take(),
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().take(),
+        // Not after a fork through the handlers; `join` leaves what is left of the parent's.
         Err(std::sync::TryLockError::WouldBlock) => None,
     };
     if let Some(open) = taken {
@@ -69,9 +81,10 @@ fn forget_parents() {
     }
 }
 
-/// Has fork.rs call [`forget_parents`] in every forked child from now on (idempotent).
+/// Has waffle_core::fork hold the maps across every fork from now on and call
+/// [`forget_parents`] in every forked child (idempotent).
 pub fn watch_forks() {
-    crate::fork::watch(forget_parents);
+    waffle_core::fork::watch(waffle_core::fork::Adapter { hold: hold_for_fork, in_child: forget_parents });
 }
 
 fn gate(key: Key) -> Arc<Mutex<()>> {
@@ -83,29 +96,33 @@ fn gate(key: Key) -> Arc<Mutex<()>> {
 /// Err: it asks for settings the open one would weaken (another grid, a seal
 /// key, verify; Config::refuses_to_join): the open is refused, not joined.
 fn join(key: Key, path: &Path, config: &Config) -> Result<Option<Arc<OpenDb>>, String> {
-    let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    let open = open.get_or_insert_with(HashMap::new);
-    if open.get(&key).is_some_and(|e| !e.db.is_ours()) {
-        // The parent's, left by a fork the handler could not clean up after: never joined, never closed.
-        std::mem::forget(open.remove(&key));
-    }
-    let Some(e) = open.get_mut(&key) else { return Ok(None) };
-    if let Some(why) = config.refuses_to_join(&e.db.config) {
-        return Err(format!(
-            "{} is already open in this process with other settings; {why} (open it with the same settings, or close the other first)",
-            path.display()
-        ));
-    }
-    if e.db.config != *config {
+    let (joined, kept) = {
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        let open = open.get_or_insert_with(HashMap::new);
+        if open.get(&key).is_some_and(|e| !e.db.is_ours()) {
+            // The parent's, left by a fork the handler could not clean up after: never joined, never closed.
+            std::mem::forget(open.remove(&key));
+        }
+        let Some(e) = open.get_mut(&key) else { return Ok(None) };
+        if let Some(why) = config.refuses_to_join(&e.db.config) {
+            return Err(format!(
+                "{} is already open in this process with other settings; {why} (open it with the same settings, or close the other first)",
+                path.display()
+            ));
+        }
+        e.refs += 1;
+        (Arc::clone(&e.db), e.db.config != *config)
+    };
+    // Said outside the map's lock, which is never held across a log line (fork.rs).
+    if kept {
         waffle_core::warn!(
             key: format!("settings of {}", path.display()),
             "{} is already open in this process; keeping its first settings ({:?})",
             path.display(),
-            e.db.config
+            joined.config
         );
     }
-    e.refs += 1;
-    Ok(Some(Arc::clone(&e.db)))
+    Ok(Some(joined))
 }
 
 /// The WAL write counter of the database whose WAL file is `wal` (`<db>-wal`),
@@ -240,7 +257,7 @@ fn open_db(path: &Path, meta: &Metadata, config: Config, read_only: bool) -> Ope
         warm: Arc::default(),
         hot: Mutex::new(hot),
         sidecar,
-        generation: crate::fork::generation(),
+        generation: waffle_core::fork::generation(),
     }
 }
 
@@ -396,4 +413,54 @@ fn mark_dirty_on_first_change(cache: &PageCache, sidecar: &Sidecar, used: bool, 
 /// The database file as the close leaves it, if the path still names it (else nothing is saved).
 fn db_meta(db: &OpenDb) -> Option<Metadata> {
     std::fs::metadata(&db.path).ok().filter(|m| key_of(m) == db.key)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+
+    /// Another thread holds both maps (as an open or a close does, for microseconds) while this
+    /// one forks: the fork waits for them, and the child finds them free and empty. Without the
+    /// adapter's part of the prepare handler the child's copies stay held by a thread it does not
+    /// have, and its first open would wait forever (here: killed at the deadline, failed).
+    #[test]
+    fn a_fork_waits_for_the_maps_and_the_child_finds_them_free_and_empty() {
+        watch_forks();
+        OPEN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new);
+        let (holding_tx, holding_rx) = mpsc::channel();
+        let holder = std::thread::spawn(move || {
+            let held = hold_for_fork();
+            holding_tx.send(()).expect("the test waits");
+            std::thread::sleep(Duration::from_millis(300));
+            drop(held);
+        });
+        holding_rx.recv().expect("the holder took the maps");
+        // SAFETY: the child only takes two locks and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let forgotten = OPEN.lock().is_ok_and(|o| o.is_none()) && GATES.lock().is_ok_and(|g| g.is_none());
+            // SAFETY: leaves the forked child without running the parent's atexit handlers.
+            unsafe { libc::_exit(if forgotten { 0 } else { 2 }) };
+        }
+        holder.join().expect("the holder thread");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut status = 0;
+        // SAFETY: our own child, waited for without blocking.
+        while unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } != pid {
+            if Instant::now() >= deadline {
+                // SAFETY: our own child, killed and reaped.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    libc::waitpid(pid, &mut status, 0);
+                }
+                panic!("the forked child still waits on the registry's maps after 10 s");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the maps were not forgotten: {status:#x}");
+    }
 }

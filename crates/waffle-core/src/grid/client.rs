@@ -52,6 +52,8 @@ impl Grid {
     /// Enrols its nodes with the process's prober unless `opts.idle_probe_ms` is 0.
     pub fn new(nodes: Vec<NodeSpec>, opts: GridOptions) -> Grid {
         let mut grid = Grid::with_clock(nodes, opts, SystemClock);
+        // The prober's thread takes its list's lock: a fork must not copy it held (fork.rs).
+        crate::fork::hold_across_forks();
         grid.prober = super::prober::enrol(&grid.nodes, grid.opts.idle_probe_ms);
         grid
     }

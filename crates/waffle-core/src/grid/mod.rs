@@ -35,7 +35,7 @@ pub mod memory;
 mod node;
 pub mod options;
 pub mod outcome;
-mod prober;
+pub(crate) mod prober;
 pub mod protocol;
 pub mod spec;
 mod text_reply;

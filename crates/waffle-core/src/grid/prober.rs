@@ -21,9 +21,8 @@
 //!
 //! Fork: the state names the process whose thread runs, so a child's first
 //! grid starts its own. The state's lock is held to copy the list and to
-//! enrol, never across a probe or a wait; a fork in those microseconds would
-//! leave the child's first grid waiting on a lock no thread of the child
-//! holds (as for any lock of a multithreaded parent: the log's is the same).
+//! enrol, never across a probe, a wait or a log line: fork.rs takes it
+//! around every fork ([`hold_for_fork`]), so the child's copy is free.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -57,6 +56,13 @@ static WAKE: Condvar = Condvar::new();
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The state's lock, held across a fork (crate::fork).
+pub(crate) struct ForkHold(#[allow(dead_code)] MutexGuard<'static, State>);
+
+pub(crate) fn hold_for_fork() -> ForkHold {
+    ForkHold(state())
 }
 
 /// How often the nodes of a grid with this idle time are looked at: a third of it, 10 ms to 1 s.
