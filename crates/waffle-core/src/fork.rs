@@ -26,9 +26,9 @@
 //! hold (Python's GIL, for one, through the host's log callback): none of
 //! these locks is held across a log line, a host callback or a wait, the
 //! rule for the code that takes them (stderr's is held across one write of a
-//! line, which waits only on whoever reads the host's stderr). Locks only the host's own work takes
-//! (SQLite's mutexes, inside an open or a close it runs beside its fork) are
-//! the host's fork to order, as they are with plain SQLite.
+//! line, which waits only on whoever reads the host's stderr). Locks only
+//! the host's own work takes (SQLite's mutexes, inside an open or a close it
+//! runs beside its fork) are the host's fork to order, as with plain SQLite.
 
 use std::any::Any;
 use std::cell::RefCell;
@@ -55,7 +55,7 @@ thread_local! {
 }
 
 /// Process-wide locks held across a fork (dropped: released).
-pub struct Held {
+struct Held {
     _guards: Vec<Box<dyn Any>>,
 }
 
@@ -66,7 +66,7 @@ pub fn generation() -> u64 {
 
 /// Takes every process-wide lock waffle's threads take, in one order: the prober's list, the
 /// log's limiter, Rust's stderr. Waits for holders, none of which waits while holding.
-pub fn hold_locks() -> Held {
+fn hold_locks() -> Held {
     let prober: Box<dyn Any> = Box::new(crate::grid::prober::hold_for_fork());
     let limiter: Box<dyn Any> = Box::new(crate::log::hold_for_fork());
     let stderr: Box<dyn Any> = Box::new(std::io::stderr().lock());
@@ -102,7 +102,8 @@ extern "C" fn prepare() {
         let core = hold_locks();
         Held { _guards: adapter.into_iter().chain(core._guards).collect() }
     });
-    HELD.with(|h| *h.borrow_mut() = held.ok());
+    // try_with: a thread whose locals are being torn down forks without the locks, not aborting.
+    let _ = HELD.try_with(|h| *h.borrow_mut() = held.ok());
 }
 
 extern "C" fn parent() {
@@ -120,7 +121,7 @@ extern "C" fn child() {
 }
 
 fn release() {
-    let held = HELD.with(|h| h.borrow_mut().take());
+    let held = HELD.try_with(|h| h.borrow_mut().take());
     drop(held);
 }
 
