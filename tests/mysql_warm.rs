@@ -104,14 +104,20 @@ fn after_a_restart_the_warm_names_what_innodb_has_not_opened_and_its_time_is_tru
 
     // w.t opened (a statement used it), w.u not: the first is warmed, the second named.
     s.sql("SELECT 1 FROM w.t LIMIT 1").unwrap();
-    let t0 = Instant::now();
+    let (stalls, t0) = (waffle_testkit::stall::StallMeter::start(), Instant::now());
     let w = waffle_warm_client::mysql::warm(&data, &["w/*".to_string()], None).unwrap();
     let wall = t0.elapsed().as_secs_f64();
+    // What the machine added to the command's own steps (a starved process), measured.
+    let stall = stalls.stop().as_secs_f64();
     assert!(w.read_pages > 100, "w/t was read: {w:?}");
     assert_eq!(w.skipped_targets, [("w/u".to_string(), waffle_preload_not_opened())], "{w:?}");
     assert!(w.summary().contains("1 not warmed: w/u (InnoDB has not opened it yet"), "{}", w.summary());
     // The time it reports is the command's, from the request: not the server's reading alone.
-    assert!(w.seconds <= wall && wall - w.seconds < 0.15, "reported {:.3} s, took {wall:.3} s: {w:?}", w.seconds);
+    assert!(
+        w.seconds <= wall && wall - w.seconds < 0.15 + 4.0 * stall,
+        "reported {:.3} s, took {wall:.3} s (stalls up to {stall:.3} s): {w:?}",
+        w.seconds
+    );
     assert!(w.warm_seconds <= w.seconds, "{w:?}");
     assert!(w.l1_pages + w.pushed_pages > 0 && w.unstored_pages() == 0, "{w:?}");
     assert!(log_errors(&s, &[]).is_empty(), "{}", s.log());

@@ -494,10 +494,18 @@ fn the_off_switch_stops_the_cache_under_load_and_on_again_starts_cold() {
     let off = stats_after(&s, "switched off", |v| v["state"] == "off");
     assert_eq!((off["switch"]["state"].as_str(), stat(&off, "switch.turned_off")), (Some("off"), 1), "{off}");
     assert_eq!(stat(&off, "l1.pages"), 0, "L1 dropped: {off}");
-    // A push the pusher had taken before the switch may still land: let it.
-    std::thread::sleep(Duration::from_millis(500));
-    let settled = s.stats().unwrap();
-    let (grid_before, node_before) = (grid_counters(&settled), node_requests(&os.node));
+    // A push the pusher had taken before the switch may still land, and the stats file is
+    // rewritten every 200 ms: the baseline is taken once the counters (the file's and
+    // memcached's) hold still across two reads half a second apart, a starved writer included.
+    let counters = || (grid_counters(&s.stats().unwrap()), node_requests(&os.node));
+    let mut last = counters();
+    let still = waffle_testkit::wait_until(Duration::from_secs(15), || {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = counters();
+        std::mem::replace(&mut last, now) == now
+    });
+    assert!(still, "the grid counters kept moving after the switch: {last:?}");
+    let (grid_before, node_before) = last;
     // Writes and reads through SQL while off: every row (every leaf page) changes on disk.
     s.sql("UPDATE w.t SET v = v + 1000000").unwrap();
     for _ in 0..2 {

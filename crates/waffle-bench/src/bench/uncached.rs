@@ -93,9 +93,15 @@ mod tests {
         let _ = std::fs::read(&f).unwrap();
         let before = cached(&f);
         let keep = KeepUncached::start(&f).unwrap();
-        let _ = std::fs::read(&f).unwrap(); // cached again, then dropped within an interval or so
-        std::thread::sleep(Duration::from_millis(INTERVAL_MS * 10));
-        let during = cached(&f);
+        // Cached again, then dropped within an interval or so: waited for, bounded (the dropping
+        // thread may be starved for many intervals).
+        let _ = std::fs::read(&f).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut during = cached(&f);
+        while during > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(INTERVAL_MS));
+            during = cached(&f);
+        }
         drop(keep);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(before, 1024, "control: a file just read is cached");

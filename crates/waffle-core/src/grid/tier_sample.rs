@@ -335,7 +335,9 @@ mod tests {
         let deadline = Duration::from_millis(300);
         let began = Instant::now();
         let t = s.rotate(addr, Instant::now() + deadline).expect("a sample was under way");
-        assert!(began.elapsed() < deadline + Duration::from_millis(200), "{:?}", began.elapsed());
+        // An unbounded read of the flood never ends; a starved test thread may wake well after the
+        // deadline (hundreds of ms on this 2-core machine under load): a loose bound tells them apart.
+        assert!(began.elapsed() < deadline + Duration::from_secs(3), "{:?}", began.elapsed());
         assert_eq!(t, TierLatency::default(), "the flood named no hit of ours");
     }
 
