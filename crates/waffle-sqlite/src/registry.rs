@@ -9,7 +9,7 @@
 //! saves the versions for a warm restart.
 //!
 //! A forked child starts with an empty registry: the parent's caches are
-//! forgotten at the fork (fork.rs), never closed by the child, and the child's
+//! forgotten at the fork (waffle_core::fork), never closed by the child, and the child's
 //! opens make caches of their own.
 
 use std::any::Any;
@@ -113,7 +113,7 @@ fn join(key: Key, path: &Path, config: &Config) -> Result<Option<Arc<OpenDb>>, S
         e.refs += 1;
         (Arc::clone(&e.db), e.db.config != *config)
     };
-    // Said outside the map's lock, which is never held across a log line (fork.rs).
+    // Said outside the map's lock, which is never held across a log line (waffle_core::fork).
     if kept {
         waffle_core::warn!(
             key: format!("settings of {}", path.display()),
