@@ -17,10 +17,10 @@
 //! The locks. Waffle's own threads (the prober, the pushers, the reloads, the
 //! stats writers) take a few process-wide locks for microseconds: the
 //! prober's list, the log's limiter, Rust's stderr, the adapter's maps of open
-//! databases. A host that forks sees itself single-threaded and is entitled
-//! to a child that works; a copy of one of those locks taken by a thread that
-//! is not in the child would leave the child's first open, or its first log
-//! line, waiting forever. So the `prepare` handler takes them (the adapter's,
+//! databases and of stats writers. A host that forks sees itself
+//! single-threaded and is entitled to a child that works; a copy of one of
+//! those locks taken by a thread that is not in the child would leave the
+//! child's first open, or its first log line, waiting forever. So the `prepare` handler takes them (the adapter's,
 //! then [`hold_locks`]) and both sides of the fork release them. It may wait
 //! only on a holder that never waits on anything the forking thread could
 //! hold (Python's GIL, for one, through the host's log callback): none of

@@ -47,13 +47,15 @@ static OPEN: Mutex<Option<HashMap<Key, Entry>>> = Mutex::new(None);
 /// lock is held to find a gate, never while one is held.
 static GATES: Mutex<Option<HashMap<Key, Arc<Mutex<()>>>>> = Mutex::new(None);
 
-/// The maps' locks (gates, then open databases), held across a fork by waffle_core::fork: in
-/// the child they are free. Another thread of the host may hold one at the fork (an open or a
-/// close beside it); neither is held across anything that could wait on the forking thread.
+/// The adapter's locks (gates, then open databases, then the stats writers' list), held across
+/// a fork by waffle_core::fork: in the child they are free. Another thread may hold one at the
+/// fork (an open or a close beside it, a warm thread's last close); none is held across anything
+/// that could wait on the forking thread.
 fn hold_for_fork() -> Box<dyn Any> {
     let gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
     let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
-    Box::new((gates, open))
+    let writers = crate::stats_file::hold_for_fork();
+    Box::new((gates, open, writers))
 }
 
 /// Forgets the parent's caches in a forked child (waffle_core::fork calls it once the child
@@ -422,29 +424,30 @@ mod tests {
 
     use super::*;
 
-    /// Another thread holds both maps (as an open or a close does, for microseconds) while this
-    /// one forks: the fork waits for them, and the child finds them free and empty. Without the
-    /// adapter's part of the prepare handler the child's copies stay held by a thread it does not
-    /// have, and its first open would wait forever (here: killed at the deadline, failed).
-    #[test]
-    fn a_fork_waits_for_the_maps_and_the_child_finds_them_free_and_empty() {
+    /// Another thread holds the locks `take` takes (as an open or a close does, for microseconds)
+    /// while this one forks: the fork waits for them, and the child takes them again and answers
+    /// `child_ok`. Without the adapter's part of the prepare handler the child's copies stay held
+    /// by a thread it does not have, and its first open would wait forever (here: killed at the
+    /// deadline, failed). The same loop as waffle_core::fork's tests (no test code is shared
+    /// between the two crates' unit tests).
+    fn fork_while_held(name: &str, take: fn() -> Box<dyn Any>, child_ok: fn() -> bool) {
         watch_forks();
-        OPEN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new);
         let (holding_tx, holding_rx) = mpsc::channel();
         let holder = std::thread::spawn(move || {
-            let held = hold_for_fork();
+            let held = take();
             holding_tx.send(()).expect("the test waits");
             std::thread::sleep(Duration::from_millis(300));
             drop(held);
         });
-        holding_rx.recv().expect("the holder took the maps");
-        // SAFETY: the child only takes two locks and leaves with _exit.
+        holding_rx.recv().expect("the holder took the locks");
+        // SAFETY: the child only takes locks and leaves with _exit.
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
         if pid == 0 {
-            let forgotten = OPEN.lock().is_ok_and(|o| o.is_none()) && GATES.lock().is_ok_and(|g| g.is_none());
+            drop(take());
+            let ok = child_ok();
             // SAFETY: leaves the forked child without running the parent's atexit handlers.
-            unsafe { libc::_exit(if forgotten { 0 } else { 2 }) };
+            unsafe { libc::_exit(if ok { 0 } else { 2 }) };
         }
         holder.join().expect("the holder thread");
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -457,10 +460,35 @@ mod tests {
                     libc::kill(pid, libc::SIGKILL);
                     libc::waitpid(pid, &mut status, 0);
                 }
-                panic!("the forked child still waits on the registry's maps after 10 s");
+                panic!("the forked child still waits on the {name} after 10 s");
             }
             std::thread::sleep(Duration::from_millis(5));
         }
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "the maps were not forgotten: {status:#x}");
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child found the {name} wrong: {status:#x}"
+        );
+    }
+
+    fn maps() -> Box<dyn Any> {
+        let gates = GATES.lock().unwrap_or_else(|e| e.into_inner());
+        let open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        Box::new((gates, open))
+    }
+
+    #[test]
+    fn a_fork_waits_for_the_maps_and_the_child_finds_them_free_and_empty() {
+        OPEN.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert_with(HashMap::new);
+        fn forgotten() -> bool {
+            OPEN.lock().is_ok_and(|o| o.is_none()) && GATES.lock().is_ok_and(|g| g.is_none())
+        }
+        fork_while_held("registry's maps", maps, forgotten);
+    }
+
+    /// A warm thread's last close takes the stats writers' list (stats_file::stop) beside the
+    /// host's threads: a child's first open with a stats file would wait on its copy.
+    #[test]
+    fn a_fork_waits_for_the_stats_writers_list_and_the_child_gets_it() {
+        fork_while_held("stats writers' list", crate::stats_file::hold_for_fork, || true);
     }
 }

@@ -95,11 +95,22 @@ struct Target {
 
 impl Target {
     fn write(&self, db: &OpenDb, final_write: bool) {
+        let written = self.write_quietly(db, final_write);
+        self.say(written);
+    }
+
+    /// Writes the file; what went wrong is for [`Target::say`] (once no lock is held).
+    fn write_quietly(&self, db: &OpenDb, final_write: bool) -> std::io::Result<()> {
         let mut stats = crate::stats_map::stats_snapshot(db);
         stats.stamp = stats_file::stamp("sqlite", final_write); // `stopped` when final
         stats.stamp.state.get_or_insert_with(|| stats_file::RUNNING.to_string());
         stats.stamp.started_unix_ms = Some(self.started_unix_ms);
-        match stats_file::write(&self.path, &self.like, &stats) {
+        stats_file::write(&self.path, &self.like, &stats)
+    }
+
+    /// A failed write is one warning, again only after one has succeeded.
+    fn say(&self, written: std::io::Result<()>) {
+        match written {
             Ok(()) => self.warned.store(false, Ordering::Relaxed),
             Err(e) if !self.warned.swap(true, Ordering::Relaxed) => waffle_core::warn!(
                 key: format!("stats file {}", self.path.display()),
@@ -122,8 +133,17 @@ struct Writer {
     pid: u32,
 }
 
-/// Every database of this process that writes a stats file (a few at most: a Vec).
+/// Every database of this process that writes a stats file (a few at most: a Vec). Held
+/// across a fork ([`hold_for_fork`]), so never across a log line: the host's log callback may
+/// wait for the forking thread (Python's GIL).
 static WRITERS: Mutex<Vec<Writer>> = Mutex::new(Vec::new());
+
+/// The writers' lock, for waffle_core::fork through the registry (after its maps: an open or
+/// a close takes this one last). Its holders are opens and closes, a warm thread's last close
+/// among them; none waits on anything but the disk while holding it.
+pub fn hold_for_fork() -> Box<dyn std::any::Any> {
+    Box::new(WRITERS.lock().unwrap_or_else(|e| e.into_inner()))
+}
 
 fn is(w: &Writer, db: &OpenDb) -> bool {
     std::ptr::eq(w.db.as_ptr(), db)
@@ -134,40 +154,57 @@ fn is(w: &Writer, db: &OpenDb) -> bool {
 /// connection) or another database of this process writes that file.
 pub fn start(db: &Arc<OpenDb>, path: Option<PathBuf>, meta: &Metadata) {
     let Some(path) = path else { return };
+    // What to say is said once the list's lock is released.
+    let say = listed(db, path, meta);
+    say();
+}
+
+/// Finds or starts `db`'s writer under the list's lock; returns what to say after it.
+fn listed(db: &Arc<OpenDb>, path: PathBuf, meta: &Metadata) -> Box<dyn FnOnce()> {
     let mut writers = WRITERS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(w) = writers.iter().find(|w| is(w, db) || w.target.path == path) {
+        let (db_path, kept) = (db.path.clone(), w.target.path.clone());
         if !is(w, db) {
-            refuse_shared(&path, db, w);
-        } else if w.target.path != path {
-            waffle_core::warn!(
-                "{} is already open in this process with {} '{}'; keeping it (not '{}')",
-                db.path.display(),
-                STATS_FILE.name,
-                w.target.path.display(),
-                path.display()
-            );
+            let owner = w.db.upgrade().map_or_else(|| "another database".into(), |o| o.path.display().to_string());
+            return Box::new(move || refuse_shared(&path, &db_path, &owner));
+        } else if kept != path {
+            return Box::new(move || {
+                waffle_core::warn!(
+                    "{} is already open in this process with {} '{}'; keeping it (not '{}')",
+                    db_path.display(),
+                    STATS_FILE.name,
+                    kept.display(),
+                    path.display()
+                )
+            });
         }
-        return;
+        return Box::new(|| {});
     }
     let started_unix_ms = waffle_core::stats::health::now_unix_ms();
     let target = Arc::new(Target { path, like: Beside::like(meta), warned: AtomicBool::new(false), started_unix_ms });
-    target.write(db, false); // there as soon as the open returns
+    let written = target.write_quietly(db, false); // there as soon as the open returns
     let stop = Arc::new(Stop::default());
     let (weak, t, s) = (Arc::downgrade(db), Arc::clone(&target), Arc::clone(&stop));
     match std::thread::Builder::new().name("waffle-stats".into()).spawn(move || run(&weak, &t, &s)) {
-        Ok(thread) => writers.push(Writer { db: Arc::downgrade(db), target, stop, thread, pid: std::process::id() }),
-        Err(e) => waffle_core::warn!("{} '{}': cannot start its thread ({e})", STATS_FILE.name, target.path.display()),
+        Ok(thread) => {
+            let pid = std::process::id();
+            writers.push(Writer { db: Arc::downgrade(db), target: Arc::clone(&target), stop, thread, pid });
+            Box::new(move || target.say(written))
+        }
+        Err(e) => Box::new(move || {
+            target.say(written);
+            waffle_core::warn!("{} '{}': cannot start its thread ({e})", STATS_FILE.name, target.path.display())
+        }),
     }
 }
 
-fn refuse_shared(path: &Path, db: &OpenDb, other: &Writer) {
-    let owner = other.db.upgrade().map_or_else(|| "another database".into(), |o| o.path.display().to_string());
+fn refuse_shared(path: &Path, db_path: &Path, owner: &str) {
     waffle_core::warn!(
         key: format!("stats file {}", path.display()),
         "{} '{}' is written for {owner}; {} writes none (name one per database with the URI parameter)",
         STATS_FILE.name,
         path.display(),
-        db.path.display()
+        db_path.display()
     );
 }
 
