@@ -208,8 +208,20 @@ fn printed_flags_bind_an_address_drop_root_and_start_a_real_memcached() {
 
     // The printed command, on a free loopback port instead of 11211, as whoever runs the tests
     // (as root, memcached refuses to start without -u).
+    for _attempt in 0..8 {
+        if printed_command_answers(&words[1..]) {
+            return;
+        }
+    }
+    panic!("the printed command's memcached never had a port of its own in 8 attempts");
+}
+
+/// Runs `args` with a free loopback port for 11211, until it answers (true) or finds the port
+/// taken (false): a port found free can be bound by a parallel test's node before this
+/// memcached binds it; it then exits, or another process answers there.
+fn printed_command_answers(args: &[&str]) -> bool {
     let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
-    let args: Vec<&str> = words[1..].iter().map(|w| if *w == "11211" { port.as_str() } else { w }).collect();
+    let args: Vec<&str> = args.iter().map(|w| if *w == "11211" { port.as_str() } else { w }).collect();
     let memcached = std::env::var("WAFFLE_MEMCACHED").unwrap_or_else(|_| "memcached".into());
     let child = Command::new(memcached).args(&args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
     struct Kill(Child);
@@ -221,14 +233,19 @@ fn printed_flags_bind_an_address_drop_root_and_start_a_real_memcached() {
     }
     let mut child = Kill(child);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut ours = None;
     wait_until("the printed command's memcached answers", || {
         if let Some(status) = child.0.try_wait().unwrap() {
             let mut err = String::new();
             let _ = child.0.stderr.take().unwrap().read_to_string(&mut err);
-            panic!("memcached {args:?} exited ({status}): {err}");
+            assert!(err.contains("Address already in use"), "memcached {args:?} exited ({status}): {err}");
+            ours = Some(false);
+            return true;
         }
-        answers(addr)
+        ours = waffle_nodes::answering_pid(addr).map(|pid| pid == child.0.id());
+        ours.is_some()
     });
+    ours == Some(true)
 }
 
 #[test]

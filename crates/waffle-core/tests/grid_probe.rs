@@ -89,16 +89,15 @@ fn a_hung_node_nobody_asks_is_down_after_three_missed_probes() {
     let opts = GridOptions { timeout_ms: 50, connect_timeout_ms: 50, ..opts() };
     let grid = grid_of(&[&node], opts);
     within(Duration::from_secs(5), "an idle probe", || status(&grid, 0).idle_probes > 0);
-    // The probe is counted when it starts: let it end (its 50 ms deadline) before the pause, so no
-    // probe counted in `before` misses (a CI run paused one in flight: down after 2 probes counted
-    // since). The next one starts an idle time (200 ms) after it.
-    std::thread::sleep(Duration::from_millis(80));
     let before = status(&grid, 0).idle_probes;
     node.pause();
     within(Duration::from_secs(10), "the hung node marked down", || !status(&grid, 0).up);
     let s = status(&grid, 0);
-    // Down at the third missed probe (waffle_core::grid::MISSES_TO_DOWN), not the first.
-    assert!(s.idle_probes - before >= waffle_core::grid::MISSES_TO_DOWN as u64, "{s:?}");
+    // Down at the third missed probe (waffle_core::grid::MISSES_TO_DOWN), not the first. A probe
+    // is counted when it starts: the one in flight at the pause, counted in `before`, may be the
+    // first miss (a CI run paused one there; a sleep for it to end only narrows the window). The
+    // exact count is health.rs's unit test; here, several probes of the prober were needed.
+    assert!(s.idle_probes - before >= waffle_core::grid::MISSES_TO_DOWN as u64 - 1, "{s:?}");
     assert_eq!((s.requests, s.timeouts), (0, 0), "probes are not counted as requests: {s:?}");
     node.resume();
 }

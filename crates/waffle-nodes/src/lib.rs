@@ -279,8 +279,9 @@ pub fn stats(addr: SocketAddr) -> io::Result<HashMap<String, String>> {
     Ok(out)
 }
 
-/// The pid of the memcached answering at `addr` (its `stats`, one connection), if one answers.
-fn answering_pid(addr: SocketAddr) -> Option<u32> {
+/// The pid of the memcached answering at `addr` (its `stats`, one connection), if one answers:
+/// whether the process on a port found free is the one started there, or another's.
+pub fn answering_pid(addr: SocketAddr) -> Option<u32> {
     stats(addr).ok()?.get("pid")?.parse().ok()
 }
 

@@ -150,21 +150,18 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind(("127.0.0.1", 0)).unwrap().local_addr().unwrap().port()
-}
-
 /// A my.cnf laid out as Debian's /etc/mysql/my.cnf (an includedir of
 /// mariadb.conf.d): this instance's 50-server.cnf and the shipped 60-waffle.cnf.
+/// No TCP: the tests talk through the socket, and a port found free could be taken by a
+/// parallel test before mariadbd binds it.
 fn instance_config(dir: &Path, data: &Path, socket: &Path, error_log: &Path, extra: &str) -> PathBuf {
     let conf_d = dir.join("mariadb.conf.d");
     std::fs::create_dir_all(&conf_d).unwrap();
     let mut server = format!(
-        "[mysqld]\ndatadir = {}\nsocket = {}\nport = {}\nbind-address = 127.0.0.1\npid-file = {}\nlog-error = {}\n\
+        "[mysqld]\ndatadir = {}\nsocket = {}\nskip-networking\npid-file = {}\nlog-error = {}\n\
          innodb_buffer_pool_size = {POOL}\n",
         data.display(),
         socket.display(),
-        free_port(),
         dir.join("unit.pid").display(),
         error_log.display()
     );

@@ -194,24 +194,29 @@ fn child_reads() {
     unsafe { libc::close(copy) };
     assert_eq!(count(), 12);
 
-    // A file outside the directory: not slowed (64 random reads would take 320 ms on the device).
+    // A file outside the directory: not slowed. The count is the check (the shim counts every
+    // read it makes wait, where it waits); a bound on the time was not one: these reads reach
+    // this machine's own disk (evicted above), which a CI run beside load once took 105 ms for.
     evict(&fast);
-    let t = Instant::now();
     for &off in scattered(64).iter() {
         fast.read_exact_at(&mut b, off).unwrap();
     }
     assert_eq!(count(), 12);
-    // Under the least the device would have added (64 x 5 ms): the reads still reach this
-    // machine's disk (evicted above), which a CI run beside load once took 105 ms for.
-    assert!(t.elapsed() < 64 * RANDOM_READ, "64 reads of a file outside took {:?}", t.elapsed());
 
-    // Writes to a file under the directory are not touched; the bytes land.
+    // Writes to a file under the directory are not touched; the bytes land. Writes are not
+    // counted: each is timed, and a slowed one would take a device's random read or more. The
+    // median, not the total: a stall or the kernel's throttling of dirty pages can hold a few.
     let w = OpenOptions::new().write(true).open(dir.join("slow/data")).unwrap();
-    let t = Instant::now();
-    for &off in &scattered(64) {
-        w.write_all_at(&[0xAB; PAGE], off).unwrap();
-    }
+    let mut took: Vec<Duration> = scattered(64)
+        .iter()
+        .map(|&off| {
+            let t = Instant::now();
+            w.write_all_at(&[0xAB; PAGE], off).unwrap();
+            t.elapsed()
+        })
+        .collect();
     assert_eq!(count(), 12);
-    assert!(t.elapsed() < 64 * RANDOM_READ, "64 writes took {:?}", t.elapsed());
+    took.sort();
+    assert!(took[took.len() / 2] < RANDOM_READ, "the median of 64 writes took {:?}", took[took.len() / 2]);
     std::fs::read(dir.join("slow/data")).unwrap()[3 * PAGE..4 * PAGE].iter().for_each(|&x| assert_eq!(x, 0xAB));
 }

@@ -1,5 +1,5 @@
 //! Throwaway MariaDB servers for benchmarks and tests: a datadir of our own,
-//! loopback only (bind-address 127.0.0.1, our own socket and a free port),
+//! reachable only through its own socket (`--skip-networking`: no TCP port),
 //! started as a child process, every wait bounded, always killed at the end
 //! (a [`Server`] is SIGKILLed when dropped). The system MariaDB service is
 //! never touched.
@@ -11,7 +11,6 @@
 //! preloaded after the preload, so the preload's own reads wait for it too).
 
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -221,38 +220,23 @@ impl ServerOptions {
     }
 }
 
-/// A running mariadbd on its own datadir, socket and loopback port. Killed when dropped.
+/// A running mariadbd on its own datadir and socket (no TCP). Killed when dropped.
 pub struct Server {
     child: Option<Child>,
     pub datadir: PathBuf,
     pub socket: PathBuf,
-    pub port: u16,
     pub error_log: PathBuf,
     pub client: PathBuf,
     pub options: ServerOptions,
 }
 
-fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind(("127.0.0.1", 0))?.local_addr()?.port())
-}
-
 impl Server {
     /// Starts a server on `datadir` and waits (bounded) until it answers.
     /// The socket and error log go into the datadir's parent directory.
+    /// No TCP port: every client here (the mariadb client, sysbench) comes through the socket,
+    /// and a port found free could be bound by a parallel test before mariadbd binds it (a
+    /// retry on another port then left the failed start's errors in the log the test reads).
     pub fn start(tools: &Tools, datadir: &Path, options: ServerOptions) -> Result<Server, String> {
-        let mut last = String::new();
-        for _ in 0..4 {
-            match Server::try_start(tools, datadir, options.clone()) {
-                Ok(s) => return Ok(s),
-                // A port taken between picking it and binding it: try another.
-                Err(e) if e.contains("Address already in use") => last = e,
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last)
-    }
-
-    fn try_start(tools: &Tools, datadir: &Path, options: ServerOptions) -> Result<Server, String> {
         let datadir = datadir.canonicalize().map_err(|e| format!("datadir {}: {e}", datadir.display()))?;
         let parent = datadir.parent().unwrap_or(Path::new("/tmp")).to_path_buf();
         let name = datadir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "db".into());
@@ -260,13 +244,11 @@ impl Server {
         let error_log = parent.join(format!("{name}.err"));
         let pid_file = parent.join(format!("{name}.pid"));
         let _ = std::fs::remove_file(&socket);
-        let port = free_port().map_err(|e| format!("no free port: {e}"))?;
         let mut cmd = Command::new(&tools.mariadbd);
         cmd.arg("--no-defaults")
             .arg(format!("--datadir={}", datadir.display()))
             .arg(format!("--socket={}", socket.display()))
-            .arg(format!("--port={port}"))
-            .arg("--bind-address=127.0.0.1")
+            .arg("--skip-networking")
             .arg(format!("--pid-file={}", pid_file.display()))
             .arg(format!("--log-error={}", error_log.display()))
             .arg(format!("--innodb-use-native-aio={}", if options.native_aio { 1 } else { 0 }))
@@ -307,7 +289,7 @@ impl Server {
         let log_start = std::fs::metadata(&error_log).map(|m| m.len()).unwrap_or(0);
         let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", tools.mariadbd.display()))?;
         let mut server =
-            Server { child: Some(child), datadir, socket, port, error_log, client: tools.client.clone(), options };
+            Server { child: Some(child), datadir, socket, error_log, client: tools.client.clone(), options };
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(status) = server.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {

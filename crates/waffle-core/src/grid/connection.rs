@@ -498,8 +498,9 @@ mod tests {
                 assert_eq!(value_of(&mut conn, deadline), Err(FaultKind::Timeout));
                 let end = Instant::now();
                 assert!(end >= deadline, "{ms} ms: ended {:?} early", deadline - end);
+                // No bound on one try: a stall of any length can land in it (a wait the
+                // deadline does not end would be late in every try, and fail below).
                 let late = end - deadline;
-                assert!(late < Duration::from_millis(200), "{ms} ms: ended {late:?} late");
                 lateness.push((late, control_late));
                 if late <= allowed_late + control_late {
                     break;
