@@ -347,8 +347,9 @@ mod tests {
         s.note_hit(b"k", Duration::from_micros(5));
         assert!(s.lock().hits.is_empty());
         s.end_if_overdue();
-        // A closed port: no watcher opens, and there was no sample to end.
-        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        // A closed port (held, so no parallel test's node takes it): no watcher opens, and there
+        // was no sample to end.
+        let closed = std::net::SocketAddr::from(([127, 0, 0, 1], waffle_nodes::closed_port()));
         assert_eq!(s.rotate(closed, Instant::now() + Duration::from_millis(100)), None);
         assert!(!s.listening.load(Ordering::Relaxed));
     }
