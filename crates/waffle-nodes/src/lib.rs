@@ -12,12 +12,16 @@
 //! [`group::Group`] is `waffle nodes`: nodes watched until asked to stop, tied
 //! to their starter so that not even a SIGKILL leaves them running;
 //! [`command`] is the memcached command line printed for an operator's own node;
-//! [`flash`] the extstore settings of a node with flash (`--ssd`).
+//! [`flash`] the extstore settings of a node with flash (`--ssd`); [`ports`]
+//! loopback ports a test holds, for an unreachable node or a stand-in's.
 
 pub mod command;
 pub mod flash;
 pub mod group;
+pub mod ports;
 pub mod slabs;
+
+pub use ports::closed_port;
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -283,33 +287,6 @@ pub fn stats(addr: SocketAddr) -> io::Result<HashMap<String, String>> {
 /// whether the process on a port found free is the one started there, or another's.
 pub fn answering_pid(addr: SocketAddr) -> Option<u32> {
     stats(addr).ok()?.get("pid")?.parse().ok()
-}
-
-/// A loopback port nobody listens on, for as long as this process lives: an
-/// unreachable node. A port merely found free could be taken by another
-/// test's node a moment later, making the "unreachable" node answer; this one
-/// stays bound (never listening, so a connect is refused at once), and
-/// memcached cannot bind it (the socket has no SO_REUSEADDR). Panics if the
-/// system has no port to give: a test cannot go on without one.
-pub fn closed_port() -> u16 {
-    // SAFETY: plain socket(2) call; the result is checked.
-    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
-    assert!(fd >= 0, "socket: {}", io::Error::last_os_error());
-    let mut addr = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: 0,
-        sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes([127, 0, 0, 1]) },
-        sin_zero: [0; 8],
-    };
-    let mut len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-    // SAFETY: addr is a sockaddr_in of `len` bytes, fd the socket just made.
-    let bound = unsafe { libc::bind(fd, &addr as *const libc::sockaddr_in as *const libc::sockaddr, len) };
-    assert_eq!(bound, 0, "bind 127.0.0.1:0: {}", io::Error::last_os_error());
-    // SAFETY: getsockname writes at most `len` bytes into addr.
-    let named = unsafe { libc::getsockname(fd, &mut addr as *mut libc::sockaddr_in as *mut libc::sockaddr, &mut len) };
-    assert_eq!(named, 0, "getsockname: {}", io::Error::last_os_error());
-    // The descriptor is kept open (never closed) so that the port stays reserved.
-    u16::from_be(addr.sin_port)
 }
 
 fn free_port() -> io::Result<u16> {

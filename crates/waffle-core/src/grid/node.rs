@@ -578,9 +578,10 @@ mod tests {
     #[test]
     fn a_node_nobody_asks_is_probed_when_idle_and_its_death_is_seen() {
         const MS: Duration = Duration::from_millis(1);
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = answering(listener, 1);
+        // Held for the whole test: no parallel test's node takes it while the stand-in is dead.
+        let held = waffle_nodes::ports::HeldPort::new();
+        let port = held.port();
+        let server = answering(held.listen(), 1);
         let spec = NodeSpec::parse_list(&format!("127.0.0.1:{port}")).unwrap().remove(0);
         let opts = GridOptions { timeout_ms: 2000, connect_timeout_ms: 2000, ..GridOptions::default() }.normalized();
         let clock = ManualClock(Arc::new(Mutex::new(Instant::now())));
@@ -619,8 +620,7 @@ mod tests {
         // Down: no probe before its backoff is over; after it, the half-open
         // probe, which brings it up when it answers again (same port, restarted).
         assert!(!node.probe_if_idle(Duration::ZERO), "within the backoff");
-        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
-        let server = answering(listener, 1);
+        let server = answering(held.listen(), 1);
         clock.advance(Duration::from_millis(opts.backoff_min_ms));
         assert!(node.probe_if_idle(Duration::ZERO));
         assert!(status(&node).up, "up again without a request");
